@@ -1,0 +1,42 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+# Both create .venv in the checkout on first use and install the pinned set.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export GRADIO_ANALYTICS_ENABLED := False
+export HF_HUB_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install run test test-fast bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required: set PYTHON=/path/to/python3.11"'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Serve the app; the first start prepares the data folder, the database and the
+# default model, and prints where to sign in.
+run: $(STAMP)
+	$(BIN)/orapo serve
+
+# The whole suite. In CI (CI=true) or with ORAPO_TEST_POSTGRES=1 the database
+# tests also run against a throwaway PostgreSQL server that .ci/postgres.sh
+# installs (Debian's package) and starts on 127.0.0.1.
+test: $(STAMP)
+	@pg_url=""; \
+	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_POSTGRES:-}" ]; then pg_url=$$(.ci/postgres.sh) || exit 1; fi; \
+	env $${pg_url:+ORAPO_TEST_POSTGRES_URL=$$pg_url} OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --timeout=900
+
+# Benchmarks are never part of the suite; see benchmarks/README.md.
+bench: $(STAMP)
+	$(BIN)/pip install -q --no-deps torchxrayvision==1.5.7
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache
