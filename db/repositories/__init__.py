@@ -1,0 +1,26 @@
+"""Repositories: each takes a `Database` (one short transaction per call) or a `Session` (join the caller's)."""
+
+from db.repositories.admin import AuditRepository, DashboardRepository, ScheduleRepository
+from db.repositories.base import Actor, Repository
+from db.repositories.reports import CorrectionRepository, DraftRepository
+from db.repositories.studies import HOLDOUT_FRACTION, StudyRepository, split_for
+from db.repositories.training import ROUND_TRANSITIONS, ModelVersionRepository, PairRepository, RoundRepository
+from db.repositories.users import UserRepository
+
+__all__ = [
+    "HOLDOUT_FRACTION",
+    "ROUND_TRANSITIONS",
+    "Actor",
+    "AuditRepository",
+    "CorrectionRepository",
+    "DashboardRepository",
+    "DraftRepository",
+    "ModelVersionRepository",
+    "PairRepository",
+    "Repository",
+    "RoundRepository",
+    "ScheduleRepository",
+    "StudyRepository",
+    "UserRepository",
+    "split_for",
+]
