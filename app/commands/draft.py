@@ -1,0 +1,56 @@
+"""Draft a report for one image (DICOM, PNG or JPEG) with a local model.
+
+The image goes through the same ingest as an upload (decoding, de-identification,
+the pixel limit) but nothing is stored, so a throwaway secret is enough.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("image", help="a DICOM, PNG or JPEG file")
+    parser.add_argument("--model", default=None, metavar="DIR",
+                        help="checkpoint folder (default: ORAPO_MODEL_DIR, else the starter model)")
+    parser.add_argument("--adapter", default=None, metavar="DIR", help="a LoRA adapter folder saved by a round")
+    parser.add_argument("--samples", type=int, default=4, metavar="K",
+                        help="sampled drafts used to score each sentence's confidence (default 4; 0 for none)")
+    parser.add_argument("--max-new-tokens", type=int, default=192, metavar="N", help="longest draft in tokens")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampled drafts")
+    parser.add_argument("--json", action="store_true", help="print the draft and its provenance as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import secrets
+    from pathlib import Path
+
+    from transformers.utils import logging as hf_logging
+
+    from orapo_core.config import Settings
+    from orapo_core.errors import OrapoError
+    from orapo_core.imaging import ingest_path
+    from orapo_core.models.draft import Drafter
+    from orapo_core.models.loading import check_model_dir, resolve_model_dir
+
+    # A command-line user needs the draft, not transformers' progress bars and backend notices.
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    settings = Settings()
+    model_dir = check_model_dir(resolve_model_dir(args.model, settings))  # before the slower image decode
+    if not Path(args.image).is_file():
+        raise OrapoError("image_not_found", f"There is no file {args.image}.")
+    image = ingest_path(args.image, secret=secrets.token_hex(16), max_pixels=settings.max_pixels)
+    drafter = Drafter.from_dir(model_dir, args.adapter, model_version=args.adapter and Path(args.adapter).name)
+    draft = drafter.draft(image.display, samples=args.samples, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    if args.json:
+        print(json.dumps(draft.to_dict(), indent=2, default=str))
+        return 0
+    print(draft.text)
+    for sentence in draft.sentences:
+        print(f"  {sentence['confidence']:.2f}  {sentence['text']}")
+    for fact in draft.flagged:
+        print(f"  flagged: {fact}")
+    print(f"({draft.model_name}, prompt {draft.prompt_version}, {draft.latency_ms:.0f} ms)")
+    return 0

@@ -1,0 +1,219 @@
+"""Drafting a report for one image: a greedy draft, K sampled drafts, and their agreement.
+
+The greedy draft is what the clinician edits; the K samples exist only to say how
+sure the model is of each greedy sentence (self-consistency: a fact the samples
+keep repeating is likelier right than one they contradict). The K samples are one
+`generate` call with `num_return_sequences=K`, so the image is encoded once per
+call and the samples decode as one batch, which is most of the cost on a CPU.
+
+A `Drafter` holds one loaded model: load once, draft many. The web app keeps one
+per served model version; a lock serialises drafts, since concurrent `generate`
+calls on one model would only compete for the same cores and memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orapo_core.errors import OrapoError
+from orapo_core.models.loading import LoadedModel, load_model
+from orapo_core.models.prompt import PROMPT_VERSION, REPORT_PROMPT, render_prompt
+
+# Radiographs are often 3000 px a side; a VLM's own resize would keep far more
+# visual tokens than a report needs, and those tokens dominate CPU latency.
+DEFAULT_MAX_SIDE = 1024
+
+
+@dataclass
+class Draft:
+    """A drafted report and everything needed to reproduce or audit it."""
+
+    text: str
+    samples: list[str]
+    sentences: list[dict]  # [{"text": ..., "confidence": 0..1}] for each sentence of `text`
+    flagged: list[Any]  # facts of `text` the samples disagree on, as self_consistency reports them
+    model_name: str
+    model_version: str | None
+    prompt: str
+    prompt_version: str
+    sampling: dict
+    latency_ms: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class Drafter:
+    """One loaded model that drafts reports."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        model_version: str | None = None,
+        prompt: str = REPORT_PROMPT,
+        max_side: int | None = DEFAULT_MAX_SIDE,
+    ):
+        self.loaded = loaded
+        self.model_version = model_version
+        self.prompt = prompt
+        self.max_side = max_side
+        self._prompt_text = render_prompt(loaded.processor, prompt)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_dir(
+        cls, model_dir: str | Path, adapter_dir: str | Path | None = None, *, model_version: str | None = None, **kwargs
+    ) -> Drafter:
+        return cls(load_model(model_dir, adapter_dir), model_version=model_version, **kwargs)
+
+    def draft(
+        self,
+        image,
+        *,
+        samples: int = 4,
+        max_new_tokens: int = 192,
+        temperature: float = 1.0,
+        top_p: float = 0.95,
+        seed: int | None = 0,
+    ) -> Draft:
+        """Draft a report for `image` (a PIL image, or a 2-D array: uint8 display or full bit depth)."""
+        _check_sampling(samples, max_new_tokens, temperature, top_p)
+        started = time.perf_counter()
+        picture = to_rgb_image(image, max_side=self.max_side)
+        with self._lock:
+            greedy, sampled = self._generate(picture, samples, max_new_tokens, temperature, top_p, seed)
+        sentences, flagged = score_self_consistency(greedy, sampled) if sampled else ([], [])
+        return Draft(
+            text=greedy,
+            samples=sampled,
+            sentences=sentences,
+            flagged=flagged,
+            model_name=self.loaded.name,
+            model_version=self.model_version,
+            prompt=self.prompt,
+            prompt_version=PROMPT_VERSION,
+            sampling={"samples": samples, "max_new_tokens": max_new_tokens, "temperature": temperature,
+                      "top_p": top_p, "top_k": 0, "seed": seed},
+            latency_ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+
+    def _generate(self, picture, samples, max_new_tokens, temperature, top_p, seed) -> tuple[str, list[str]]:
+        import torch
+
+        model, processor = self.loaded.model, self.loaded.processor
+        inputs = processor(text=[self._prompt_text], images=[picture], return_tensors="pt").to(self.loaded.device)
+        for key, value in inputs.items():
+            if torch.is_floating_point(value) and value.dtype != self.loaded.dtype:
+                inputs[key] = value.to(self.loaded.dtype)
+        prompt_len = inputs["input_ids"].shape[1]
+        tokenizer = processor.tokenizer
+        common = dict(max_new_tokens=max_new_tokens, use_cache=True,
+                      pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+        with torch.inference_mode():
+            greedy_ids = model.generate(**inputs, do_sample=False, **common)
+            greedy = processor.batch_decode(greedy_ids[:, prompt_len:], skip_special_tokens=True)[0].strip()
+            if samples == 0:
+                return greedy, []
+            # top_k=0: checkpoints such as Qwen2-VL ship top_k=1 in generation_config.json,
+            # which would make every "sample" the greedy draft and the agreement meaningless.
+            sampling = dict(do_sample=True, num_return_sequences=samples, temperature=temperature, top_p=top_p,
+                            top_k=0, **common)
+            with torch.random.fork_rng(devices=[self.loaded.device] if self.loaded.device.startswith("cuda") else []):
+                if seed is not None:
+                    torch.manual_seed(seed)
+                sample_ids = model.generate(**inputs, **sampling)
+        sampled = [s.strip() for s in processor.batch_decode(sample_ids[:, prompt_len:], skip_special_tokens=True)]
+        return greedy, sampled
+
+
+def to_rgb_image(image, *, max_side: int | None = DEFAULT_MAX_SIDE):
+    """An 8-bit RGB PIL image from a PIL image or an array, no larger than `max_side` a side.
+
+    A 2-D array that is not uint8 is full bit depth (a DICOM's stored values):
+    its full range is mapped to 0..255, the same default window the viewer uses.
+    """
+    import numpy as np
+    from PIL import Image
+
+    if isinstance(image, Image.Image) and image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+        image = np.asarray(image)  # PIL's own conversion to 8 bits clips instead of scaling
+    if isinstance(image, np.ndarray):
+        picture = Image.fromarray(_to_uint8(image)).convert("RGB")
+    elif isinstance(image, Image.Image):
+        picture = image.convert("RGB")
+    else:
+        raise OrapoError("image_invalid", f"Cannot draft from a {type(image).__name__}: give an image or a 2-D array.")
+    if max_side and max(picture.size) > max_side:
+        picture = picture.copy()
+        picture.thumbnail((max_side, max_side), Image.Resampling.BICUBIC)
+    return picture
+
+
+def _to_uint8(pixels):
+    import numpy as np
+
+    if pixels.ndim == 3 and pixels.shape[2] in (3, 4) and pixels.dtype == np.uint8:
+        return pixels[..., :3]
+    if pixels.ndim != 2 or pixels.size == 0:
+        raise OrapoError("image_invalid", f"Expected a 2-D grey image; got an array of shape {pixels.shape}.")
+    if pixels.dtype == np.uint8:
+        return pixels
+    values = np.nan_to_num(pixels.astype(np.float32, copy=False))
+    low, high = float(values.min()), float(values.max())
+    if high <= low:
+        return np.zeros(values.shape, dtype=np.uint8)
+    return np.round((values - low) * (255.0 / (high - low))).astype(np.uint8)
+
+
+def score_self_consistency(greedy: str, samples: list[str]) -> tuple[list[dict], list[Any]]:
+    """Per-sentence confidences of the greedy draft and the facts the samples disagree on.
+
+    Delegates to `orapo_core.facts.self_consistency`, and turns what it returns
+    into plain JSON-ready values (the draft is stored and sent to the browser).
+    """
+    from orapo_core.facts import self_consistency
+
+    result = self_consistency(greedy, samples)
+    if isinstance(result, tuple):
+        sentences, flagged = result
+    elif isinstance(result, dict):
+        sentences, flagged = result["sentences"], result["flagged"]
+    else:
+        sentences, flagged = result.sentences, result.flagged
+    return [_sentence(s) for s in sentences], [_plain(f) for f in flagged]
+
+
+def _sentence(item) -> dict:
+    if isinstance(item, tuple):
+        text, confidence = item
+        return {"text": str(text), "confidence": float(confidence)}
+    plain = _plain(item)
+    if not isinstance(plain, dict):
+        raise TypeError(f"self_consistency returned a sentence of unexpected shape: {item!r}")
+    plain["confidence"] = float(plain["confidence"])
+    return plain
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _check_sampling(samples: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
+    if not 0 <= samples <= 32:
+        raise OrapoError("draft_invalid", f"samples must be between 0 and 32; got {samples}.")
+    if max_new_tokens < 1:
+        raise OrapoError("draft_invalid", f"max_new_tokens must be at least 1; got {max_new_tokens}.")
+    if not temperature > 0:
+        raise OrapoError("draft_invalid", f"temperature must be above 0; got {temperature}.")
+    if not 0 < top_p <= 1:
+        raise OrapoError("draft_invalid", f"top_p must be in (0, 1]; got {top_p}.")

@@ -1,0 +1,174 @@
+"""Loading any local image-text-to-text checkpoint, and LoRA adapters on top of it.
+
+Every path goes through `AutoModelForImageTextToText` and the folder's own
+processor with `local_files_only=True`: a model is a folder, never a hub name,
+so a typo cannot turn into a download. A folder whose weights do not fit its
+config is refused rather than served with freshly initialised (random) layers,
+which transformers would otherwise only warn about.
+
+Training rounds save LoRA adapters (a few MB) rather than whole models; a
+served version is the base folder plus one adapter folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orapo_core.errors import OrapoError
+
+_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to generate, with the processor that feeds it."""
+
+    model: Any
+    processor: Any
+    model_dir: Path
+    adapter_dir: Path | None
+    device: str
+    dtype: Any
+
+    @property
+    def name(self) -> str:
+        return self.model_dir.name
+
+    @property
+    def has_adapter(self) -> bool:
+        from peft import PeftModel
+
+        return isinstance(self.model, PeftModel)
+
+
+def default_device() -> tuple[str, Any]:
+    """bf16 on a GPU; float32 on a CPU, where bf16 matmuls are slower, not faster."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda", torch.bfloat16
+    return "cpu", torch.float32
+
+
+def resolve_model_dir(model_dir: str | Path | None = None, settings=None) -> Path:
+    """The folder to serve: the one given, else ORAPO_MODEL_DIR, else the starter model."""
+    if model_dir is not None:
+        return Path(model_dir).expanduser()
+    if settings is None:
+        from orapo_core.config import Settings
+
+        settings = Settings()
+    if settings.model_dir is not None:
+        return settings.model_dir.expanduser()
+    starter = settings.models_dir / "starter"
+    if not (starter / "config.json").exists():
+        raise OrapoError(
+            "model_not_found",
+            f"The starter model is not built yet ({starter}): run `orapo starter build`, "
+            "or point ORAPO_MODEL_DIR at a saved checkpoint.",
+        )
+    return starter
+
+
+def check_model_dir(model_dir: str | Path) -> Path:
+    """Refuse a folder that cannot be a checkpoint, before transformers says so less clearly."""
+    path = Path(model_dir).expanduser()
+    if not path.exists():
+        raise OrapoError(
+            "model_not_found", f"The folder {path} does not exist: point ORAPO_MODEL_DIR at a saved checkpoint."
+        )
+    if not (path / "config.json").is_file():
+        raise OrapoError(
+            "model_invalid", f"The folder {path} has no config.json: point ORAPO_MODEL_DIR at a saved checkpoint."
+        )
+    if not any(any(path.glob(pattern)) for pattern in _WEIGHT_PATTERNS):
+        raise OrapoError("model_invalid", f"The folder {path} has a config.json but no weights (*.safetensors).")
+    return path
+
+
+def load_model(
+    model_dir: str | Path,
+    adapter_dir: str | Path | None = None,
+    *,
+    device: str | None = None,
+    dtype: Any = None,
+) -> LoadedModel:
+    """Load `model_dir` (and the LoRA adapter saved in `adapter_dir`, if given) for generation."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from orapo_core.models.compat import load_processor
+
+    path = check_model_dir(model_dir)
+    if device is None or dtype is None:
+        default = default_device()
+        device, dtype = device or default[0], dtype or default[1]
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        model, info = AutoModelForImageTextToText.from_pretrained(
+            path,
+            config=config,
+            dtype=dtype,
+            device_map=device if device != "cpu" else None,
+            local_files_only=True,
+            output_loading_info=True,
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise OrapoError("model_invalid", f"The folder {path} is not an image-text-to-text checkpoint: {exc}") from exc
+    except RuntimeError as exc:  # transformers 5 raises this for tensors of the wrong shape
+        raise OrapoError("model_invalid", f"The weights in {path} do not match its config.json ({exc}).") from exc
+    broken = sorted(info["missing_keys"]) + sorted(k[0] for k in info["mismatched_keys"])
+    if broken:
+        raise OrapoError(
+            "model_invalid",
+            f"The weights in {path} do not match its config.json ({len(broken)} tensors missing or "
+            f"of the wrong shape, e.g. {broken[0]}).",
+        )
+    try:
+        processor = load_processor(path, config)
+    except (OSError, ValueError, ImportError) as exc:
+        raise OrapoError("model_invalid", f"The folder {path} has no usable processor: {exc}") from exc
+    model.eval()
+    adapter_path = None
+    if adapter_dir is not None:
+        adapter_path = _check_adapter_dir(adapter_dir)
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_path, is_trainable=False)
+        model.eval()
+    return LoadedModel(model=model, processor=processor, model_dir=path, adapter_dir=adapter_path,
+                       device=str(device), dtype=dtype)
+
+
+def save_adapter(model, adapter_dir: str | Path) -> Path:
+    """Save the LoRA adapter of a PEFT model (or `LoadedModel`) into `adapter_dir`: weights and config only."""
+    from peft import PeftModel
+
+    model = model.model if isinstance(model, LoadedModel) else model
+    if not isinstance(model, PeftModel):
+        raise OrapoError("adapter_invalid", "Only a model with a LoRA adapter attached can be saved as an adapter.")
+    path = Path(adapter_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    return path
+
+
+def unload_adapter(loaded: LoadedModel) -> LoadedModel:
+    """The base model again, with the adapter's layers removed (not merged) from it."""
+    if not loaded.has_adapter:
+        return loaded
+    base = loaded.model.unload()
+    return LoadedModel(model=base, processor=loaded.processor, model_dir=loaded.model_dir, adapter_dir=None,
+                       device=loaded.device, dtype=loaded.dtype)
+
+
+def _check_adapter_dir(adapter_dir: str | Path) -> Path:
+    path = Path(adapter_dir).expanduser()
+    if not path.exists():
+        raise OrapoError("adapter_not_found", f"The adapter folder {path} does not exist.")
+    if not (path / "adapter_config.json").is_file():
+        raise OrapoError(
+            "adapter_invalid", f"The folder {path} has no adapter_config.json: it is not a saved LoRA adapter."
+        )
+    return path
