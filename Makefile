@@ -27,9 +27,12 @@ run: $(STAMP)
 
 # The whole suite. In CI (CI=true) or with ORAPO_TEST_POSTGRES=1 the database
 # tests also run against a throwaway PostgreSQL server that .ci/postgres.sh
-# installs (Debian's package) and starts on 127.0.0.1.
+# installs (Debian's package) and starts on 127.0.0.1; in CI the browser tests'
+# Chromium comes from Debian too (.ci/chromium.sh). Elsewhere, tests that need
+# a missing server or browser are skipped with a reason.
 test: $(STAMP)
 	@pg_url=""; \
+	if [ "$${CI:-}" = "true" ]; then .ci/chromium.sh || exit 1; fi; \
 	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_POSTGRES:-}" ]; then pg_url=$$(.ci/postgres.sh) || exit 1; fi; \
 	env $${pg_url:+ORAPO_TEST_POSTGRES_URL=$$pg_url} OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --timeout=900
 
