@@ -1,0 +1,55 @@
+"""Builders of small DICOM files for the imaging tests (no tests here).
+
+Named test_imaging_* only so that it sits with the tests it serves; the tests
+import it by module name (pytest puts tests/ on sys.path).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pydicom
+from pydicom.dataset import Dataset, FileMetaDataset
+from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+
+DX_FOR_PRESENTATION = "1.2.840.10008.5.1.4.1.1.1.1"
+BASIC_TEXT_SR = "1.2.840.10008.5.1.4.1.1.88.11"
+
+
+def ramp(rows: int = 64, columns: int = 48, top: int = 4095) -> np.ndarray:
+    """A 16-bit horizontal ramp from 0 to `top`, different in every column."""
+    line = np.linspace(0, top, columns).round().astype(np.uint16)
+    return np.tile(line, (rows, 1))
+
+
+def image_dataset(pixels: np.ndarray | None = None, *, bits_stored: int = 12, photometric: str = "MONOCHROME2") -> Dataset:
+    """A minimal digital X-ray image dataset holding `pixels` (uint16, 2-D or frames x rows x columns)."""
+    pixels = ramp() if pixels is None else pixels
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = DX_FOR_PRESENTATION
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID = DX_FOR_PRESENTATION
+    ds.SOPInstanceUID = meta.MediaStorageSOPInstanceUID
+    ds.StudyInstanceUID = generate_uid()
+    ds.SeriesInstanceUID = generate_uid()
+    ds.Modality = "DX"
+    ds.PatientName = "Test^Patient"
+    ds.PatientID = "TEST-1"
+    ds.set_pixel_data(pixels, photometric, bits_stored, generate_instance_uid=False)
+    return ds
+
+
+def dicom_bytes(ds: Dataset) -> bytes:
+    buffer = io.BytesIO()
+    pydicom.dcmwrite(buffer, ds, enforce_file_format=True)
+    return buffer.getvalue()
+
+
+def write(ds: Dataset, path: Path) -> Path:
+    path.write_bytes(dicom_bytes(ds))
+    return path
