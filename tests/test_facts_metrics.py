@@ -1,0 +1,75 @@
+"""Clinical-efficacy metrics and self-consistency against values computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from orapo_core.facts.consistency import self_consistency
+from orapo_core.facts.metrics import clinical_efficacy
+from orapo_core.facts.ontology import CHESTXRAY14, CHESTXRAY14_TO_CHEXPERT, CHEXPERT_14, FIVE_OBSERVATIONS
+
+
+def test_ontology_shapes():
+    assert len(CHEXPERT_14) == 14 and CHEXPERT_14[0] == "No Finding" and CHEXPERT_14[-1] == "Support Devices"
+    assert len(CHESTXRAY14) == 14 and set(FIVE_OBSERVATIONS) <= set(CHEXPERT_14)
+    assert CHESTXRAY14_TO_CHEXPERT["Effusion"] == "Pleural Effusion"
+    assert CHESTXRAY14_TO_CHEXPERT["Nodule"] == "Lung Lesion"
+    assert CHESTXRAY14_TO_CHEXPERT["Emphysema"] is None
+
+
+def test_clinical_efficacy_by_hand():
+    # Three reports. Uncertain (-1, "-1.0") counts as positive, blanks as negative.
+    predicted = [
+        {"Cardiomegaly": 1, "Edema": -1},  # TP cardiomegaly, FP edema
+        {"Cardiomegaly": 0, "Pleural Effusion": "1.0"},  # FN cardiomegaly, TP effusion
+        {"Atelectasis": 1},  # FP atelectasis
+    ]
+    reference = [
+        {"Cardiomegaly": 1},
+        {"Cardiomegaly": "-1.0", "Pleural Effusion": 1},
+        {"Edema": None},
+    ]
+    m = clinical_efficacy(predicted, reference, texts=["a b c", "d e", "f"])
+    # Counts over all classes: TP 2 (cardiomegaly, effusion), FP 2 (edema, atelectasis), FN 1 (cardiomegaly)
+    assert m["micro_precision_14"] == pytest.approx(2 / 4)
+    assert m["micro_recall_14"] == pytest.approx(2 / 3)
+    assert m["micro_f1_14"] == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
+    # Per class F1: cardiomegaly P=1 R=1/2 -> 2/3; effusion 1; edema 0; atelectasis 0; consolidation 0
+    assert m["f1_per_class"]["Cardiomegaly"] == pytest.approx(2 / 3)
+    assert m["f1_per_class"]["Pleural Effusion"] == 1.0
+    assert m["f1_per_class"]["Edema"] == 0.0
+    assert m["macro_f1_5"] == pytest.approx((2 / 3 + 1) / 5)
+    assert m["macro_f1_14"] == pytest.approx((2 / 3 + 1) / 14)
+    assert m["macro_precision_5"] == pytest.approx((1 + 1) / 5)
+    assert m["macro_recall_5"] == pytest.approx((0.5 + 1) / 5)
+    # The five observations hold all counts here, so micro values agree with the 14.
+    assert m["micro_f1_5"] == pytest.approx(m["micro_f1_14"])
+    assert m["mean_report_length"] == pytest.approx(2.0)
+    assert m["support_per_class"]["Cardiomegaly"] == 2
+
+
+def test_clinical_efficacy_shape_mismatch():
+    from orapo_core.errors import OrapoError
+
+    with pytest.raises(OrapoError):
+        clinical_efficacy([{}], [])
+
+
+def test_self_consistency_by_hand():
+    greedy = "Mild cardiomegaly. No pleural effusion. Possible pneumonia. Sternotomy wires."
+    samples = [
+        "Cardiomegaly. No effusion. Pneumonia. Sternotomy wires.",  # agrees with all
+        "Cardiomegaly. Small effusion.",  # disagrees on effusion and pneumonia and the wires
+        "Normal heart size. Clear lungs.",  # disagrees on cardiomegaly, pneumonia, wires; agrees on no effusion
+        "Enlarged heart. Lungs clear. Sternotomy wires.",  # disagrees only on pneumonia
+    ]
+    result = self_consistency(greedy, samples)
+    assert result.n_samples == 4
+    assert [s.confidence for s in result.sentences] == [0.75, 0.75, 0.25, 0.5]
+    assert [f.fact.observation for f in result.flagged] == ["Pneumonia", "Support Devices", "Cardiomegaly", "Pleural Effusion"]
+    assert result.flagged[0].agreement == 0.25
+
+
+def test_self_consistency_without_samples():
+    result = self_consistency("No pneumothorax.", [])
+    assert result.sentences[0].confidence == 1.0 and result.flagged == []
