@@ -1,0 +1,57 @@
+"""Evaluate a model's greedy drafts with the clinical-efficacy metrics of the field.
+
+14- and 5-observation micro/macro precision, recall and F1 (uncertain counted as
+positive), per-class F1, mean report length and the mean FactS reward, on a
+dataset in any layout `orapo_core.data.load_dataset` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="model folder (default ORAPO_MODEL_DIR, else the starter)")
+    parser.add_argument("--adapter", default=None, help="a LoRA adapter folder to apply")
+    parser.add_argument("--data", required=True, help="a dataset CSV or folder (PhantomCXR, CheXpert Plus, MIMIC-CXR, IU X-ray)")
+    parser.add_argument("--split", default=None, help="only records of this split (e.g. test)")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many studies")
+    parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--json", dest="json_out", default=None, help="write metrics and predictions to this JSON file")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from orapo_core.data import load_dataset
+    from orapo_core.errors import OrapoError
+    from orapo_core.models.draft import Drafter
+    from orapo_core.models.evaluate import evaluate_drafter
+    from orapo_core.models.loading import resolve_model_dir
+
+    records = load_dataset(args.data)
+    if args.split:
+        records = [r for r in records if r.split == args.split]
+    records = [r for r in records if r.image_paths][: args.limit]
+    if not records:
+        raise OrapoError("no_studies", "The dataset has no studies with images to evaluate (check --data and --split).")
+    drafter = Drafter.from_dir(resolve_model_dir(args.model), args.adapter)
+
+    def progress(done: int, total: int) -> None:
+        print(f"\r{done}/{total} studies", end="", file=sys.stderr, flush=True)
+
+    result = evaluate_drafter(drafter, records, max_new_tokens=args.max_new_tokens, progress=progress)
+    print(file=sys.stderr)
+    m = result.metrics
+    print(f"studies: {m['n_reports']}")
+    for k in ("14", "5"):
+        print(f"{k} observations: macro P/R/F1 {m[f'macro_precision_{k}']:.3f}/{m[f'macro_recall_{k}']:.3f}/{m[f'macro_f1_{k}']:.3f}"
+              f"  micro P/R/F1 {m[f'micro_precision_{k}']:.3f}/{m[f'micro_recall_{k}']:.3f}/{m[f'micro_f1_{k}']:.3f}")
+    for name, f1 in m["f1_per_class"].items():
+        print(f"  {name:28s} F1 {f1:.3f}  (support {m['support_per_class'][name]})")
+    print(f"mean report length: {m['mean_report_length']:.1f} words; mean FactS reward: {m['facts_reward_mean']}")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(result.to_dict(), f, indent=1, default=str)
+    return 0
