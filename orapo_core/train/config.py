@@ -1,0 +1,175 @@
+"""`OraPOConfig`: TRL's `GRPOConfig` plus the oracle terms, and the recipe parser.
+
+A recipe (YAML), the command line and a Python dict from the admin form all go
+through `parse_recipe`, which uses TRL's `TrlParser`, so the three build the
+same three objects: `OraPOScriptArguments` (data), `OraPOConfig` (training)
+and TRL's `ModelConfig` (model path, LoRA).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from trl import GRPOConfig, ModelConfig
+
+ORACLE_MODES = ("dpo", "sft", "none")
+
+
+@dataclass
+class OraPOConfig(GRPOConfig):
+    """GRPO with an oracle term weighted by each study's smoothed zero-reward rate (see `OraPOTrainer`)."""
+
+    loss_type: str = field(
+        default="grpo",
+        metadata={
+            "help": "TRL loss aggregation. OraPO defaults to 'grpo' (per-sequence mean, then mean over rows), which "
+            "makes the objective exactly (1/B)·Σ_i[(1−w_i)·L_GRPO,i + w_i·L_DPO,i]; TRL's other types also work."
+        },
+    )
+    dpo_weight_min: float = field(default=0.05, metadata={"help": "w_min: the DPO weight of a study whose rollouts never fail."})
+    dpo_weight_max: float = field(default=0.15, metadata={"help": "w_max: the DPO weight of a study whose rollouts always fail."})
+    dpo_weight_gamma: float = field(
+        default=2.0, metadata={"help": "γ in w = clip(w_min + (w_max − w_min)·z̃^γ): >1 keeps the weight low until failures dominate."}
+    )
+    zero_reward_ema_alpha: float = field(
+        default=0.5,
+        metadata={"help": "α in z̃ ← α·z̃ + (1−α)·z, the per-study smoothing of the zero-reward rate across visits, in [0, 1)."},
+    )
+    zero_reward_threshold: float = field(
+        default=0.0,
+        metadata={"help": "A rollout 'fails' (counts in z and may be rejected) when its reward is <= this; 0.0 means r == 0."},
+    )
+    dpo_beta: float = field(default=0.1, metadata={"help": "τ, the DPO inverse temperature in −log σ(τ·(Δ⁺ − Δ⁻))."})
+    dpo_length_normalize: bool = field(
+        default=False,
+        metadata={"help": "LN-DPO: use per-token mean log-probs instead of sums, against the bias towards short rejections."},
+    )
+    max_rejected_per_group: int | None = field(
+        default=None,
+        metadata={"help": "At most this many failed rollouts per prompt become rejected answers (lowest reward first); None: all."},
+    )
+    use_clinician_pairs: bool = field(
+        default=False,
+        metadata={"help": "Add the clinician's pair (columns clinician_chosen over clinician_rejected) to the study's DPO term."},
+    )
+    oracle_mode: str = field(
+        default="dpo",
+        metadata={
+            "help": "How the oracle report enters the loss: 'dpo' (OraPO), 'sft' (NLL on the oracle instead, an ablation) "
+            "or 'none' (plain GRPO, an ablation).",
+        },
+    )
+    reward_name: str = field(
+        default="facts",
+        metadata={"help": "Reward function: 'facts' (FactS), or a dotted import 'package.module:function' / 'package.module.function'."},
+    )
+    facts_beta: float = field(default=1.0, metadata={"help": "β of the FactS F-score (1.0 weighs precision and recall alike)."})
+    precision_aware: bool = field(default=True, metadata={"help": "Use FactS's precision-aware scoring (penalises invented findings)."})
+    metrics_jsonl: str | None = field(
+        default=None,
+        metadata={"help": "Where every logged step is appended as one JSON line; default: <output_dir>/metrics.jsonl."},
+    )
+
+    def __post_init__(self):
+        problems = []
+        if self.oracle_mode not in ORACLE_MODES:
+            problems.append(f"oracle_mode must be one of {', '.join(ORACLE_MODES)}, got {self.oracle_mode!r}")
+        if not 0.0 <= self.dpo_weight_min <= self.dpo_weight_max <= 1.0:
+            problems.append(
+                f"need 0 <= dpo_weight_min <= dpo_weight_max <= 1, got {self.dpo_weight_min} and {self.dpo_weight_max}: "
+                "set dpo_weight_min to the floor (paper: 0.05) and dpo_weight_max to the ceiling (paper: 0.15)"
+            )
+        if self.dpo_weight_gamma <= 0:
+            problems.append(f"dpo_weight_gamma must be > 0 (paper: 2), got {self.dpo_weight_gamma}")
+        if not 0.0 <= self.zero_reward_ema_alpha < 1.0:
+            problems.append(
+                f"zero_reward_ema_alpha must be in [0, 1) (paper: 0.5; 0 disables smoothing), got {self.zero_reward_ema_alpha}"
+            )
+        if not 0.0 <= self.zero_reward_threshold < 1.0:
+            problems.append(
+                f"zero_reward_threshold must be in [0, 1) for rewards in [0, 1], got {self.zero_reward_threshold}: "
+                "use 0.0 for 'reward exactly 0' or e.g. 0.2 for 'low reward'"
+            )
+        if self.dpo_beta <= 0:
+            problems.append(f"dpo_beta (τ) must be > 0, got {self.dpo_beta}: DPO's usual range is 0.05-0.5")
+        if self.max_rejected_per_group is not None and self.max_rejected_per_group < 1:
+            problems.append(
+                f"max_rejected_per_group must be >= 1 or None (all failed rollouts), got {self.max_rejected_per_group}"
+            )
+        if self.use_clinician_pairs and self.oracle_mode != "dpo":
+            problems.append("use_clinician_pairs needs oracle_mode='dpo' (a pair is a DPO signal): set one or the other")
+        if not self.reward_name or not isinstance(self.reward_name, str):
+            problems.append("reward_name must name a reward: 'facts' or a dotted import such as 'mypkg.rewards:my_reward'")
+        if problems:
+            raise ValueError("OraPOConfig: " + "; ".join(problems) + ".")
+        super().__post_init__()
+        if self.metrics_jsonl is None:
+            self.metrics_jsonl = os.path.join(self.output_dir, "metrics.jsonl")
+
+
+@dataclass
+class OraPOScriptArguments:
+    """Where the round's studies come from."""
+
+    train_csv: str | None = field(
+        default=None,
+        metadata={"help": "CheXpert Plus style CSV: path_to_image, section_findings, section_impression, 14 label columns, optional oracle_report."},
+    )
+    image_root: str | None = field(default=None, metadata={"help": "Folder that path_to_image is relative to; default: the CSV's folder."})
+    max_studies: int | None = field(default=None, metadata={"help": "Use at most this many studies (paper: 1000)."})
+    class_balanced: bool = field(default=False, metadata={"help": "Pick the studies class-balanced over the 14 observations (paper: yes)."})
+    selection_seed: int = field(default=0, metadata={"help": "Seed of the study selection (which studies, in which order)."})
+    prompt_text: str | None = field(default=None, metadata={"help": "Instruction shown with the image; default: the drafting prompt."})
+
+
+def _to_argv(overrides: Mapping | Sequence[str] | None) -> list[str]:
+    if overrides is None:
+        return []
+    if isinstance(overrides, Mapping):
+        argv = []
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            if isinstance(value, (list, tuple)):
+                argv += [f"--{key}", *map(str, value)]
+            else:
+                argv += [f"--{key}", str(value)]
+        return argv
+    return list(overrides)
+
+
+def parse_recipe(
+    config_path: str | Path | None = None,
+    overrides: Mapping | Sequence[str] | None = None,
+) -> tuple[OraPOScriptArguments, OraPOConfig, ModelConfig]:
+    """Recipe YAML, then overrides (CLI strings like ``["--learning_rate", "1e-5"]`` or a dict) -> the three configs.
+
+    Unknown keys are refused (``ValueError``) rather than ignored, so a typo in a
+    recipe or the admin form cannot silently train with a default.
+    """
+    from trl import TrlParser
+
+    parser = TrlParser((OraPOScriptArguments, OraPOConfig, ModelConfig))
+    argv = []
+    tmp = None
+    if config_path is not None:
+        argv += ["--config", str(config_path)]
+    if isinstance(overrides, Mapping) and config_path is None:
+        # A dict alone behaves like a recipe: write it as one, so dict, YAML and CLI share one parsing path.
+        tmp = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+        yaml.safe_dump(dict(overrides), tmp)
+        tmp.close()
+        argv = ["--config", tmp.name]
+    else:
+        argv += _to_argv(overrides)
+    try:
+        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    finally:
+        if tmp is not None:
+            os.unlink(tmp.name)
+    return script_args, training_args, model_args

@@ -1,0 +1,61 @@
+"""The oracle terms of the OraPO objective, on tensors the trainer already has.
+
+``Loss = (1/B) * sum_i [(1 - w_i) * L_GRPO,i + w_i * L_DPO,i]``. The GRPO part is
+TRL's own loss with each rollout's advantage scaled by ``(1 - w_i)`` (exact for
+the clipped surrogate, which is linear in a positive scale of the advantage); the
+oracle part is computed here per rollout row, so that it survives TRL's
+shuffling and splitting of a generation batch into micro-batches.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def sequence_logps(per_token_logps: torch.Tensor, mask: torch.Tensor, *, length_normalize: bool = False) -> torch.Tensor:
+    """Sum (or, for LN-DPO, mean) of the masked per-token log-probs of each row: shape (B,)."""
+    mask = mask.to(per_token_logps.dtype)
+    total = (per_token_logps * mask).sum(-1)
+    if length_normalize:
+        total = total / mask.sum(-1).clamp(min=1.0)
+    return total
+
+
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    *,
+    beta: float,
+) -> torch.Tensor:
+    """``-log sigmoid(beta * (Delta+ - Delta-))`` per row, with ``Delta = log pi(y|x) - log pi_ref(y|x)``."""
+    margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
+    return -F.logsigmoid(beta * margin)
+
+
+def sft_loss(policy_chosen_mean_logps: torch.Tensor) -> torch.Tensor:
+    """Per-row negative log-likelihood of the oracle (per-token mean), for the SFT-on-oracle ablation."""
+    return -policy_chosen_mean_logps
+
+
+def oracle_term(
+    row_losses: torch.Tensor,
+    row_coefs: torch.Tensor,
+    *,
+    num_generations: int,
+    gradient_accumulation_steps: int = 1,
+) -> torch.Tensor:
+    """The micro-batch's share of ``(1/B) * sum_i w_i * L_DPO,i``.
+
+    ``row_coefs`` holds ``w_i / n_pairs_i`` on rows that carry a pair of group i
+    and 0 elsewhere, so summing ``coef * loss`` over a group's rows gives
+    ``w_i * mean(pair losses)``. A micro-batch of R rows holds ``R / K`` groups'
+    worth of rows; dividing by that and by the accumulation steps makes the sum
+    over one optimizer step the mean over its groups, as TRL does for GRPO.
+    """
+    rows = row_losses.size(0)
+    groups = rows / num_generations
+    weighted = (row_coefs.to(row_losses.dtype) * row_losses).sum()
+    return weighted / (groups * gradient_accumulation_steps)

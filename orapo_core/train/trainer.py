@@ -1,0 +1,328 @@
+"""`OraPOTrainer`: TRL's GRPOTrainer with an oracle term for the prompts whose rollouts fail.
+
+Where it hooks into TRL 1.16, and why there:
+
+- `_calculate_rewards` (wrapped, not changed): keeps the per-function rewards
+  of the whole generation batch (already gathered across processes), because
+  `_generate_and_score_completions` does not return them.
+- `_generate_and_score_completions` (extended after `super()`): TRL has scored
+  and normalised the rewards into ``advantages`` but not yet shuffled and split
+  the batch into micro-batches. Here the groups are still contiguous (K rows per
+  prompt), so pairs are mined per group (`mine_pairs`, `dpo_weights`), each
+  row's advantage is scaled by ``(1 - w_i)`` and every row gets its share of the
+  oracle term as per-row tensors (``orapo_*``): they then travel through TRL's
+  shuffle and split like any other column. The reference log-probs of the
+  chosen/rejected answers are computed here too, once per generation, as TRL
+  does for its KL term (``ref_model``, or the PEFT model with adapters disabled).
+- `_compute_loss` (extended): TRL's GRPO loss plus `oracle_loss` on the same
+  micro-batch, through the same forward helper TRL uses
+  (`_get_per_token_logps_and_entropies`, images included for VLMs).
+
+So the objective per optimizer step is ``(1/B) Σ_i [(1 − w_i)·L_GRPO,i + w_i·L_DPO,i]``
+with ``loss_type='grpo'``. One deviation, on purpose: TRL adds ``beta·KL`` inside
+its per-token loss and this trainer leaves it at full weight rather than
+``(1 − w_i)·beta·KL`` (at most 15% apart with the paper's w_max); keeping it whole
+needs no copy of TRL's loss and keeps the trust region the recipe asked for.
+A group without any pair (no failed rollout, or no oracle) trains on GRPO alone.
+The oracle and the clinician's draft are tokenised like a completion (the text,
+then the end-of-turn token) and cut at ``max_completion_length``; log-probs use
+TRL's sampling temperature, for policy and reference alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import zlib
+
+import torch
+from accelerate.utils import gather_object, is_peft_model
+from trl import GRPOTrainer
+from trl.trainer.utils import pad, use_adapter
+
+from orapo_core.train.config import OraPOConfig
+from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps, sft_loss
+from orapo_core.train.metrics_log import MetricsJsonlCallback
+from orapo_core.train.pairs import MinedGroup, OraclePairMiner, RolloutGroup
+from orapo_core.train.rewards import resolve_reward
+
+MINER_STATE_FILE = "orapo_miner_state.json"
+
+# Keys of a TRL batch that the model forward needs besides ids and masks (VLM image tensors and their bookkeeping).
+_FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "image_position_ids",
+)
+
+
+class OraPOTrainer(GRPOTrainer):
+    """GRPO + an oracle DPO (or SFT) term weighted by each study's smoothed zero-reward rate.
+
+    Dataset columns read besides TRL's ``prompt``/``image``: ``study_id`` (the EMA
+    key), ``oracle_report`` (the chosen answer), and with ``use_clinician_pairs``
+    ``clinician_chosen``/``clinician_rejected``. ``reward_funcs`` defaults to the
+    reward named by ``args.reward_name`` (FactS).
+    """
+
+    _tag_names = ["trl", "grpo", "orapo"]
+    _name = "OraPO"
+
+    def __init__(self, model, reward_funcs=None, args: OraPOConfig | None = None, *, miner: OraclePairMiner | None = None, **kwargs):
+        if not isinstance(args, OraPOConfig):
+            raise TypeError("OraPOTrainer needs an OraPOConfig as `args` (TRL's GRPOConfig lacks the oracle settings).")
+        if reward_funcs is None:
+            reward_funcs = resolve_reward(args.reward_name, facts_beta=args.facts_beta, precision_aware=args.precision_aware)
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+        self.miner = miner or OraclePairMiner.from_config(args)
+        self._last_rewards_per_func: torch.Tensor | None = None
+        if args.oracle_mode == "dpo" and self.ref_model is None and not is_peft_model(self._unwrapped()):
+            # TRL builds no reference when beta == 0; DPO needs one: the policy as it starts the round.
+            self.ref_model = self._frozen_copy(self.model)
+        self.add_callback(MetricsJsonlCallback(args.metrics_jsonl))
+
+    # ----------------------------------------------------------------- hooks
+
+    def mine_pairs(self, groups: list[RolloutGroup], *, update_state: bool) -> list[MinedGroup]:
+        """Pairs and weights per group; the EMA only moves on training batches."""
+        return self.miner.mine(groups, update_state=update_state)
+
+    def dpo_weights(self, mined: list[MinedGroup]) -> list[float]:
+        """The w_i the loss uses per group (0 where the group has no pair, or the oracle term is off)."""
+        if self.args.oracle_mode == "none":
+            return [0.0] * len(mined)
+        return [g.effective_weight for g in mined]
+
+    def oracle_text(self, example: dict) -> str | None:
+        """The chosen answer of a study: ``oracle_report``, else ``reference_report`` (see `dataset.oracle_for`)."""
+        text = (example.get("oracle_report") or "").strip() or (example.get("reference_report") or "").strip()
+        return text or None
+
+    # ------------------------------------------------------- TRL overrides
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        k = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards = self._scalar_rewards(self._last_rewards_per_func)
+        groups = self._rollout_groups(inputs, rewards, k)
+        mined = self.mine_pairs(groups, update_state=mode == "train")
+        weights = self.dpo_weights(mined)
+        self._attach_oracle_rows(output, mined, weights, k, local_rows=len(inputs))
+        self._log_generation_metrics(mode, mined, weights, rewards)
+        return output
+
+    def _compute_loss(self, model, inputs):
+        loss = super()._compute_loss(model, inputs)
+        mode = "train" if self.model.training else "eval"
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        self._metrics[mode]["orapo/grpo_loss"].append(self.accelerator.gather(loss.detach() * accumulation).mean().item())
+        term = self.oracle_loss(model, inputs)
+        return loss if term is None else loss + term
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            self.miner.save(os.path.join(folder, MINER_STATE_FILE))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None and os.path.exists(os.path.join(checkpoint, MINER_STATE_FILE)):
+            self.miner.load(os.path.join(checkpoint, MINER_STATE_FILE))
+
+    # ---------------------------------------------------------- the oracle term
+
+    def oracle_loss(self, model, inputs) -> torch.Tensor | None:
+        """This micro-batch's share of ``(1/B) Σ_i w_i·L_DPO,i`` (or of the SFT term), None when it has no pair."""
+        coefs = inputs.get("orapo_coef")
+        if coefs is None or self.args.oracle_mode == "none":
+            return None
+        has_pairs = bool((coefs > 0).any())
+        # With several processes every rank runs the same forwards, or sharded (ZeRO-3) all-gathers would hang.
+        if not has_pairs and self.accelerator.num_processes == 1:
+            return None
+        mode = "train" if self.model.training else "eval"
+        sft = self.args.oracle_mode == "sft"
+        chosen = self._sequence_logps(
+            model, inputs, inputs["orapo_chosen_ids"], inputs["orapo_chosen_mask"], length_normalize=sft or self.args.dpo_length_normalize
+        )
+        if sft:
+            row_losses = sft_loss(chosen)
+        else:
+            rejected = self._sequence_logps(model, inputs, inputs["orapo_rejected_ids"], inputs["orapo_rejected_mask"])
+            row_losses = dpo_loss(
+                chosen, rejected, inputs["orapo_ref_chosen_logps"], inputs["orapo_ref_rejected_logps"], beta=self.args.dpo_beta
+            )
+        k = self.num_generations if mode == "train" else self.num_generations_eval
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        term = oracle_term(row_losses, coefs, num_generations=k, gradient_accumulation_steps=accumulation)
+        paired = (coefs > 0).to(row_losses.dtype)
+        stats = self.accelerator.gather(torch.stack([(row_losses.detach() * paired).sum(), paired.sum()]).view(1, 2)).sum(0)
+        if stats[1] > 0:
+            self._metrics[mode]["orapo/sft_loss" if sft else "orapo/dpo_loss"].append((stats[0] / stats[1]).item())
+        return term
+
+    def _sequence_logps(self, model, inputs, ids, mask, *, length_normalize: bool | None = None) -> torch.Tensor:
+        """Log-prob of answers ``ids`` after each row's prompt (and image), through TRL's own forward helper."""
+        if length_normalize is None:
+            length_normalize = self.args.dpo_length_normalize
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        extra = {key: inputs.get(key) for key in _FORWARD_KEYS if inputs.get(key) is not None}
+        for key in ("token_type_ids", "mm_token_type_ids"):  # prompt part kept, answer part zeros, as TRL does
+            if inputs.get(key) is not None:
+                head = inputs[key][:, : prompt_ids.size(1)]
+                extra[key] = torch.cat([head, head.new_zeros(ids.shape)], dim=1)
+        per_token, _, _ = self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([prompt_ids, ids], dim=1),
+            torch.cat([prompt_mask, mask], dim=1),
+            ids.size(1),
+            batch_size=self.args.per_device_train_batch_size,
+            **extra,
+        )
+        return sequence_logps(per_token.float(), mask, length_normalize=length_normalize)
+
+    @torch.no_grad()
+    def _reference_sequence_logps(self, inputs, ids, mask) -> torch.Tensor:
+        if self.ref_model is not None:
+            return self._sequence_logps(self.ref_model, inputs, ids, mask)
+        model = self._unwrapped()
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._sequence_logps(self.model, inputs, ids, mask)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _unwrapped(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    def _frozen_copy(self, model):
+        from trl.models import prepare_deepspeed
+        from trl.trainer.utils import add_fused_lm_head
+
+        ref = copy.deepcopy(self.accelerator.unwrap_model(model)).eval()
+        # TRL's fused head is an instance attribute whose closure still calls the *policy's* original forward:
+        # drop it from the copy and patch the copy afresh, as TRL does for the reference it builds itself.
+        ref.__dict__.pop("forward", None)
+        add_fused_lm_head(ref, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
+        ref.requires_grad_(False)
+        if self.is_deepspeed_enabled:
+            return prepare_deepspeed(ref, self.accelerator)
+        return self.accelerator.prepare_model(ref, evaluation_mode=True)
+
+    def _scalar_rewards(self, rewards_per_func: torch.Tensor) -> list[float | None]:
+        weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        return [None if bad else float(r) for r, bad in zip(rewards.tolist(), unscorable.tolist(), strict=True)]
+
+    def _rollout_groups(self, inputs, rewards: list[float | None], k: int) -> list[RolloutGroup]:
+        local = [
+            (
+                # Without a study_id column, the prompt and oracle stand for the study (crc32: stable across processes).
+                str(x["study_id"]) if x.get("study_id") is not None else f"crc{zlib.crc32(repr((x.get('prompt'), self.oracle_text(x))).encode())}",
+                self.oracle_text(x),
+                x.get("clinician_chosen"),
+                x.get("clinician_rejected"),
+            )
+            for x in inputs
+        ]
+        rows = gather_object(local)
+        groups = []
+        for start in range(0, len(rows), k):
+            study_id, oracle, chosen, rejected = rows[start]
+            groups.append(RolloutGroup(study_id, rewards[start : start + k], oracle, chosen, rejected))
+        return groups
+
+    def _encode_answer(self, text: str | None) -> list[int]:
+        if not text:
+            return []
+        ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        if self.eos_token_ids:
+            ids = ids + [self.eos_token_ids[-1]]
+        return ids[: self.max_completion_length]
+
+    def _attach_oracle_rows(self, output: dict, mined: list[MinedGroup], weights: list[float], k: int, *, local_rows: int) -> None:
+        """Lay each group's pairs onto its rows (one pair per row) and keep this process's slice."""
+        total = len(mined) * k
+        coef = [0.0] * total
+        row_weight = [0.0] * total
+        chosen: list[str | None] = [None] * total
+        rejected_text: list[str | None] = [None] * total
+        is_pair = [False] * total
+        for g, (group, weight) in enumerate(zip(mined, weights, strict=True)):
+            base = g * k
+            row_weight[base : base + k] = [weight] * k
+            free = [j for j in range(k) if j not in {p.rollout_index for p in group.pairs}]
+            for pair in group.pairs:
+                j = pair.rollout_index if pair.rollout_index is not None else free.pop(0)
+                row = base + j
+                coef[row] = weight / len(group.pairs)
+                chosen[row], rejected_text[row], is_pair[row] = pair.chosen, pair.rejected_text, True
+        start = self.accelerator.process_index * local_rows
+        local = slice(start, start + local_rows)
+        device = output["advantages"].device
+        scale = 1.0 - torch.tensor(row_weight[local], dtype=output["advantages"].dtype, device=device)
+        output["advantages"] = output["advantages"] * (scale if output["advantages"].dim() == 1 else scale.unsqueeze(1))
+        output["orapo_coef"] = torch.tensor(coef[local], dtype=torch.float32, device=device)
+        if self.args.oracle_mode == "none":
+            return
+        pad_id = self._tokenizer.pad_token_id
+        chosen_ids = [torch.tensor(self._encode_answer(t) if p else [], dtype=torch.long) for t, p in zip(chosen[local], is_pair[local], strict=True)]
+        output["orapo_chosen_ids"], output["orapo_chosen_mask"] = self._pad_answers(chosen_ids, pad_id, device)
+        if self.args.oracle_mode != "dpo":
+            return
+        rejected_ids = []
+        for r, (text, p) in enumerate(zip(rejected_text[local], is_pair[local], strict=True)):
+            if not p:
+                rejected_ids.append(torch.tensor([], dtype=torch.long))
+            elif text is not None:
+                rejected_ids.append(torch.tensor(self._encode_answer(text), dtype=torch.long))
+            else:  # the rollout itself is the rejected answer
+                rejected_ids.append(output["completion_ids"][r][output["completion_mask"][r].bool()].cpu())
+        output["orapo_rejected_ids"], output["orapo_rejected_mask"] = self._pad_answers(rejected_ids, pad_id, device)
+        if any(is_pair[local]) or self.accelerator.num_processes > 1:
+            ref_chosen = self._reference_sequence_logps(output, output["orapo_chosen_ids"], output["orapo_chosen_mask"])
+            ref_rejected = self._reference_sequence_logps(output, output["orapo_rejected_ids"], output["orapo_rejected_mask"])
+        else:
+            ref_chosen = ref_rejected = torch.zeros(local_rows, device=device)
+        output["orapo_ref_chosen_logps"], output["orapo_ref_rejected_logps"] = ref_chosen, ref_rejected
+
+    @staticmethod
+    def _pad_answers(seqs: list[torch.Tensor], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        # An empty answer is one masked pad token, so every row has a shape; its coefficient is 0.
+        masks = [torch.ones_like(s) if s.numel() else torch.zeros(1, dtype=torch.long) for s in seqs]
+        seqs = [s if s.numel() else torch.tensor([pad_id], dtype=torch.long) for s in seqs]
+        ids = pad(seqs, padding_value=pad_id, padding_side="right").to(device)
+        mask = pad(masks, padding_value=0, padding_side="right").to(device)
+        return ids, mask
+
+    def _log_generation_metrics(self, mode: str, mined: list[MinedGroup], weights: list[float], rewards: list[float | None]) -> None:
+        if not mined:
+            return
+        metrics = self._metrics[mode]
+        scored = [r for r in rewards if r is not None]
+        n = len(mined)
+        metrics["orapo/zero_reward_frac"].append(sum(g.zero_reward_rate for g in mined) / n)
+        metrics["orapo/zero_reward_ema"].append(sum(g.smoothed_rate for g in mined) / n)
+        metrics["orapo/dpo_weight"].append(sum(g.weight for g in mined) / n)
+        metrics["orapo/dpo_weight_effective"].append(sum(weights) / n)
+        metrics["orapo/pairs"].append(float(sum(len(g.pairs) for g in mined)) if self.args.oracle_mode != "none" else 0.0)
+        if scored:
+            mean = sum(scored) / len(scored)
+            std = math.sqrt(sum((r - mean) ** 2 for r in scored) / max(len(scored) - 1, 1))
+            metrics["orapo/reward_mean"].append(mean)
+            metrics["orapo/reward_std"].append(std)

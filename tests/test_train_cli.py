@@ -1,0 +1,58 @@
+"""`orapo train` end to end: a recipe, overrides, a CSV, a tiny VLM with LoRA and the real FactS reward."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from app.cli import main  # noqa: E402
+from test_train_dataset import write_chexpert_csv  # noqa: E402
+
+SMOKE = str(Path(__file__).parent.parent / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml")
+
+
+def test_dry_run_prints_the_resolved_recipe(tmp_path, capsys):
+    assert main(["train", "--dry-run", "--config", SMOKE, "--output_dir", str(tmp_path), "--dpo_beta", "0.25"]) == 0
+    resolved = json.loads(capsys.readouterr().out)
+    assert resolved["training"]["dpo_beta"] == 0.25 and resolved["training"]["num_generations"] == 2
+
+
+def test_bad_recipe_is_a_code_and_a_sentence(tmp_path, capsys):
+    assert main(["train", "--dry-run", "--config", SMOKE, "--output_dir", str(tmp_path), "--dpo_beta", "-1"]) == 2
+    assert "recipe_invalid" in capsys.readouterr().err
+    assert main(["train", "--config", str(tmp_path / "nope.yaml")]) == 2
+    assert "recipe_missing" in capsys.readouterr().err
+
+
+def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys):
+    from tiny_vlms import build_tiny_vlm
+
+    model_dir = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
+    csv_path = write_chexpert_csv(tmp_path / "data", [
+        {"findings": "Small right pleural effusion.", "impression": "Effusion.", "positive": ["Pleural Effusion"]},
+        {"findings": "The lungs are clear.", "impression": "No acute process.", "positive": ["No Finding"]},
+        {"findings": "Heart is enlarged.", "impression": "Cardiomegaly.", "positive": ["Cardiomegaly"],
+         "oracle": "FINDINGS: Cardiomegaly.\n\nIMPRESSION: Enlarged heart."},
+        {"findings": "Right pneumothorax.", "impression": "Pneumothorax.", "positive": ["Pneumothorax"]},
+    ])
+    out = tmp_path / "round"
+    code = main(["train", "--config", SMOKE, "--model_name_or_path", str(model_dir), "--train_csv", str(csv_path),
+                 "--output_dir", str(out), "--max_completion_length", "8", "--use_peft", "true", "--lora_r", "4",
+                 "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj", "--save_strategy", "steps",
+                 "--save_steps", "2"])
+    assert code == 0, capsys.readouterr().err
+    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    assert json.loads((out / "orapo_miner_state.json").read_text())["ema"]["studies"]
+    assert (out / "checkpoint-2" / "orapo_miner_state.json").is_file()
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("rewards/facts_reward/mean" in s and "orapo/dpo_weight" in s for s in steps)
+    from safetensors.torch import load_file
+
+    lora_b = [t for k, t in load_file(out / "adapter_model.safetensors").items() if "lora_B" in k]
+    assert lora_b and any(t.abs().sum() > 0 for t in lora_b), "LoRA B starts at zero: training must have moved it"

@@ -1,0 +1,82 @@
+"""The round's dataset: CheXpert Plus CSV loading, oracle precedence, class-balanced selection."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from orapo_core.data.records import CHEXPERT_14
+from orapo_core.errors import OrapoError
+from orapo_core.train.dataset import build_training_dataset, oracle_for, read_chexpert_csv, select_studies
+
+
+def write_chexpert_csv(folder: Path, rows: list[dict]) -> Path:
+    """A CheXpert Plus style CSV with one small PNG per study (shared with the CLI test)."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "train.csv"
+    fields = ["path_to_image", "section_findings", "section_impression", *CHEXPERT_14, "oracle_report"]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        for i, row in enumerate(rows):
+            image = Path(f"train/patient{i:05d}/study1/view1_frontal.png")
+            (folder / image).parent.mkdir(parents=True, exist_ok=True)
+            Image.new("L", (56, 56), color=20 * i % 255).save(folder / image)
+            labels = {name: "" for name in CHEXPERT_14} | {k: "1.0" for k in row.get("positive", [])}
+            writer.writerow({"path_to_image": str(image), "section_findings": row.get("findings", ""),
+                             "section_impression": row.get("impression", ""), "oracle_report": row.get("oracle", ""),
+                             **labels})
+    return path
+
+
+def test_oracle_is_the_correction_else_the_reference():
+    assert oracle_for({"oracle_report": " fixed ", "reference_report": "ref"}) == "fixed"
+    assert oracle_for({"oracle_report": "", "reference_report": "ref"}) == "ref"
+    assert oracle_for({"oracle_report": None, "reference_report": None}) == ""
+
+
+def test_csv_rows_become_training_rows(tmp_path):
+    path = write_chexpert_csv(tmp_path, [
+        {"findings": "Small right effusion.", "impression": "Effusion.", "positive": ["Pleural Effusion"]},
+        {"findings": "Clear lungs.", "impression": "Normal.", "positive": ["No Finding"], "oracle": "Corrected."},
+    ])
+    records = read_chexpert_csv(path)
+    assert [r["study_id"] for r in records] == ["train/patient00000/study1", "train/patient00001/study1"]
+    assert records[0]["labels"]["Pleural Effusion"] == 1 and records[0]["labels"]["Edema"] is None
+    ds = build_training_dataset(records, prompt_text="Describe.")
+    assert set(ds.column_names) >= {"prompt", "image", "study_id", "labels", "oracle_report", "reference_report"}
+    assert "clinician_chosen" not in ds.column_names
+    row = ds[0]
+    assert row["prompt"] == [{"role": "user", "content": "Describe."}]
+    assert row["image"].size == (56, 56)  # decoded lazily to PIL, as TRL expects
+    assert row["oracle_report"] == "FINDINGS: Small right effusion.\n\nIMPRESSION: Effusion."
+    assert ds[1]["oracle_report"] == "Corrected."
+    assert json.loads(row["labels"])["Pleural Effusion"] == 1
+
+
+def test_bad_inputs_are_refused_with_a_code(tmp_path):
+    with pytest.raises(OrapoError) as info:
+        read_chexpert_csv(tmp_path / "missing.csv")
+    assert info.value.code == "data_missing"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("path_to_image,report\nx.png,text\n")
+    with pytest.raises(OrapoError, match="section_findings"):
+        read_chexpert_csv(bad)
+    with pytest.raises(OrapoError) as info:
+        build_training_dataset([])
+    assert info.value.code == "no_studies"
+
+
+def test_class_balanced_selection_covers_the_rare_observation():
+    records = [{"study_id": f"e{i}", "labels": {"Pleural Effusion": 1}} for i in range(20)]
+    records += [{"study_id": "fx", "labels": {"Fracture": 1}}]
+    chosen = select_studies(records, max_studies=3, class_balanced=True, seed=1)
+    assert len(chosen) == 3 and "fx" in {r["study_id"] for r in chosen}
+    plain = select_studies(records, max_studies=3, class_balanced=False, seed=1)
+    assert len(plain) == 3
+    assert len(select_studies(records, max_studies=None, class_balanced=True)) == 21

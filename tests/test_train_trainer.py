@@ -1,0 +1,207 @@
+"""OraPOTrainer on a tiny random VLM: the combined loss by hand, and a two-step training smoke test."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_vlms import build_tiny_vlm  # noqa: E402
+
+K = 2
+
+
+def parity_reward(completions, completion_ids, **kwargs):
+    """Deterministic from the tokens, so a test can recompute it: half the rollouts fail on average."""
+    return [float(sum(ids) % 2) for ids in completion_ids]
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm(tmp_path_factory) -> Path:
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "model", family="qwen2_vl")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    from PIL import Image
+
+    from orapo_core.train.dataset import build_training_dataset
+
+    folder = tmp_path_factory.mktemp("images")
+    records = []
+    for i in range(4):
+        path = folder / f"{i}.png"
+        Image.new("L", (56, 56), color=30 + 50 * i).save(path)
+        records.append(
+            {
+                "study_id": f"s{i}",
+                "image": str(path),
+                "labels": {"Pleural Effusion": 1},
+                "reference_report": "Findings: The lungs are clear.",
+                "oracle_report": "Findings: A moderate pleural effusion is present at the right base." if i % 2 else None,
+            }
+        )
+    return build_training_dataset(records)
+
+
+def _trainer(tiny_vlm, dataset, out: Path, **overrides):
+    from transformers import AutoModelForImageTextToText
+
+    from orapo_core.models.compat import load_processor
+    from orapo_core.train.config import OraPOConfig
+    from orapo_core.train.trainer import OraPOTrainer
+
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm)
+    settings = dict(
+        output_dir=str(out), per_device_train_batch_size=2 * K, num_generations=K, max_completion_length=6,
+        max_steps=2, logging_steps=1, learning_rate=1e-2, bf16=False, gradient_checkpointing=False,
+        report_to="none", save_strategy="no", seed=0, dpo_beta=0.5, reward_name="tests.unused:reward",
+    )
+    settings.update(overrides)
+    args = OraPOConfig(**settings)
+    return OraPOTrainer(model=model, reward_funcs=parity_reward, args=args, train_dataset=dataset,
+                        processing_class=load_processor(tiny_vlm, model.config))
+
+
+def _answer_logps(model, batch, row: int, ids: torch.Tensor) -> float:
+    """log π(ids | prompt, image) for one row by a plain forward, outside TRL's helpers."""
+    prompt = batch["prompt_ids"][row][batch["prompt_mask"][row].bool()]
+    grid = batch["image_grid_thw"]
+    per_image = int(grid[0].prod())
+    pixels = batch["pixel_values"][row * per_image : (row + 1) * per_image]
+    input_ids = torch.cat([prompt, ids]).unsqueeze(0)
+    mm_types = batch["mm_token_type_ids"][row][: batch["prompt_ids"].size(1)][batch["prompt_mask"][row].bool()]
+    mm_types = torch.cat([mm_types, mm_types.new_zeros(len(ids))]).unsqueeze(0)
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), pixel_values=pixels,
+                       image_grid_thw=grid[row : row + 1], mm_token_type_ids=mm_types).logits
+    logps = torch.log_softmax(logits[0, len(prompt) - 1 : -1].float(), dim=-1)
+    return logps.gather(1, ids.unsqueeze(1)).sum().item()
+
+
+def test_combined_loss_matches_a_hand_computation(tiny_vlm, dataset, tmp_path):
+    import math
+
+    trainer = _trainer(tiny_vlm, dataset, tmp_path / "run", beta=0.0, loss_type="grpo")
+    with torch.no_grad():  # move the policy away from the frozen reference, so Δ ≠ 0
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(); this test calls the loss directly
+    rows = [dataset[i] for i in (0, 0, 1, 1)]  # two studies, K=2 rollouts each, as TRL's sampler lays them out
+    batch = trainer._generate_and_score_completions(rows)
+    mask = batch["completion_mask"].bool()
+    rewards = [float(int(ids[m].sum()) % 2) for ids, m in zip(batch["completion_ids"], mask)]
+
+    miner_rates = []
+    expected_adv, coefs, weights = [], [], []
+    for g in range(2):
+        r = rewards[g * K : (g + 1) * K]
+        mean, std = sum(r) / K, math.sqrt(sum((x - sum(r) / K) ** 2 for x in r) / (K - 1))
+        z = sum(1 for x in r if x == 0) / K
+        failed = [j for j in range(K) if r[j] == 0]
+        w = 0.05 + 0.10 * z**2 if failed else 0.0  # study s1 has an oracle from the reference report too
+        miner_rates.append(z)
+        weights.append(w)
+        expected_adv += [(x - mean) / (std + 1e-4) * (1 - w) for x in r]
+        coefs += [w / len(failed) if j in failed else 0.0 for j in range(K)]
+    assert batch["advantages"].tolist() == pytest.approx(expected_adv, abs=1e-5)
+    assert batch["orapo_coef"].tolist() == pytest.approx(coefs)
+
+    oracles = [rows[i]["oracle_report"] for i in range(2 * K)]
+    dpo_rows = []
+    for row in range(2 * K):
+        if coefs[row] == 0:
+            continue
+        eos = trainer.eos_token_ids[-1]
+        chosen = torch.tensor(trainer._tokenizer(oracles[row], add_special_tokens=False)["input_ids"] + [eos])[:6]
+        rejected = batch["completion_ids"][row][mask[row]]
+        ref_c = _answer_logps(trainer.ref_model, batch, row, chosen)
+        ref_r = _answer_logps(trainer.ref_model, batch, row, rejected)
+        assert batch["orapo_ref_chosen_logps"][row].item() == pytest.approx(ref_c, abs=1e-4)
+        assert batch["orapo_ref_rejected_logps"][row].item() == pytest.approx(ref_r, abs=1e-4)
+        pol_c = _answer_logps(trainer.model, batch, row, chosen)
+        pol_r = _answer_logps(trainer.model, batch, row, rejected)
+        margin = (pol_c - ref_c) - (pol_r - ref_r)
+        dpo_rows.append(coefs[row] * math.log1p(math.exp(-0.5 * margin)))
+    assert dpo_rows, "the parity reward should fail at least one rollout with seed 0"
+    # beta = 0 and on-policy ratios of 1: TRL's 'grpo' loss is −mean(advantage); the oracle term is (1/B)·Σ w_i·L_DPO,i
+    expected = -sum(expected_adv) / len(expected_adv) + sum(dpo_rows) / 2
+    loss = trainer._compute_loss(trainer.model, batch)
+    assert loss.item() == pytest.approx(expected, abs=1e-4)
+    assert trainer._metrics["train"]["orapo/zero_reward_frac"][-1] == pytest.approx(sum(miner_rates) / 2)
+
+
+def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_vlm, dataset, tmp_path):
+    trainer = _trainer(tiny_vlm, dataset, tmp_path / "run", max_rejected_per_group=1)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    started = time.perf_counter()
+    trainer.train()
+    elapsed = time.perf_counter() - started
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p.detach())]
+    assert changed, "two optimizer steps left every parameter unchanged"
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "orapo/zero_reward_frac" in line]
+    assert [line["step"] for line in steps] == [1, 2]
+    for key in ("orapo/zero_reward_frac", "orapo/dpo_weight", "orapo/pairs", "orapo/grpo_loss", "reward", "reward_std",
+                "orapo/reward_mean", "orapo/reward_std"):
+        assert all(key in line for line in steps), key
+    if any(line["orapo/pairs"] > 0 for line in steps):
+        assert any("orapo/dpo_loss" in line for line in steps)
+    assert all(line["orapo/pairs"] <= 2 for line in steps)  # max_rejected_per_group=1, two groups per step
+    assert elapsed < 60
+
+
+def test_grpo_only_ablation_has_no_oracle_term(tiny_vlm, dataset, tmp_path):
+    trainer = _trainer(tiny_vlm, dataset, tmp_path / "run", oracle_mode="none")
+    assert trainer.ref_model is None  # beta = 0 and no DPO: no reference is built
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions([dataset[i] for i in (0, 0, 1, 1)])
+    assert "orapo_chosen_ids" not in batch and batch["orapo_coef"].abs().sum() == 0
+    from trl import GRPOTrainer
+
+    assert trainer._compute_loss(trainer.model, batch).item() == pytest.approx(
+        GRPOTrainer._compute_loss(trainer, trainer.model, batch).item()
+    )
+
+
+def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(tiny_vlm, dataset, tmp_path):
+    from orapo_core.train.dataset import build_training_dataset
+
+    image = dataset[0]["image"]
+    clinician = build_training_dataset([{
+        "study_id": "c1", "image": image, "labels": {}, "reference_report": "Findings: The lungs are clear.",
+        "oracle_report": "Findings: No pleural effusion.", "clinician_chosen": "Findings: No pleural effusion.",
+        "clinician_rejected": "Findings: Small pleural effusion.",
+    }])
+    trainer = _trainer(tiny_vlm, clinician, tmp_path / "run", use_clinician_pairs=True, zero_reward_threshold=0.5,
+                       max_rejected_per_group=1)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions([clinician[0]] * K)
+    draft = trainer._tokenizer("Findings: Small pleural effusion.", add_special_tokens=False)["input_ids"]
+    draft = (draft + [trainer.eos_token_ids[-1]])[:6]
+    rejected = [ids[m.bool()].tolist() for ids, m in zip(batch["orapo_rejected_ids"], batch["orapo_rejected_mask"])]
+    assert draft in rejected  # the clinician's own draft is a rejected answer of this study
+    assert (batch["orapo_coef"] > 0).sum().item() == len([r for r in rejected if r])
+    assert torch.isfinite(trainer._compute_loss(trainer.model, batch))
+
+    sft = _trainer(tiny_vlm, dataset, tmp_path / "sft", oracle_mode="sft", zero_reward_threshold=0.5)
+    assert sft.ref_model is None  # SFT on the oracle needs no reference
+    sft.model.train()
+    sft.current_gradient_accumulation_steps = 1
+    batch = sft._generate_and_score_completions([dataset[i] for i in (1, 1, 3, 3)])
+    assert "orapo_rejected_ids" not in batch and (batch["orapo_coef"] > 0).any()
+    from trl import GRPOTrainer
+
+    grpo = GRPOTrainer._compute_loss(sft, sft.model, batch).item()
+    assert sft._compute_loss(sft.model, batch).item() > grpo  # + w·NLL(oracle) > 0 on a random model
