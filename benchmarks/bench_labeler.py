@@ -11,8 +11,17 @@ The gold standard is manual MeSH coding of each report: it codes findings
 stated or called probable ("probable effusions", "likely atelectasis") and
 mostly leaves possible ones ("may represent pneumonia") uncoded. So by default a
 finding counts as present when asserted or hedged with a high-likelihood word
-(certainty "probable"); `--uncertain negative|positive` shows the other readings. F1 is reported per finding, and macro over the
-findings that have at least one gold positive in the split.
+(certainty "probable"); `--uncertain negative|positive` shows the other readings.
+
+The coders also code both alternatives of "A versus B" ("atelectasis versus
+scarring", "either A or B"): on the development split 35 of 39 such findings
+are coded, more often than "probable" ones (31 of 39). So the default mapping counts certainty
+"alternative" as present too; `--versus absent` scores them as absent instead.
+`label_report` itself keeps them uncertain (-1): only this comparison with the
+gold standard's coding convention reads them as present.
+
+F1 is reported per finding, and macro over the findings that have at least one
+gold positive in the split.
 """
 
 from __future__ import annotations
@@ -57,14 +66,15 @@ def load_reports() -> dict[str, str]:
     return reports
 
 
-def binary_labels(text: str, uncertain: str) -> dict[str, bool]:
+def binary_labels(text: str, uncertain: str, versus: str = "present") -> dict[str, bool]:
     """Gold-comparable labels: a finding is present if asserted, or hedged in the way `uncertain` allows."""
+    present = {"probable", "alternative"} if versus == "present" else {"probable"}
     out = {n: False for n in CHESTXRAY14}
     for fact in extract_facts(text).facts:
         name = project(fact.observation, "chestxray14")
         if name is None or fact.polarity == "negative":
             continue
-        if fact.polarity == "positive" or uncertain == "positive" or (uncertain == "probable" and fact.attributes.get("certainty") == "probable"):
+        if fact.polarity == "positive" or uncertain == "positive" or (uncertain == "probable" and fact.attributes.get("certainty") in present):
             out[name] = True
     return out
 
@@ -100,6 +110,12 @@ def main() -> int:
         default="probable",
         help="how uncertain findings are scored: never, only 'probable'/'likely' hedges (default), or always positive",
     )
+    parser.add_argument(
+        "--versus",
+        choices=("present", "absent"),
+        default="present",
+        help="with --uncertain probable: score the alternatives of 'A versus B' as present (default, the gold's convention) or absent",
+    )
     parser.add_argument("--errors", metavar="FINDING", help="print the sentences of misclassified reports for one finding (stdout only)")
     args = parser.parse_args()
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
@@ -109,7 +125,12 @@ def main() -> int:
         gold = {r["filename"]: {n: r[n] == "1" for n in CHESTXRAY14} for r in csv.DictReader(f)}
     test = {line.strip() for line in open(args.test_ids) if line.strip()}
     ids = [i for i in gold if i in reports]
-    pred = {i: binary_labels(reports[i], args.uncertain) for i in ids}
+    pred = {i: binary_labels(reports[i], args.uncertain, args.versus) for i in ids}
+    mapping = {"negative": "every uncertain finding absent", "positive": "every uncertain finding present"}.get(
+        args.uncertain,
+        "'probable' hedges present, " + ("'A versus B' alternatives present, " if args.versus == "present" else "'A versus B' absent, ") + "'possible' hedges absent",
+    )
+    print(f"mapping: asserted findings present, denied absent; {mapping}")
 
     full = print_table(f"full set ({len(ids)} reports)", f1_table(pred, gold, ids))
     dev_ids = [i for i in ids if i not in test]
@@ -130,13 +151,18 @@ def main() -> int:
                 print(f"FN {i}", reports[i].replace("\n", " | "))
 
     texts = [reports[i] for i in ids]
-    rates = []
+    rates, cpu_rates = [], []
     for _ in range(args.runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for text in texts:
             label_report(text, "chestxray14")
         rates.append(len(texts) / (time.perf_counter() - t0))
-    print(f"\nspeed: {statistics.median(rates):,.0f} reports/s (median of {args.runs} runs, one process, one core)")
+        cpu_rates.append(len(texts) / (time.process_time() - c0))
+    # CPU time as well: on a shared machine the wall-clock rate mostly measures the neighbours.
+    print(
+        f"\nspeed: {statistics.median(rates):,.0f} reports/s wall, {statistics.median(cpu_rates):,.0f} reports/s CPU time"
+        f" (median of {args.runs} runs, one process, one core)"
+    )
 
     walls = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -62,20 +62,36 @@ _PSEUDO = _words(V.PSEUDO_NEGATION)
 _PRE_UNC = _words(V.PRE_UNCERTAINTY)
 _POST_UNC = _words(V.POST_UNCERTAINTY)
 _TERMINATOR = re.compile(r"[;:]|(?<![\w-])(?:" + _alt(V.SCOPE_TERMINATORS) + r")(?![\w-])")
+_OPENER = re.compile(r"(?:,|(?<![\w-])(?:and|(?<!consistent )(?<!compatible )with)(?![\w-]))\s*(?:" + _alt(V.ASSERTION_OPENERS) + r")(?![\w-])")
+# The rest of a clause that goes on to "or"/"nor" is one list under one negation.
+_LIST_TAIL = re.compile(r"[^.;:\n]*?(?<![\w-])n?or(?![\w-])")
+# So is a differential: "differential diagnosis includes atelectasis, small infiltrate, scarring".
+_LIST_HEAD = re.compile(r"differential|consideration|includ")
 # Residual hedges decided by the strongest phrases: these beat a negation in the same clause.
 _STRONG_UNCERTAINTY = re.compile(r"exclude|ruled? out|r/o")
 _PROBABLE = re.compile(r"(?:is |are )?(?:" + _alt(V.PROBABLE_HEDGES) + r")$")
-_VERSUS = re.compile(r"versus|vs\b")
-_SIZE_RES = {
-    concept: (
-        _words([anatomy]),
-        re.compile(r"(?<![\w-])(?:(?P<normal>" + normal + r")|(?P<enlarged>" + enlarged + r"))(?![\w-])"),
+# "A versus B", "either A or B": alternatives named side by side.
+_VERSUS = re.compile(r"versus|vs\b|either")
+_SIZE_CONCEPTS = list(V.SIZE_ANATOMY)
+# Every organ in one scan; the group says which concept its qualifier decides.
+_ANATOMY_RE = re.compile(
+    r"(?<![\w-])(?:" + "|".join(f"(?P<a{i}>{V.SIZE_ANATOMY[c][0]})" for i, c in enumerate(_SIZE_CONCEPTS)) + r")(?![\w-])"
+)
+_QUALIFIER_RES = {
+    f"a{i}": (
+        concept,
+        re.compile(r"(?<![\w-])(?:(?P<normal>" + normal + r")" + (r"|(?P<enlarged>" + enlarged + r")" if enlarged else "") + r")(?![\w-])"),
     )
-    for concept, (anatomy, enlarged, normal) in V.SIZE_ANATOMY.items()
+    for i, (concept, (_, enlarged, normal)) in enumerate(V.SIZE_ANATOMY.items())
 }
 _HEDGED_SIZE = re.compile(r"upper limits? (?:of )?normal|top normal|prominent")
+# One regex per attribute, one group per value: the first-listed value found near a mention wins.
 _ATTRIBUTE_RES = {
-    name: [(_words([pattern]), value) for pattern, value in options] for name, options in V.ATTRIBUTES.items()
+    name: (
+        re.compile(r"(?<![\w-])(?:" + "|".join(f"(?P<v{i}>{pattern})" for i, (pattern, _) in enumerate(options)) + r")(?![\w-])"),
+        {f"v{i}": (i, value) for i, (_, value) in enumerate(options)},
+    )
+    for name, options in V.ATTRIBUTES.items()
 }
 
 
@@ -95,6 +111,23 @@ class _Spans:
         return self.items[bisect_left(self.starts, lo) : bisect_left(self.starts, hi)]
 
 
+def _terminators(lower: str) -> _Spans:
+    """Clause boundaries: terminator words, and segments that open a new assertion."""
+    terms = _Spans(_TERMINATOR, lower)
+    openers = [(m.start(), m.end(), m.group()) for m in _OPENER.finditer(lower) if not _in_list(lower, m.start(), m.end())]
+    if openers:
+        terms.items = sorted(terms.items + openers)
+        terms.starts = [it[0] for it in terms.items]
+    return terms
+
+
+def _in_list(lower: str, start: int, end: int) -> bool:
+    if _LIST_TAIL.match(lower, end):
+        return True
+    head = max(lower.rfind(".", 0, start), lower.rfind(";", 0, start), lower.rfind(":", 0, start), lower.rfind("\n", 0, start))
+    return _LIST_HEAD.search(lower, head + 1, start) is not None
+
+
 def _clause(terms: _Spans, sentence: Sentence, start: int, end: int) -> tuple[int, int]:
     """The clause around a mention: from the last terminator before it to the first after it."""
     left = sentence.start
@@ -107,7 +140,7 @@ def _clause(terms: _Spans, sentence: Sentence, start: int, end: int) -> tuple[in
 
 
 def _polarity(text, spans, sentence, start, end, clause) -> tuple[str, str | None]:
-    """(polarity, certainty): certainty is 'probable' or 'possible' for an uncertain fact, else None."""
+    """(polarity, certainty): certainty is 'probable', 'alternative' or 'possible' for an uncertain fact, else None."""
     left, right = clause
     pre_neg = [t for t in spans["pre_neg"].between(left, start) if t[1] <= start]
     post_neg = spans["post_neg"].between(end, right)
@@ -120,7 +153,14 @@ def _polarity(text, spans, sentence, start, end, clause) -> tuple[str, str | Non
     if pre_neg or post_neg:
         return NEGATIVE, None
     if uncertain:
-        return UNCERTAIN, "probable" if all(_PROBABLE.match(t[2]) for t in uncertain) else "possible"
+        # "A versus B", "either A or B" name alternatives the radiologist could not choose between;
+        # with a high-likelihood word as well ("likely A versus B") it reads "probable".
+        versus = [t for t in uncertain if _VERSUS.match(t[2])]
+        if len(versus) == len(uncertain):
+            return UNCERTAIN, "alternative"
+        if all(_PROBABLE.match(t[2]) for t in uncertain if t not in versus):
+            return UNCERTAIN, "probable"
+        return UNCERTAIN, "possible"
     return POSITIVE, None
 
 
@@ -131,13 +171,16 @@ def _next_to(text: str, end: int, start: int) -> bool:
 
 def _attributes(text: str, left: int, right: int, start: int, end: int) -> dict[str, str]:
     # Attributes live next to the mention: "small left pleural effusion", "effusion on the right".
-    window = text[max(left, start - 40) : min(right, end + 30)]
+    lo, hi = max(left, start - 40), min(right, end + 30)
     found: dict[str, str] = {}
-    for name, options in _ATTRIBUTE_RES.items():
-        for regex, value in options:
-            if regex.search(window):
-                found[name] = value
-                break
+    for name, (regex, values) in _ATTRIBUTE_RES.items():
+        best = None
+        for m in regex.finditer(text, lo, hi):
+            option = values[m.lastgroup]
+            if best is None or option < best:
+                best = option
+        if best is not None:
+            found[name] = best[1]
     return found
 
 
@@ -150,6 +193,11 @@ def _sentence_at(starts: list[int], sentences: list[Sentence], pos: int) -> Sent
 
 def extract_facts(text: str) -> ReportFacts:
     """Atomic facts of a report: (observation, polarity, attributes, sentence, span)."""
+    return _extract(text, attributes=True)
+
+
+def _extract(text: str, attributes: bool) -> ReportFacts:
+    # Labels need only polarity: `label_report` skips the attribute search, about a quarter of the work.
     text = text or ""
     sentences = split_sentences(text)
     report = ReportFacts(text=text, sentences=sentences)
@@ -163,7 +211,7 @@ def extract_facts(text: str) -> ReportFacts:
         "pre_unc": _Spans(_PRE_UNC, lower),
         "post_unc": _Spans(_POST_UNC, lower),
     }
-    terms = _Spans(_TERMINATOR, lower)
+    terms = _terminators(lower)
     starts = [s.start for s in sentences]
 
     mentions: list[tuple[int, int, str, Sentence]] = []
@@ -177,48 +225,49 @@ def extract_facts(text: str) -> ReportFacts:
     for start, end, concept, sentence in mentions:
         clause = _clause(terms, sentence, start, end)
         polarity, certainty = _polarity(lower, spans, sentence, start, end, clause)
-        attributes = _attributes(lower, *clause, start, end)
+        found = _attributes(lower, *clause, start, end) if attributes else {}
         if certainty:
-            attributes["certainty"] = certainty
-        facts.append(Fact(concept, polarity, attributes, sentence.index, start, end, text[start:end]))
-    facts.extend(_size_facts(text, lower, sentences, terms, spans, mentions))
+            found["certainty"] = certainty
+        facts.append(Fact(concept, polarity, found, sentence.index, start, end, text[start:end]))
+    facts.extend(_size_facts(text, lower, sentences, terms, spans, mentions, attributes))
     facts.sort(key=lambda f: (f.start, f.observation))
     report.facts = facts
     return report
 
 
-def _size_facts(text, lower, sentences, terms, spans, mentions) -> list[Fact]:
+def _size_facts(text, lower, sentences, terms, spans, mentions, with_attributes=True) -> list[Fact]:
     """Facts read from an organ and its qualifier: "heart size is normal", "the mediastinum is widened"."""
-    taken = [(m[0], m[1]) for m in mentions]
+    taken_starts = [m[0] for m in mentions]
     facts: list[Fact] = []
     starts = [s.start for s in sentences]
-    for concept, (anatomy_re, qualifier_re) in _SIZE_RES.items():
-        for m in anatomy_re.finditer(lower):
-            start, end = m.span()
-            if any(a <= start < b for a, b in taken):
-                continue
-            sentence = _sentence_at(starts, sentences, start)
-            if sentence is None or sentence.section in V.NON_FINDING_SECTIONS:
-                continue
-            left, right = _clause(terms, sentence, start, end)
-            # "Heart and mediastinum are normal": the qualifier may follow a short conjunction.
-            # The qualifier follows within the clause, before any comma ("stable heart size, enlarged aorta").
-            comma = lower.find(",", end, sentence.end)
-            q = qualifier_re.search(lower, end, min(right, end + 60, comma if comma >= 0 else sentence.end))
-            if q is None:
-                q = qualifier_re.search(lower, max(left, start - 30), start)
-            if q is None:
-                continue
-            attributes = _attributes(lower, left, right, start, q.end())
-            if q.group("normal"):
-                polarity = NEGATIVE
-            elif _HEDGED_SIZE.search(q.group()):
-                polarity, attributes["certainty"] = UNCERTAIN, "possible"
-            else:
-                polarity, certainty = _polarity(lower, spans, sentence, start, end, (left, right))
-                if certainty:
-                    attributes["certainty"] = certainty
-            facts.append(Fact(concept, polarity, attributes, sentence.index, start, end, text[start:end]))
+    for m in _ANATOMY_RE.finditer(lower):
+        start, end = m.span()
+        i = bisect_right(taken_starts, start) - 1
+        if i >= 0 and start < mentions[i][1]:
+            continue
+        concept, qualifier_re = _QUALIFIER_RES[m.lastgroup]
+        sentence = _sentence_at(starts, sentences, start)
+        if sentence is None or sentence.section in V.NON_FINDING_SECTIONS:
+            continue
+        left, right = _clause(terms, sentence, start, end)
+        # "Heart and mediastinum are normal": the qualifier may follow a short conjunction.
+        # The qualifier follows within the clause, before any comma ("stable heart size, enlarged aorta").
+        comma = lower.find(",", end, sentence.end)
+        q = qualifier_re.search(lower, end, min(right, end + 60, comma if comma >= 0 else sentence.end))
+        if q is None:
+            q = qualifier_re.search(lower, max(left, start - 30), start)
+        if q is None:
+            continue
+        attributes = _attributes(lower, left, right, start, q.end()) if with_attributes else {}
+        if q.group("normal"):
+            polarity = NEGATIVE
+        elif _HEDGED_SIZE.search(q.group()):
+            polarity, attributes["certainty"] = UNCERTAIN, "possible"
+        else:
+            polarity, certainty = _polarity(lower, spans, sentence, start, end, (left, right))
+            if certainty:
+                attributes["certainty"] = certainty
+        facts.append(Fact(concept, polarity, attributes, sentence.index, start, end, text[start:end]))
     return facts
 
 
@@ -243,4 +292,4 @@ def labels_from_facts(facts, schema: str = "chexpert") -> dict[str, int | None]:
 def label_report(text: str, schema: str = "chexpert") -> dict[str, int | None]:
     """One report's labels in `schema`: 1 positive, 0 negative, -1 uncertain, None not mentioned."""
     schema_labels(schema)
-    return labels_from_facts(extract_facts(text).facts, schema)
+    return labels_from_facts(_extract(text, attributes=False).facts, schema)

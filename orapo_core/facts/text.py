@@ -26,10 +26,12 @@ _HEADER_RE = re.compile(
     r"(?:(?<=^)|(?<=[\n.]))[ \t]*(?P<name>" + "|".join(sorted((re.escape(h) for h in SECTION_HEADERS), key=len, reverse=True)) + r")[ \t]*:",
     re.IGNORECASE,
 )
-# A sentence ends at . ? ! followed by space and not inside a number ("1.5 cm"),
+# A sentence ends at . ? ! followed by space and not inside a number ("1.5 cm") or after "vs.",
 # at a semicolon-free line break, or before a numbered item ("1. ... 2. ...").
-_BOUNDARY_RE = re.compile(r"(?<!\d\.\d)(?<=[.?!])\s+|\n\s*|\s+(?=\d{1,2}[.)]\s)")
-_ENUMERATOR_RE = re.compile(r"^(?:\d{1,2}[.)]|[-*\u2022])\s*")
+_BOUNDARY_RE = re.compile(r"(?<!\d\.\d)(?<![\s(]vs\.)(?<=[.?!])\s+|\n\s*|\s+(?=\d{1,2}[.)]\s)")
+# Matched at a sentence start with .match(text, pos), so no "^" (which would only match at 0).
+_ENUMERATOR_RE = re.compile(r"(?:\d{1,2}[.)](?=\s)|[-*\u2022])\s*")
+_LETTER_RE = re.compile(r"[^\W\d_]")
 
 
 def split_sections(text: str) -> list[tuple[str, int, int]]:
@@ -47,24 +49,22 @@ def split_sections(text: str) -> list[tuple[str, int, int]]:
 def split_sentences(text: str) -> list[Sentence]:
     sentences: list[Sentence] = []
     for section, s_start, s_end in split_sections(text):
-        pos = s_start
         chunk = text[s_start:s_end]
-        pieces = []
         last = 0
         for m in _BOUNDARY_RE.finditer(chunk):
-            pieces.append((last, m.start()))
+            _add_sentence(sentences, text, s_start + last, s_start + m.start(), section)
             last = m.end()
-        pieces.append((last, len(chunk)))
-        for a, b in pieces:
-            a += pos
-            b += pos
-            while a < b and text[a].isspace():
-                a += 1
-            em = _ENUMERATOR_RE.match(text, a, b)
-            if em:
-                a = em.end()
-            while b > a and text[b - 1].isspace():
-                b -= 1
-            if b > a and any(ch.isalpha() for ch in text[a:b]):
-                sentences.append(Sentence(len(sentences), text[a:b], a, b, section))
+        _add_sentence(sentences, text, s_start + last, s_end, section)
     return sentences
+
+
+def _add_sentence(sentences: list[Sentence], text: str, a: int, b: int, section: str) -> None:
+    piece = text[a:b]
+    stripped = piece.lstrip()
+    a += len(piece) - len(stripped)
+    em = _ENUMERATOR_RE.match(text, a, b)
+    if em:
+        a = em.end()
+    piece = text[a:b].rstrip()
+    if _LETTER_RE.search(piece):
+        sentences.append(Sentence(len(sentences), piece, a, a + len(piece), section))

@@ -151,17 +151,25 @@ MENTIONS: dict[str, tuple[str, ...]] = {
 }
 
 # Anatomy named with a qualifier that decides the finding: "heart size is normal" denies
-# cardiomegaly, "the heart is enlarged" asserts it. concept -> (anatomy, enlarged words, normal words).
-SIZE_ANATOMY: dict[str, tuple[str, str, str]] = {
+# cardiomegaly, "the heart is enlarged" asserts it. concept -> (anatomy, enlarged words or None, normal words).
+SIZE_ANATOMY: dict[str, tuple[str, str | None, str]] = {
     "Cardiomegaly": (
         r"heart(?: size)?|cardiac (?:silhouette|size|shadow|contours?)|heart silhouette",
-        r"enlarged|enlargement|large|mildly enlarged|prominent|increased|upper limits? (?:of )?normal|borderline",
-        r"normal|within normal limits|unremarkable|not (?:significantly |markedly |grossly )?enlarged|top normal|normal in size|negative|small",
+        r"enlarged|enlargement|large|mildly enlarged|prominent|increased|upper limits? (?:of )?normal|top normal|borderline",
+        r"normal|within normal limits|unremarkable|not (?:significantly |markedly |grossly )?enlarged|normal in size|negative|small",
     ),
     "Enlarged Cardiomediastinum": (
         r"(?:cardio)?mediastinal (?:silhouette|contours?|size|width)|mediastinum|cardiomediastinum",
         r"enlarged|widened|wide|prominent|increased",
         r"normal|within normal limits|unremarkable|not widened|stable|negative",
+    ),
+    # "The lungs are clear" denies a parenchymal opacity, as a radiologist reads it; it says
+    # nothing about the pleura or the heart, and no finer observation (edema, consolidation)
+    # is denied by it, so that a later "mild edema" in the same report is not contradicted.
+    "Lung Opacity": (
+        r"lungs?|lung fields|lung parenchyma",
+        None,
+        r"clear(?! evidence)",
     ),
 }
 
@@ -188,24 +196,24 @@ PRE_NEGATION = (
     r"never",
 )
 
-# Negation that comes after the finding and covers what precedes it in the clause.
+# Negation that comes after the finding and covers what precedes it in the clause. Each
+# starts with its own word ("not seen", not "is not seen"): a leading optional word would make
+# the matcher try every position of the report.
 POST_NEGATION = (
-    r"(?:is|are|was|were|has been|have been)? ?not (?:seen|identified|present|visualized|demonstrated|evident|appreciated|noted|detected|visible|apparent)",
-    r"(?:is|are|was|were)? ?absent",
-    r"(?:has|have)? ?(?:since )?(?:resolved|cleared|been removed|been resolved|resolution)",
-    r"(?:is|are|has|have)? ?no longer (?:seen|present|visualized|identified|evident|apparent|visible|noted)",
-    r"(?:is|are)? ?not enlarged",
-    r"(?:is|are)? ?not widened",
+    r"not (?:seen|identified|present|visualized|demonstrated|evident|appreciated|noted|detected|visible|apparent|enlarged|widened)",
+    r"absent",
+    r"(?:since )?(?:resolved|cleared|been removed|been resolved|resolution)",
+    r"no longer (?:seen|present|visualized|identified|evident|apparent|visible|noted)",
     r"(?:was|were|has been|have been) removed",
-    r"(?:is|are)? ?negative",
-    r"(?:is|are)? ?unlikely",
+    r"negative(?! for)",
+    r"unlikely",
 )
 
 # Phrases that look like negation but are not: "no change in the cardiomegaly" asserts cardiomegaly.
 PSEUDO_NEGATION = (
-    r"no (?:significant |interval |appreciable |substantial )?(?:change|increase|worsening|progression)",
+    r"no (?:significant |interval |appreciable |substantial )*(?:change|increase|worsening|progression)",
     r"not (?:significantly |substantially )?(?:changed|increased|worsened|progressed)",
-    r"without (?:significant |interval )?(?:change|increase|worsening|progression)",
+    r"without (?:significant |interval |appreciable |substantial )*(?:change|increase|worsening|progression)",
     r"not only",
     r"no longer (?:enlarged|widened)",
     r"not (?:entirely |totally |completely )?(?:excluded|ruled out)",
@@ -216,6 +224,7 @@ PSEUDO_NEGATION = (
 # Uncertainty before the finding ("possible pneumonia") or after it ("pneumonia is possible").
 PRE_UNCERTAINTY = (
     r"may(?: be| represent| reflect)?",
+    r"maybe",
     r"might",
     r"could",
     r"can",
@@ -233,6 +242,7 @@ PRE_UNCERTAINTY = (
     r"rule out",
     r"r/o",
     r"differential(?: diagnosis| considerations?)? (?:includes?|of)",
+    r"differential diagnos[ie]s",
     r"(?:primary )?differential considerations? (?:would )?includes?",
     r"considerations? (?:would )?includes?",
     r"(?:evaluation|evaluate|assess|assessment) for",
@@ -256,17 +266,18 @@ PRE_UNCERTAINTY = (
     r"early",
     r"developing",
     r"would be difficult to exclude",
+    r"(?:correlate|correlation) (?:clinically )?for",
+    r"clinical correlation for",
 )
 
 POST_UNCERTAINTY = (
     r"(?:cannot|can ?not|could not|can't|not) (?:be )?(?:entirely |totally |completely |definitely )?(?:excluded|ruled out|be excluded)",
-    r"(?:is|are)? ?(?:not )?(?:entirely |totally |completely )?excluded",
-    r"(?:is|are)? ?(?:possible|probable|likely|suspected|questioned|favou?red|not excluded)",
+    r"(?:entirely |totally |completely )?excluded",
+    r"(?:possible|probable|likely|suspected|questioned|favou?red)",
     r"versus",
     r"vs\.?",
-    r"(?:cannot|can not) be (?:entirely )?(?:excluded|ruled out)",
-    r"(?:is|are)? ?(?:a |the )?(?:differential|consideration)",
-    r"(?:would be|is)? ?difficult to (?:entirely |completely )?exclude",
+    r"(?:(?:is|are) (?:also )?(?:a |the )?|a |the )(?:differential|consideration)",
+    r"difficult to (?:entirely |completely )?exclude",
 )
 
 # Hedges that still lean to "present" (the ACR likelihood lexicon puts them near 75%): the
@@ -288,13 +299,13 @@ SCOPE_TERMINATORS = (
     r"though there",
     r"which",
     r"whereas",
+    r"otherwise(?= (?:no|negative|without|free))",
     r"while",
     r"except(?: for)?",
     r"aside from",
     r"apart from",
     r"other than",
     r"there (?:is|are|has been|have been)",
-    r"(?:and|with) (?:a|an|the|there|mild|moderate|severe|small|large)",
     r"(?:is|are|was|were) (?:seen|noted|present|identified|again seen|demonstrated|unchanged|stable)",
     r"likely",
     r"probably",
@@ -303,6 +314,22 @@ SCOPE_TERMINATORS = (
     r"that",
     r"status post",
     r"s/p",
+)
+
+# Words that open a new positive assertion when they start a segment after a comma, "and" or
+# "with": "No pneumothorax, small effusion." asserts the effusion. A plain list keeps the
+# negation ("no effusion, pneumothorax, or consolidation"), and so does a list of modified
+# findings that goes on to an "or"/"nor" ("no consolidation, large effusion, or pneumothorax"),
+# which only reads as one denial.
+ASSERTION_OPENERS = (
+    r"a",
+    r"an",
+    r"the",
+    r"there",
+    r"\d+(?:\.\d+)?",
+    r"(?:tiny|trace|minimal|small|mild|mildly|moderate|moderately|large|severe|severely|extensive|marked|markedly)",
+    r"(?:new|newly|increas\w*|enlarging|worse\w*|progressi\w*|persistent|persisting|stable|unchanged|chronic|residual|decreas\w*|improv\w*)",
+    r"(?:left|right|bilateral|bibasila\w*|bibasal|biapical)",
 )
 
 # Attributes worth showing beside a highlighted fact.
