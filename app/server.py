@@ -1,32 +1,149 @@
 """The Gradio app: a thin layer that translates clicks into service calls.
 
-`build_app` takes its settings and database explicitly, so tests can build an
-app over a temporary data folder, and nothing is held in module globals
-(Gradio shares module state across every user).
+`build_app` takes its settings and database explicitly and keeps everything it
+needs in an `AppContext` made here, not in module globals (Gradio shares module
+state across every user). `launch_options` is what `orapo serve` and the tests
+pass to `launch`: Gradio's own sign-in backed by the users table, plus a
+middleware that refuses every route but the sign-in page to a request without a
+session, since a few of Gradio's routes (heartbeat, stream, cancel) do not check.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
 import gradio as gr
 
 from orapo_core.config import Settings
+from orapo_core.errors import OrapoError
+
+# What a browser needs before it has a session: the sign-in page and its assets.
+PUBLIC_PATHS = frozenset({"/", "/login", "/login/", "/favicon.ico", "/theme.css", "/gradio_api/theme.css",
+                          "/manifest.json", "/robots.txt",
+                          "/gradio_api/startup-events"})  # launch() calls it, unauthenticated, to start the queue
+PUBLIC_PREFIXES = ("/assets/", "/static/", "/pwa_icon", "/svelte/")
 
 
-def engine_status(settings: Settings, database) -> str:
-    from db import DashboardRepository
+@dataclass(frozen=True)
+class AppContext:
+    """What every tab's handlers share: configuration, the database and the served models."""
 
-    counts = DashboardRepository(database).counts()
-    return (
-        "### The engine is ready\n\n"
-        f"- Data folder: `{settings.resolved_data_dir}`\n"
-        f"- Database schema: {'up to date' if database.is_up_to_date() else 'needs `orapo db upgrade`'}\n"
-        f"- Studies: {counts.studies}, corrections: {counts.corrections}, preference pairs: {counts.pairs}\n"
+    settings: Settings
+    database: Any
+    registry: Any
+
+    def user(self, request: gr.Request | None, *, role: str | None = None, allow_password_change: bool = False):
+        from app.services.auth import signed_in
+
+        return signed_in(self.database, getattr(request, "username", None), role=role,
+                         allow_password_change=allow_password_change)
+
+
+@contextlib.contextmanager
+def shown_to_user() -> Iterator[None]:
+    """An OrapoError becomes a message in the page (and an error for API callers), never a traceback."""
+    try:
+        yield
+    except OrapoError as exc:
+        raise gr.Error(exc.message, title=exc.code.replace("_", " ").capitalize()) from exc
+
+
+def upload_cache_dir(settings: Settings):
+    return settings.resolved_data_dir / "upload-cache"
+
+
+def build_app(*, settings: Settings, database, registry=None) -> gr.Blocks:
+    from app.services.drafting import ModelRegistry
+    from app.tabs import account, admin, read, worklist
+
+    # Gradio reads its upload folder from the environment when the server starts;
+    # keep uploads in the data folder, where ingest deletes each one after use.
+    cache = upload_cache_dir(settings)
+    cache.mkdir(parents=True, exist_ok=True)
+    os.environ["GRADIO_TEMP_DIR"] = str(cache)
+    ctx = AppContext(settings, database, registry or ModelRegistry(settings, database))
+
+    with gr.Blocks(title="OraPO: chest X-ray reporting") as demo:
+        with gr.Row():
+            gr.Markdown("## OraPO · chest X-ray report drafting")
+            whoami = gr.Markdown(elem_id="orapo-whoami")
+        with gr.Tabs() as tabs:
+            with gr.Tab("Read", id="read", visible=False) as read_tab:
+                read_ui = read.build(ctx)
+            with gr.Tab("Worklist", id="worklist", visible=False) as worklist_tab:
+                worklist_ui = worklist.build(ctx)
+            with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
+                admin_ui = admin.build(ctx)
+            with gr.Tab("Account", id="account") as account_tab:
+                account_ui = account.build(ctx)
+        worklist.wire_open(ctx, worklist_ui, read_ui, tabs)
+
+        def session_start(request: gr.Request):
+            """Which tabs this user sees. Cosmetic only: every handler checks the role again."""
+            with shown_to_user():
+                user = ctx.user(request, allow_password_change=True)
+            ready = not user.must_change_password
+            note = f"Signed in as **{user.username}** ({user.role}) · [Sign out](/logout)"
+            if not ready:
+                note += " · **change your one-time password to continue**"
+            return (note, gr.Tab(visible=ready), gr.Tab(visible=ready), gr.Tab(visible=ready and user.is_admin),
+                    gr.Tabs(selected="read" if ready else "account"))
+
+        outputs = [whoami, read_tab, worklist_tab, admin_tab, tabs]
+        demo.load(session_start, outputs=outputs, api_name="session_start")
+        account_ui.password_changed.then(session_start, outputs=outputs, api_visibility="private")
+    return demo
+
+
+def launch_options(settings: Settings, database) -> dict[str, Any]:
+    """Keyword arguments for `demo.launch`: sign-in against the users table and the session middleware."""
+    from starlette.middleware import Middleware
+
+    from app.services.auth import check_credentials
+
+    return dict(
+        auth=lambda username, password: check_credentials(database, username, password),
+        auth_message="OraPO: sign in with your account. Ask an administrator if you have none.",
+        app_kwargs={"middleware": [Middleware(RequireSession)]},
+        ssr_mode=False,
+        show_error=False,
+        share=False,
     )
 
 
-def build_app(*, settings: Settings, database) -> gr.Blocks:
-    with gr.Blocks(title="OraPO") as demo:
-        gr.Markdown("# OraPO: chest X-ray report drafting")
-        status = gr.Markdown()
-        demo.load(lambda: engine_status(settings, database), outputs=status)
-    return demo
+class RequireSession:
+    """ASGI middleware: anything but the sign-in page needs a valid Gradio session cookie."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket") or _public(scope.get("path", "")) or _has_session(scope):
+            await self.app(scope, receive, send)
+            return
+        from starlette.responses import JSONResponse
+
+        response = JSONResponse({"detail": {"error": "Not authenticated", "auth_message": "Sign in first."}},
+                                status_code=401)
+        await response(scope, receive, send)
+
+
+def _public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+def _has_session(scope) -> bool:
+    from starlette.requests import HTTPConnection
+
+    conn = HTTPConnection(scope)
+    app = scope.get("app")
+    tokens = getattr(app, "tokens", None)
+    cookie_id = getattr(app, "cookie_id", None)
+    if tokens is None or cookie_id is None:
+        return False
+    token = conn.cookies.get(f"access-token-{cookie_id}") or conn.cookies.get(f"access-token-unsecure-{cookie_id}")
+    return token is not None and token in tokens

@@ -29,7 +29,7 @@ def bootstrap_admin(database) -> tuple[str, str] | None:
 
 def run(args: argparse.Namespace) -> int:
     from app.runtime import open_database
-    from app.server import build_app
+    from app.server import build_app, launch_options
     from orapo_core.config import Settings
 
     settings = Settings()
@@ -43,6 +43,6 @@ def run(args: argparse.Namespace) -> int:
         name, password = first_admin
         print(f"First sign-in: user '{name}', one-time password '{password}' (shown once; change it at first sign-in).", flush=True)
     demo.queue(default_concurrency_limit=4).launch(
-        server_name=host, server_port=port, show_error=False, quiet=True, share=False,
+        server_name=host, server_port=port, quiet=True, **launch_options(settings, database),
     )
     return 0

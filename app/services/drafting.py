@@ -1,0 +1,186 @@
+"""Viewing and drafting one study: the served model, the viewer's pixels, and a stored draft.
+
+The served model is the promoted ModelVersion (base + adapter) when there is
+one, else the configured or starter model. `ModelRegistry` is made by the app
+factory, not at import, and keeps one `Drafter` per version, so a promotion is
+picked up by the next draft without a restart and two users never load the
+same weights twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from db.records import ImageRecord, StudyOverview, UserRecord
+from orapo_core.config import Settings
+from orapo_core.errors import OrapoError
+
+#: How many sampled drafts measure each sentence's confidence (self-consistency).
+DRAFT_SAMPLES = 4
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    key: str  # what the registry caches a Drafter under
+    name: str  # shown to the clinician and stored with each draft
+    model_dir: Path
+    adapter_dir: Path | None
+    version_id: int | None
+
+
+class ModelRegistry:
+    """One Drafter per served model version, loaded on first use; safe across Gradio's worker threads."""
+
+    def __init__(self, settings: Settings, database, *, loader=None):
+        self._settings = settings
+        self._db = database
+        self._loader = loader  # tests may inject a fake; default Drafter.from_dir
+        self._lock = threading.Lock()
+        self._drafters: dict[str, Any] = {}
+
+    def served(self) -> ServedModel:
+        from db import ModelVersionRepository
+        from orapo_core.models.loading import resolve_model_dir
+
+        version = ModelVersionRepository(self._db).promoted()
+        if version is not None:
+            base = self._resolve(version.base_model_path)
+            adapter = self._resolve(version.adapter_path) if version.adapter_path else None
+            return ServedModel(f"version-{version.id}", version.name, base, adapter, version.id)
+        model_dir = resolve_model_dir(settings=self._settings)
+        return ServedModel(f"dir-{model_dir}", model_dir.name, model_dir, None, None)
+
+    def drafter(self, served: ServedModel):
+        with self._lock:  # one load per version even when two users press Draft at once
+            if served.key not in self._drafters:
+                load = self._loader or _load_drafter
+                self._drafters[served.key] = load(served)
+            return self._drafters[served.key]
+
+    def _resolve(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else self._settings.resolved_data_dir / p
+
+
+def _load_drafter(served: ServedModel):
+    from orapo_core.models.draft import Drafter
+
+    return Drafter.from_dir(served.model_dir, served.adapter_dir, model_version=served.name)
+
+
+def open_study(db, user: UserRecord, study_id: int) -> StudyOverview:
+    """The study, if this user may read it: an admin any, a radiologist those they uploaded (or unowned ones)."""
+    from db import StudyRepository
+
+    overview = StudyRepository(db).overview(int(study_id))
+    owner = overview.study.uploaded_by
+    if not user.is_admin and owner is not None and owner != user.id:
+        raise OrapoError("forbidden", "This study belongs to another radiologist's worklist.")
+    return overview
+
+
+def first_image(overview: StudyOverview) -> ImageRecord:
+    if not overview.images:
+        raise OrapoError("image_not_found", "This study has no image to show.")
+    return overview.images[0]
+
+
+@dataclass(frozen=True)
+class ViewerPixels:
+    pixels: Any  # 2-D array, full bit depth, higher is brighter
+    default_window: tuple[float, float]
+    value_range: tuple[float, float]
+
+
+def viewer_pixels(settings: Settings, image: ImageRecord) -> ViewerPixels:
+    """The stored de-identified DICOM read back at full bit depth (PNG/JPEG uploads are stored as DICOM too)."""
+    import numpy as np
+
+    from orapo_core.imaging.dicom_pixels import decode_first_frame, read_dataset
+
+    path = settings.storage_dir / (image.dicom_path or image.display_path)
+    if not path.is_file():
+        raise OrapoError("image_missing", "The stored image file is missing from the storage folder.")
+    if image.dicom_path:
+        frame = decode_first_frame(read_dataset(path.read_bytes()))
+        pixels, default = frame.pixels, (frame.window_center, frame.window_width)
+    else:
+        from PIL import Image
+
+        pixels = np.asarray(Image.open(path).convert("L"))
+        default = (127.5, 256.0)
+    if pixels.ndim == 3:  # colour secondary captures: view as grey
+        pixels = pixels.mean(axis=2)
+    return ViewerPixels(pixels, (float(default[0]), float(default[1])), (float(np.min(pixels)), float(np.max(pixels))))
+
+
+def render(view: ViewerPixels, center: float, width: float, zoom: float = 1.0):
+    """The windowed 8-bit rendering, cropped around the centre for zoom > 1."""
+    from orapo_core.imaging import window
+
+    pixels = view.pixels
+    zoom = max(1.0, float(zoom or 1.0))
+    if zoom > 1.0:
+        h, w = pixels.shape[:2]
+        ch, cw = max(1, int(h / zoom)), max(1, int(w / zoom))
+        top, left = (h - ch) // 2, (w - cw) // 2
+        pixels = pixels[top:top + ch, left:left + cw]
+    return window(pixels, center, width)
+
+
+def preset(view: ViewerPixels, name: str) -> tuple[float, float]:
+    from orapo_core.imaging import preset_window
+
+    try:
+        return preset_window(name, view.pixels, view.default_window)
+    except KeyError:
+        raise OrapoError("unknown_preset", f"There is no window preset called {name!r}.") from None
+
+
+def draft_study(db, settings: Settings, registry: ModelRegistry, user: UserRecord, study_id: int, *,
+                samples: int = DRAFT_SAMPLES, progress=None):
+    """Draft the study's first image with the served model, store the draft, and return its record."""
+    from db import AuditRepository, DraftRepository
+
+    def step(fraction: float, what: str) -> None:
+        if progress is not None:
+            progress(fraction, desc=what)
+
+    overview = open_study(db, user, study_id)
+    image = first_image(overview)
+    step(0.05, "Reading the image")
+    view = viewer_pixels(settings, image)
+    served = registry.served()
+    step(0.15, f"Loading model {served.name}")
+    drafter = registry.drafter(served)
+    step(0.35, "Drafting the report and its samples")
+    draft = drafter.draft(view.pixels, samples=samples)
+    step(0.9, "Storing the draft")
+    record = DraftRepository(db).create(
+        overview.study.id, model_name=draft.model_name, prompt=draft.prompt, text=draft.text,
+        sampling={**draft.sampling, "prompt_version": draft.prompt_version, "model_version": served.name},
+        facts={"flagged": draft.flagged}, sentence_scores=draft.sentences, latency_ms=int(draft.latency_ms),
+        model_version_id=served.version_id, created_by=user.id,
+    )
+    AuditRepository(db).append("draft.create", actor=user, object_type="study", object_id=overview.study.id,
+                               details={"draft_id": record.id, "model": served.name, "latency_ms": record.latency_ms})
+    return record
+
+
+def ingest_upload(db, settings: Settings, user: UserRecord, path: str | Path):
+    """Ingest one uploaded file and then delete it from the upload cache, whatever the outcome."""
+    from app.services.ingest import ingest_bytes
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+        return ingest_bytes(data, path.name, db=db, settings=settings, user=user, actor=user.username)
+    finally:
+        path.unlink(missing_ok=True)
+        try:
+            path.parent.rmdir()  # Gradio keeps each upload in a folder of its own
+        except OSError:
+            pass

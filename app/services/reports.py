@@ -1,0 +1,172 @@
+"""The clinician's side of a report: highlights, saving, signing, amending, the worklist.
+
+Before editing, each draft sentence is coloured by the model's self-consistency
+(how often its K samples agreed); once the clinician edits, the same draft
+sentences are judged by FactS against the edited text, so the colours say what
+the correction changed: entailed, contradicted, or unsupported. A saved edit is
+also a preference pair (chosen = correction, rejected = draft) for the next round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from db.records import CorrectionRecord, DraftRecord, StudyOverview, UserRecord
+from orapo_core.errors import OrapoError
+
+CONFIDENCE_COLORS = {"high confidence": "#2e7d32", "medium confidence": "#f9a825", "low confidence": "#c62828"}
+FACTS_COLORS = {"entailed": "#2e7d32", "contradicted": "#c62828", "unsupported": "#f9a825", "neutral": "#9e9e9e"}
+COLOR_MAP = {**CONFIDENCE_COLORS, **FACTS_COLORS}
+HIGH, MEDIUM = 0.75, 0.5
+
+
+def confidence_label(confidence: float) -> str:
+    return "high confidence" if confidence >= HIGH else "medium confidence" if confidence >= MEDIUM else "low confidence"
+
+
+@dataclass(frozen=True)
+class Highlights:
+    spans: list[tuple[str, str | None]]  # (text, label) pairs for gr.HighlightedText
+    missed: list[str] = field(default_factory=list)  # findings of the reference the draft does not state
+    mode: str = "confidence"  # 'confidence' before editing, 'facts' after
+
+
+def confidence_highlights(draft: DraftRecord) -> Highlights:
+    sentences = draft.sentence_scores or []
+    if not sentences:  # a draft made with samples=0 has no confidences
+        return Highlights([(draft.text, None)])
+    spans: list[tuple[str, str | None]] = []
+    for s in sentences:
+        spans.append((s["text"], confidence_label(float(s["confidence"]))))
+        spans.append((" ", None))
+    return Highlights(spans[:-1])
+
+
+def facts_highlights(draft_text: str, corrected_text: str) -> Highlights:
+    """The draft's sentences judged against the corrected text, and what the draft missed."""
+    from orapo_core.facts import score_report
+
+    if not (corrected_text or "").strip():
+        return Highlights([(draft_text, None)], mode="facts")
+    score = score_report(draft_text, reference_text=corrected_text)
+    spans: list[tuple[str, str | None]] = []
+    for s in score.sentences:
+        spans.append((s.text, s.status))
+        spans.append((" ", None))
+    return Highlights(spans[:-1] or [(draft_text, None)], missed=list(score.missed), mode="facts")
+
+
+def highlights_for(draft: DraftRecord, edited_text: str | None) -> Highlights:
+    if edited_text is None or " ".join(edited_text.split()) == " ".join(draft.text.split()):
+        return confidence_highlights(draft)
+    return facts_highlights(draft.text, edited_text)
+
+
+def sentence_choices(draft_text: str) -> list[tuple[str, int]]:
+    """(label, index) for each sentence of the draft, for a dropdown."""
+    from orapo_core.facts import extract_facts
+
+    report = extract_facts(draft_text)
+    return [(f"{i + 1}. {s.text[:80]}", i) for i, s in enumerate(report.sentences)]
+
+
+def sentence_facts(draft_text: str, index: int, reference_text: str | None = None) -> list[list[Any]]:
+    """The atomic facts of one draft sentence: mention, finding, polarity, attributes, and the verdict."""
+    from orapo_core.facts import extract_facts, score_report
+
+    index = int(index)
+    if reference_text and reference_text.strip():
+        for s in score_report(draft_text, reference_text=reference_text).sentences:
+            if s.index == index:
+                return [[j.fact.mention, j.fact.observation, j.fact.polarity, _attrs(j.fact.attributes), j.verdict]
+                        for j in s.facts]
+        return []
+    return [[f.mention, f.observation, f.polarity, _attrs(f.attributes), ""]
+            for f in extract_facts(draft_text).facts if f.sentence_index == index]
+
+
+def _attrs(attributes: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted((attributes or {}).items()))
+
+
+def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool) -> CorrectionRecord:
+    """Store the clinician's report (version 1, or an amendment of the latest), and its preference pair if edited."""
+    from app.services.drafting import open_study
+    from db import AuditRepository, CorrectionRepository, DraftRepository, PairRepository
+    from orapo_core.facts import label_report
+
+    text = (text or "").strip()
+    if not text:
+        raise OrapoError("empty_report", "The report is empty; write or accept a report before saving.")
+    overview = open_study(db, user, study_id)
+    draft = DraftRepository(db).get(int(draft_id)) if draft_id is not None else overview.latest_draft
+    if draft is not None and draft.study_id != overview.study.id:
+        raise OrapoError("draft_not_found", "That draft belongs to another study.")
+    labels = label_report(text)
+    corrections = CorrectionRepository(db)
+    latest = overview.latest_correction
+    if latest is not None and latest.signed_at is None and sign and " ".join(latest.text.split()) == " ".join(text.split()):
+        record = corrections.sign(latest.id)  # signing the saved text adds no version and no second pair
+        AuditRepository(db).append("correction.sign", actor=user, object_type="study", object_id=overview.study.id,
+                                   details={"correction_id": record.id, "version": record.version})
+        return record
+    if latest is None:
+        record = corrections.create(overview.study.id, author_id=user.id, text=text,
+                                    draft_id=draft.id if draft else None, labels=labels, signed=sign)
+        action = "correction.create"
+    else:
+        record = corrections.amend(latest.id, author_id=user.id, text=text, labels=labels, signed=sign)
+        action = "correction.amend"
+    details: dict[str, Any] = {"correction_id": record.id, "version": record.version, "signed": sign,
+                               "accepted_unchanged": record.accepted_unchanged,
+                               "draft_id": draft.id if draft else None,
+                               "model_version_id": draft.model_version_id if draft else None}
+    if draft is not None and not record.accepted_unchanged:
+        if overview.study.split == "train":
+            pair = PairRepository(db).add(overview.study.id, prompt=draft.prompt, chosen=text, rejected=draft.text,
+                                          source="clinician_edit", image_id=overview.images[0].id if overview.images else None,
+                                          correction_id=record.id)
+            details["pair_id"] = pair.id
+        else:
+            details["pair_id"] = None  # held-out studies evaluate rounds; they never become training pairs
+    AuditRepository(db).append(action, actor=user, object_type="study", object_id=overview.study.id, details=details)
+    if sign:
+        AuditRepository(db).append("correction.sign", actor=user, object_type="study", object_id=overview.study.id,
+                                   details={"correction_id": record.id, "version": record.version})
+    return record
+
+
+def accept_draft(db, user: UserRecord, study_id: int, draft_id: int) -> CorrectionRecord:
+    """The draft, unchanged, as the signed report."""
+    from db import DraftRepository
+
+    draft = DraftRepository(db).get(int(draft_id))
+    return save_report(db, user, study_id, draft.id, draft.text, sign=True)
+
+
+def worklist(db, user: UserRecord, *, status: str | None = None, everyone: bool = False, limit: int = 200) -> list[StudyOverview]:
+    """The user's own studies; everyone's for an administrator who asks."""
+    from app.services.auth import require_role
+    from db import StudyRepository
+
+    if everyone:
+        require_role(user, "admin")
+    statuses = None if status in (None, "", "all") else status
+    return StudyRepository(db).list(uploaded_by=None if everyone else user.id, status=statuses, limit=limit)
+
+
+@dataclass(frozen=True)
+class StudyHistory:
+    overview: StudyOverview
+    drafts: list[DraftRecord]
+    corrections: list[CorrectionRecord]
+
+
+def history(db, user: UserRecord, study_id: int) -> StudyHistory:
+    from app.services.drafting import open_study
+    from db import CorrectionRepository, DraftRepository
+
+    overview = open_study(db, user, study_id)
+    return StudyHistory(overview, DraftRepository(db).for_study(overview.study.id),
+                        CorrectionRepository(db).history(overview.study.id))

@@ -1,0 +1,35 @@
+"""The Account tab: who is signed in, and the password change (the only thing a one-time password allows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from app.server import AppContext, shown_to_user
+from app.services import auth
+
+
+@dataclass
+class AccountUI:
+    password_changed: object  # the event a successful change triggers, so the app can reveal the other tabs
+
+
+def build(ctx: AppContext) -> AccountUI:
+    gr.Markdown("### Change your password\nA one-time password from an administrator must be changed before anything else.")
+    with gr.Column(scale=1, min_width=320):
+        old = gr.Textbox(label="Current password", type="password", elem_id="orapo-old-password")
+        new = gr.Textbox(label="New password (8 characters or more)", type="password", elem_id="orapo-new-password")
+        repeat = gr.Textbox(label="New password again", type="password", elem_id="orapo-repeat-password")
+        button = gr.Button("Change password", variant="primary", elem_id="orapo-change-password")
+        result = gr.Markdown()
+
+    def change_password(old_value, new_value, repeat_value, request: gr.Request):
+        with shown_to_user():
+            user = ctx.user(request, allow_password_change=True)
+            auth.change_own_password(ctx.database, user, old_value, new_value, repeat_value)
+            return "", "", "", "Password changed."
+
+    event = button.click(change_password, inputs=[old, new, repeat], outputs=[old, new, repeat, result],
+                         api_name="change_password")
+    return AccountUI(password_changed=event)

@@ -1,0 +1,98 @@
+"""The Admin tab: user management and the audit log.
+
+Every handler asks for the admin role itself (through the services), so the tab
+being hidden from radiologists is a convenience, not the protection.
+Training rounds, the schedule and the dashboard charts are added below
+`build`'s "rounds and dashboard" marker by their own module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from app.server import AppContext, shown_to_user
+from app.services import auth
+
+USER_COLUMNS = ["Username", "Role", "Active", "Must change password", "Created", "Last sign-in"]
+AUDIT_COLUMNS = ["When", "Who", "Action", "Object", "Details"]
+
+
+@dataclass
+class AdminUI:
+    users: gr.Dataframe
+    audit: gr.Dataframe
+
+
+def _user_rows(users) -> list[list]:
+    return [[u.username, u.role, u.active, u.must_change_password, u.created_at.strftime("%Y-%m-%d %H:%M"),
+             u.last_login_at.strftime("%Y-%m-%d %H:%M") if u.last_login_at else ""] for u in users]
+
+
+def _audit_rows(entries) -> list[list]:
+    return [[e.created_at.strftime("%Y-%m-%d %H:%M:%S"), e.actor_name, e.action,
+             f"{e.object_type or ''} {e.object_id or ''}".strip(), str(e.details)] for e in entries]
+
+
+def build(ctx: AppContext) -> AdminUI:
+    with gr.Accordion("Users", open=True):
+        users = gr.Dataframe(headers=USER_COLUMNS, interactive=False, elem_id="orapo-users")
+        with gr.Row():
+            username = gr.Textbox(label="Username", scale=2)
+            role = gr.Dropdown(["radiologist", "admin"], value="radiologist", label="Role", scale=1)
+        with gr.Row():
+            create_btn = gr.Button("Create user", variant="primary")
+            disable_btn = gr.Button("Disable")
+            enable_btn = gr.Button("Enable")
+            reset_btn = gr.Button("Reset password")
+            users_refresh = gr.Button("Refresh")
+        users_result = gr.Markdown(elem_id="orapo-users-result")
+    with gr.Accordion("Audit log", open=True):
+        with gr.Row():
+            action = gr.Textbox(label="Action (e.g. 'user.' for a prefix)", scale=2)
+            who = gr.Textbox(label="Who", scale=1)
+            audit_btn = gr.Button("Show", scale=0)
+        audit = gr.Dataframe(headers=AUDIT_COLUMNS, interactive=False, wrap=True, elem_id="orapo-audit")
+
+    # -- rounds and dashboard: the rounds/schedule/charts sections are built here by their own module --
+
+    def list_users(request: gr.Request):
+        with shown_to_user():
+            return _user_rows(auth.list_users(ctx.database, ctx.user(request, role="admin")))
+
+    def create_user(name, role_value, request: gr.Request):
+        with shown_to_user():
+            actor = ctx.user(request, role="admin")
+            user, password = auth.create_user(ctx.database, actor, name, role_value)
+            return (_user_rows(auth.list_users(ctx.database, actor)),
+                    f"Created **{user.username}** ({user.role}). One-time password, shown once: `{password}`")
+
+    def set_active(active: bool):
+        def handler(name, request: gr.Request):
+            with shown_to_user():
+                actor = ctx.user(request, role="admin")
+                user = auth.set_user_active(ctx.database, actor, name, active)
+                return (_user_rows(auth.list_users(ctx.database, actor)),
+                        f"**{user.username}** is now {'active' if user.active else 'disabled'}.")
+        return handler
+
+    def reset(name, request: gr.Request):
+        with shown_to_user():
+            actor = ctx.user(request, role="admin")
+            user, password = auth.reset_password(ctx.database, actor, name)
+            return (_user_rows(auth.list_users(ctx.database, actor)),
+                    f"New one-time password for **{user.username}**, shown once: `{password}`")
+
+    def show_audit(action_value, who_value, request: gr.Request):
+        with shown_to_user():
+            actor = ctx.user(request, role="admin")
+            return _audit_rows(auth.audit_log(ctx.database, actor, action=action_value, actor_name=who_value))
+
+    users_refresh.click(list_users, outputs=users, api_name="list_users")
+    create_btn.click(create_user, inputs=[username, role], outputs=[users, users_result], api_name="create_user")
+    disable_btn.click(set_active(False), inputs=username, outputs=[users, users_result], api_name="disable_user")
+    enable_btn.click(set_active(True), inputs=username, outputs=[users, users_result], api_name="enable_user")
+    reset_btn.click(reset, inputs=username, outputs=[users, users_result], api_name="reset_password")
+    audit_btn.click(show_audit, inputs=[action, who], outputs=audit, api_name="audit_log")
+    return AdminUI(users=users, audit=audit)

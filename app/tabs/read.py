@@ -1,0 +1,262 @@
+"""The Read tab: upload, view (window/level, zoom, header), draft, correct, sign.
+
+Image viewer on the left, report on the right, as on a reading workstation.
+What this session is reading (study, image, draft) lives in a `gr.State`, so two
+radiologists never see each other's study; every handler still re-checks the
+user and their right to the study through the services.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from app.server import AppContext, shown_to_user
+from app.services import drafting, reports
+from orapo_core.errors import OrapoError
+
+PRESETS = ["default", "full", "lung", "mediastinum", "bone"]
+VIEW_MAX_SIDE = 1400  # the browser scales further; more pixels only cost encoding time
+
+
+@dataclass
+class ReadUI:
+    state: gr.State
+    study_outputs: list[Any]
+
+
+def _empty_state() -> dict:
+    return {"study_id": None, "image_id": None, "draft_id": None, "draft_text": None}
+
+
+def _view_image(view: drafting.ViewerPixels, center: float, width: float, zoom: float):
+    from PIL import Image
+
+    picture = Image.fromarray(drafting.render(view, center, width, zoom))
+    if max(picture.size) > VIEW_MAX_SIDE:
+        picture.thumbnail((VIEW_MAX_SIDE, VIEW_MAX_SIDE), Image.Resampling.BILINEAR)
+    return picture
+
+
+def _study_markdown(overview, image) -> str:
+    s = overview.study
+    bits = f"{image.bits_stored}-bit " if image.bits_stored else ""
+    parts = [f"**Study {s.id}** · {s.patient_pseudonym}", f"{s.modality or '?'} {s.view_position or ''}".strip(),
+             f"{bits}{image.source_format.upper()} {image.width}×{image.height}", f"status **{s.status}**"]
+    if s.split == "holdout":
+        parts.append("held out for evaluation (not trained on)")
+    md = " · ".join(parts)
+    if image.warnings:
+        md += "\n\n" + "\n".join(f"- Warning: {w}" for w in image.warnings)
+    return md
+
+
+def load_study(ctx: AppContext, user, study_id: int) -> tuple:
+    """Every output of the tab for one study: viewer, header, latest draft and report."""
+    overview = drafting.open_study(ctx.database, user, study_id)
+    image = drafting.first_image(overview)
+    view = drafting.viewer_pixels(ctx.settings, image)
+    center, width = view.default_window
+    lo, hi = view.value_range
+    span = max(hi - lo, 1.0)
+    draft = overview.latest_draft
+    report_text = overview.latest_correction.text if overview.latest_correction else (draft.text if draft else "")
+    state = {"study_id": overview.study.id, "image_id": image.id,
+             "draft_id": draft.id if draft else None, "draft_text": draft.text if draft else None}
+    if draft:
+        hl = reports.highlights_for(draft, report_text)
+        spans, missed, choices = hl.spans, _missed_md(hl), reports.sentence_choices(draft.text)
+        model = f"Draft {draft.id} by **{draft.model_name}**" + (f" (version {draft.model_version_id})" if draft.model_version_id else "")
+    else:
+        spans, missed, choices, model = [], "", [], "No draft yet: press **Draft report**."
+    corr = overview.latest_correction
+    status = model
+    if corr:
+        status += f" · report version {corr.version}" + (" · **signed**" if corr.signed_at else " · not signed")
+        status += " · saving now makes an amendment (a new version)"
+    header = [[k, str(v)] for k, v in sorted(image.header.items())]
+    return (
+        state,
+        _view_image(view, center, width, 1.0),
+        gr.Slider(minimum=lo - span, maximum=hi + span, value=center),
+        gr.Slider(minimum=1, maximum=span * 2, value=width),
+        gr.Radio(value="default"),
+        gr.Slider(value=1.0),
+        header,
+        _study_markdown(overview, image),
+        spans,
+        missed,
+        gr.Dropdown(choices=choices, value=None),
+        [],
+        report_text,
+        status,
+    )
+
+
+def _missed_md(hl: reports.Highlights) -> str:
+    if hl.mode != "facts":
+        return "Colours show the model's self-consistency. Edit the report to check the draft against it."
+    if not hl.missed:
+        return "**Missed by the draft:** none."
+    return "**Missed by the draft:** " + ", ".join(hl.missed)
+
+
+def build(ctx: AppContext) -> ReadUI:
+    state = gr.State(_empty_state())
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3, min_width=480):
+            files = gr.File(label="Drop DICOM, PNG or JPEG files here", file_count="multiple",
+                            file_types=[".dcm", ".dicom", ".dic", ".png", ".jpg", ".jpeg"], height=110)
+            upload_status = gr.Markdown(elem_id="orapo-upload-status")
+            viewer = gr.Image(label="Image", type="pil", interactive=False, height=640, elem_id="orapo-viewer",
+                              buttons=["fullscreen"])
+            with gr.Row():
+                preset = gr.Radio(PRESETS, value="default", label="Window preset", scale=3, elem_id="orapo-preset")
+                zoom = gr.Slider(1.0, 4.0, value=1.0, step=0.25, label="Zoom (centre)", scale=1, elem_id="zoom")
+            with gr.Row():
+                center = gr.Slider(0, 4096, value=2048, label="Window centre (level)", elem_id="center")
+                width = gr.Slider(1, 8192, value=4096, label="Window width", elem_id="width")
+            with gr.Accordion("De-identified header", open=False):
+                header = gr.Dataframe(headers=["Element", "Value"], interactive=False, wrap=True, elem_id="orapo-header")
+        with gr.Column(scale=2, min_width=420):
+            study_info = gr.Markdown("Upload a study or open one from the worklist.", elem_id="orapo-study")
+            draft_btn = gr.Button("Draft report", variant="primary", elem_id="orapo-draft")
+            highlights = gr.HighlightedText(label="Draft, sentence by sentence", color_map=reports.COLOR_MAP,
+                                            show_legend=False, show_inline_category=True, combine_adjacent=False,
+                                            elem_id="orapo-highlights")
+            missed = gr.Markdown(elem_id="orapo-missed")
+            with gr.Row():
+                sentence = gr.Dropdown(label="Facts of sentence", choices=[], scale=2, elem_id="orapo-sentence")
+            facts = gr.Dataframe(headers=["Mention", "Finding", "Polarity", "Attributes", "Verdict"],
+                                 interactive=False, wrap=True, elem_id="orapo-facts")
+            report = gr.Textbox(label="Report (edit in place)", lines=8, max_lines=20, elem_id="orapo-report")
+            with gr.Row():
+                accept_btn = gr.Button("Accept draft unchanged and sign", elem_id="orapo-accept")
+                save_btn = gr.Button("Save correction", elem_id="orapo-save")
+                sign_btn = gr.Button("Save and sign", variant="primary", elem_id="orapo-sign")
+            status = gr.Markdown(elem_id="orapo-status")
+
+    study_outputs = [state, viewer, center, width, preset, zoom, header, study_info, highlights, missed,
+                     sentence, facts, report, status]
+
+    def upload(paths, request: gr.Request):
+        with shown_to_user():
+            user = ctx.user(request)
+            outcomes = [drafting.ingest_upload(ctx.database, ctx.settings, user, p) for p in (paths or [])]
+            lines = []
+            for o in outcomes:
+                if o.ok:
+                    lines.append(f"- Stored **{o.file}**: study {o.study_id}" + (" (already uploaded)" if o.duplicate else ""))
+                else:
+                    lines.append(f"- Refused **{o.file}**: {o.message}")
+            opened = next((o.study_id for o in outcomes if o.ok), None)
+            summary = "\n".join(lines) or "No file received."
+            if opened is None:
+                return (None, summary, *[gr.skip()] * len(study_outputs))
+            return (None, summary, *load_study(ctx, user, opened))
+
+    files.upload(upload, inputs=files, outputs=[files, upload_status, *study_outputs], api_name="upload_studies")
+
+    def render_view(c, w, z, session, request: gr.Request):
+        with shown_to_user():
+            user = ctx.user(request)
+            view = _checked_view(ctx, user, session)
+            return _view_image(view, c, w, z)
+
+    def apply_preset(name, z, session, request: gr.Request):
+        with shown_to_user():
+            user = ctx.user(request)
+            view = _checked_view(ctx, user, session)
+            c, w = drafting.preset(view, name)
+            return gr.Slider(value=c), gr.Slider(value=w), _view_image(view, c, w, z)
+
+    for slider in (center, width, zoom):
+        slider.release(render_view, inputs=[center, width, zoom, state], outputs=viewer,
+                       api_name=f"render_view_{slider.elem_id}", trigger_mode="always_last")
+    preset.input(apply_preset, inputs=[preset, zoom, state], outputs=[center, width, viewer], api_name="window_preset")
+
+    def draft(session, request: gr.Request, progress=gr.Progress()):
+        with shown_to_user():
+            user = ctx.user(request)
+            if not session.get("study_id"):
+                raise OrapoError("no_study", "Upload or open a study first.")
+            record = drafting.draft_study(ctx.database, ctx.settings, ctx.registry, user, session["study_id"],
+                                          progress=progress)
+            session = {**session, "draft_id": record.id, "draft_text": record.text}
+            hl = reports.confidence_highlights(record)
+            return (session, hl.spans, _missed_md(hl), gr.Dropdown(choices=reports.sentence_choices(record.text), value=None),
+                    [], record.text,
+                    f"Draft {record.id} by **{record.model_name}** in {record.latency_ms / 1000:.1f} s",
+                    _study_info(ctx, user, session))
+
+    draft_btn.click(draft, inputs=state, outputs=[state, highlights, missed, sentence, facts, report, status, study_info],
+                    api_name="draft_report", concurrency_limit=2)
+
+    def rescore(text, session, request: gr.Request):
+        with shown_to_user():
+            ctx.user(request)
+            if not session.get("draft_text"):
+                return [], ""
+            from db import DraftRepository
+
+            hl = reports.highlights_for(DraftRepository(ctx.database).get(int(session["draft_id"])), text)
+            return hl.spans, _missed_md(hl)
+
+    # .change, not .input: it also fires when a draft or a reopened report fills the box
+    report.change(rescore, inputs=[report, state], outputs=[highlights, missed], api_name="rescore_report",
+                 trigger_mode="always_last", show_progress="hidden")
+
+    def show_facts(index, text, session, request: gr.Request):
+        with shown_to_user():
+            ctx.user(request)
+            if index is None or not session.get("draft_text"):
+                return []
+            edited = text if " ".join((text or "").split()) != " ".join(session["draft_text"].split()) else None
+            return reports.sentence_facts(session["draft_text"], int(index), edited)
+
+    sentence.change(show_facts, inputs=[sentence, report, state], outputs=facts, api_name="sentence_facts")
+
+    def pick_sentence(session, evt: gr.SelectData):
+        # spans alternate sentence, separator: the n-th sentence is span 2n
+        index = evt.index if isinstance(evt.index, int) else 0
+        return gr.Dropdown(value=index // 2)
+
+    highlights.select(pick_sentence, inputs=state, outputs=sentence, api_visibility="private")
+
+    def finish(kind: str):
+        def handler(text, session, request: gr.Request):
+            with shown_to_user():
+                user = ctx.user(request)
+                if not session.get("study_id"):
+                    raise OrapoError("no_study", "Upload or open a study first.")
+                if kind == "accept":
+                    if not session.get("draft_id"):
+                        raise OrapoError("no_draft", "There is no draft to accept; press Draft report first.")
+                    record = reports.accept_draft(ctx.database, user, session["study_id"], session["draft_id"])
+                else:
+                    record = reports.save_report(ctx.database, user, session["study_id"], session.get("draft_id"), text,
+                                                 sign=kind == "sign")
+                what = "accepted unchanged" if record.accepted_unchanged else "corrected"
+                signed = "signed" if record.signed_at else "saved, not signed"
+                return (record.text, f"Report version {record.version} {what} and {signed} by {user.username}.",
+                        _study_info(ctx, user, session))
+        return handler
+
+    accept_btn.click(finish("accept"), inputs=[report, state], outputs=[report, status, study_info], api_name="accept_draft")
+    save_btn.click(finish("save"), inputs=[report, state], outputs=[report, status, study_info], api_name="save_correction")
+    sign_btn.click(finish("sign"), inputs=[report, state], outputs=[report, status, study_info], api_name="sign_report")
+    return ReadUI(state=state, study_outputs=study_outputs)
+
+
+def _study_info(ctx: AppContext, user, session) -> str:
+    overview = drafting.open_study(ctx.database, user, session["study_id"])
+    return _study_markdown(overview, drafting.first_image(overview))
+
+
+def _checked_view(ctx: AppContext, user, session) -> drafting.ViewerPixels:
+    if not session.get("study_id"):
+        raise OrapoError("no_study", "Open a study first.")
+    overview = drafting.open_study(ctx.database, user, session["study_id"])
+    return drafting.viewer_pixels(ctx.settings, drafting.first_image(overview))

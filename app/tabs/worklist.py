@@ -1,0 +1,91 @@
+"""The Worklist tab: my studies (or everyone's, for an administrator), their history, and reopening one to amend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from app.server import AppContext, shown_to_user
+from app.services import reports
+
+STATUSES = ["all", "new", "drafted", "corrected", "signed", "trained"]
+COLUMNS = ["Study", "Patient (pseudonym)", "View", "Status", "Split", "Uploaded", "Latest draft", "Report version", "Signed"]
+
+
+@dataclass
+class WorklistUI:
+    study_id: gr.Number
+    open_btn: gr.Button
+
+
+def rows(overviews) -> list[list]:
+    out = []
+    for o in overviews:
+        s, d, c = o.study, o.latest_draft, o.latest_correction
+        out.append([s.id, s.patient_pseudonym, s.view_position or "", s.status, s.split,
+                    s.created_at.strftime("%Y-%m-%d %H:%M"), f"{d.id} ({d.model_name})" if d else "",
+                    c.version if c else "", c.signed_at.strftime("%Y-%m-%d %H:%M") if c and c.signed_at else ""])
+    return out
+
+
+def history_rows(h: reports.StudyHistory) -> list[list]:
+    out = [[f"draft {d.id}", d.created_at.strftime("%Y-%m-%d %H:%M"), d.model_name, "", d.text] for d in h.drafts]
+    out += [[f"report v{c.version}", c.created_at.strftime("%Y-%m-%d %H:%M"), f"author {c.author_id}",
+             ("signed" if c.signed_at else "unsigned") + (", accepted unchanged" if c.accepted_unchanged else ""), c.text]
+            for c in h.corrections]
+    return out
+
+
+def build(ctx: AppContext) -> WorklistUI:
+    with gr.Row():
+        status = gr.Dropdown(STATUSES, value="all", label="Status", scale=1)
+        scope = gr.Radio(["mine", "everyone"], value="mine", label="Studies", scale=1,
+                         info="'everyone' is for administrators")
+        refresh = gr.Button("Refresh", scale=0, elem_id="orapo-worklist-refresh")
+    table = gr.Dataframe(headers=COLUMNS, interactive=False, wrap=True, elem_id="orapo-worklist")
+    with gr.Row():
+        study_id = gr.Number(label="Selected study", value=None, precision=0, scale=1, elem_id="orapo-worklist-study")
+        open_btn = gr.Button("Open in Read tab (to amend)", variant="primary", scale=0, elem_id="orapo-worklist-open")
+    history = gr.Dataframe(headers=["Entry", "When", "By", "State", "Text"], interactive=False, wrap=True,
+                           label="History: drafts and report versions", elem_id="orapo-worklist-history")
+
+    def list_studies(status_value, scope_value, request: gr.Request):
+        with shown_to_user():
+            user = ctx.user(request)
+            return rows(reports.worklist(ctx.database, user, status=status_value, everyone=scope_value == "everyone"))
+
+    inputs = [status, scope]
+    refresh.click(list_studies, inputs=inputs, outputs=table, api_name="worklist")
+    status.input(list_studies, inputs=inputs, outputs=table, api_visibility="private")
+    scope.input(list_studies, inputs=inputs, outputs=table, api_visibility="private")
+
+    def study_history(study, request: gr.Request):
+        with shown_to_user():
+            user = ctx.user(request)
+            if study is None:
+                return []
+            return history_rows(reports.history(ctx.database, user, int(study)))
+
+    def pick(evt: gr.SelectData, table_value):
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        return table_value.iloc[row, 0] if hasattr(table_value, "iloc") else table_value[row][0]
+
+    table.select(pick, inputs=table, outputs=study_id, api_visibility="private").then(
+        study_history, inputs=study_id, outputs=history, api_visibility="private")
+    study_id.submit(study_history, inputs=study_id, outputs=history, api_name="study_history")
+    return WorklistUI(study_id=study_id, open_btn=open_btn)
+
+
+def wire_open(ctx: AppContext, ui: WorklistUI, read_ui, tabs: gr.Tabs) -> None:
+    """Reopening a study fills the Read tab (so saving there amends it) and switches to it."""
+    from app.tabs.read import load_study
+
+    def open_study(study, request: gr.Request):
+        with shown_to_user():
+            user = ctx.user(request)
+            if study is None:
+                raise gr.Error("Select a study in the worklist first.")
+            return (*load_study(ctx, user, int(study)), gr.Tabs(selected="read"))
+
+    ui.open_btn.click(open_study, inputs=ui.study_id, outputs=[*read_ui.study_outputs, tabs], api_name="open_study")

@@ -1,0 +1,180 @@
+"""The launched app refuses what it must: no session, wrong role, one-time password; and uploads leave no original behind.
+
+These talk to a real server on 127.0.0.1 (a free port) with plain HTTP and with
+gradio_client, the way a script or a curious user would, so they test the
+routes Gradio exposes, not the buttons the page happens to show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from conftest import pydicom_data_file
+
+ADMIN_ENDPOINTS = {  # api_name -> arguments
+    "/list_users": (),
+    "/create_user": ("mallory", "admin"),
+    "/disable_user": ("boss",),
+    "/enable_user": ("rita",),
+    "/reset_password": ("boss",),
+    "/audit_log": ("", ""),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def launched_app(settings, database, registry=None):
+    """The app as `orapo serve` launches it, on a free local port; yields its URL and the Blocks."""
+    from app.server import build_app, launch_options
+
+    demo = build_app(settings=settings, database=database, registry=registry)
+    port = free_port()
+    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
+                                                   prevent_thread_lock=True, **launch_options(settings, database))
+    try:
+        yield f"http://127.0.0.1:{port}", demo
+    finally:
+        demo.close()
+
+
+def make_env(root: Path, model_dir: Path | None = None):
+    from app.runtime import open_database
+    from db import UserRepository
+    from orapo_core.config import Settings
+
+    settings = Settings(data_dir=root / "data", model_dir=model_dir, deid_secret="test-secret")
+    db = open_database(settings)
+    users = UserRepository(db)
+    users.create("boss", "admin-pass-1", role="admin")
+    users.create("rita", "rita-pass-1")
+    users.create("omar", "omar-pass-1")
+    return settings, db
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    settings, db = make_env(tmp_path_factory.mktemp("security"))
+    with launched_app(settings, db) as (url, demo):
+        yield url, settings, db, demo
+
+
+def client(url, user, password):
+    from gradio_client import Client
+
+    return Client(url, auth=(user, password), verbose=False, download_files=False)
+
+
+def test_every_route_refuses_a_request_without_a_session(server):
+    import httpx
+
+    url, settings, db, demo = server
+    closed = [
+        ("GET", "/config"), ("GET", "/gradio_api/info"), ("GET", "/gradio_api/openapi.json"),
+        ("GET", "/gradio_api/heartbeat/abc"), ("GET", "/gradio_api/queue/data?session_hash=abc"),
+        ("POST", "/gradio_api/queue/join"), ("POST", "/gradio_api/call/list_users"), ("POST", "/gradio_api/run/list_users"),
+        ("POST", "/gradio_api/upload"), ("GET", "/gradio_api/upload_progress?upload_id=x"),
+        ("GET", f"/gradio_api/file={settings.storage_dir}/x.png"), ("GET", "/gradio_api/file/x.png"),
+        ("POST", "/gradio_api/cancel"), ("GET", "/monitoring"),
+        ("POST", "/gradio_api/stream/abc"), ("GET", "/gradio_api/user"), ("GET", "/gradio_api/token"),
+    ]
+    with httpx.Client(base_url=url, timeout=10) as http:
+        for method, path in closed:
+            response = http.request(method, path, cookies={"access-token-unsecure-x": "forged"})
+            assert response.status_code == 401, (method, path, response.status_code, response.text[:200])
+        page = http.get("/")
+        assert page.status_code == 200 and '"auth_required":true' in page.text.replace(" ", "")
+        assert "Draft report" not in page.text and "orapo-report" not in page.text  # the sign-in page only
+        assert http.post("/login", data={"username": "rita", "password": "wrong-password"}).status_code == 400
+        assert http.post("/login", data={"username": "rita", "password": "rita-pass-1"}).status_code == 200
+        assert http.get("/config").status_code == 200  # the session cookie now opens it
+        assert "Draft report" in http.get("/config").text
+
+
+def test_a_radiologist_cannot_reach_admin_handlers_by_any_name(server):
+    from gradio_client.exceptions import AppError
+
+    from db import AuditRepository, UserRepository
+
+    url, settings, db, demo = server
+    rita = client(url, "rita", "rita-pass-1")
+    for api_name, args in ADMIN_ENDPOINTS.items():
+        with pytest.raises(AppError, match="Only an administrator can do this"):
+            rita.predict(*args, api_name=api_name)
+    with pytest.raises(AppError, match="Only an administrator"):
+        rita.predict("all", "everyone", api_name="/worklist")
+    users = {u.username: u for u in UserRepository(db).list()}
+    assert set(users) == {"boss", "omar", "rita"} and users["boss"].active and not users["boss"].must_change_password
+    assert not AuditRepository(db).query(action="user.")[:1] or all(e.actor_name != "rita" for e in AuditRepository(db).query())
+
+    boss = client(url, "boss", "admin-pass-1")  # the same handlers work for an administrator
+    assert {row[0] for row in boss.predict(api_name="/list_users")["data"]} == {"boss", "omar", "rita"}
+    assert boss.predict("", "", api_name="/audit_log")["data"] is not None
+
+
+def test_one_time_password_allows_only_the_password_change(server):
+    from gradio_client.exceptions import AppError
+
+    from db import UserRepository
+
+    url, settings, db, demo = server
+    _, password = UserRepository(db).create_with_one_time_password("fresh")
+    fresh = client(url, "fresh", password)
+    with pytest.raises(AppError, match="one-time password"):
+        fresh.predict("all", "mine", api_name="/worklist")
+    fresh.predict(password, "fresh-pass-1", "fresh-pass-1", api_name="/change_password")
+    assert fresh.predict("all", "mine", api_name="/worklist")["data"] == []
+
+
+def test_a_disabled_account_loses_its_open_session(server):
+    from gradio_client.exceptions import AppError
+
+    from db import UserRepository
+
+    url, settings, db, demo = server
+    UserRepository(db).create("dora", "dora-pass-1")
+    dora = client(url, "dora", "dora-pass-1")
+    assert dora.predict("all", "mine", api_name="/worklist")["data"] == []
+    UserRepository(db).disable("dora")
+    with pytest.raises(AppError, match="disabled"):
+        dora.predict("all", "mine", api_name="/worklist")
+
+
+def test_uploads_leave_no_original_in_the_upload_cache(server, tmp_path):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    from app.server import upload_cache_dir
+
+    url, settings, db, demo = server
+    original = tmp_path / "RG1_J2KR.dcm"
+    shutil.copy(pydicom_data_file("RG1_J2KR.dcm"), original)
+    refused = tmp_path / "notes.png"
+    refused.write_bytes(b"this is not an image at all")
+    digests = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (original, refused)}
+
+    rita = client(url, "rita", "rita-pass-1")
+    result = rita.predict([handle_file(str(original)), handle_file(str(refused))], api_name="/upload_studies")
+    summary = result[1]
+    assert "Stored **RG1_J2KR.dcm**: study" in summary and "Refused **notes.png**: " in summary
+    cache = upload_cache_dir(settings)
+    assert Path(demo.server_app.uploaded_file_dir) == cache  # Gradio uploads into the data folder, not /tmp
+    left = [p for p in cache.rglob("*") if p.is_file() and hashlib.sha256(p.read_bytes()).hexdigest() in digests]
+    assert left == []
+    assert not [p for p in cache.rglob("*") if p.name in {"RG1_J2KR.dcm", "notes.png"}]
+
+    study_id = int(summary.split("study ")[1].split()[0].strip("*"))
+    omar = client(url, "omar", "omar-pass-1")
+    with pytest.raises(AppError, match="another radiologist"):
+        omar.predict(study_id, api_name="/open_study")
+    assert any(row[0] == study_id for row in rita.predict("all", "mine", api_name="/worklist")["data"])

@@ -1,0 +1,207 @@
+"""The app's services without a browser: sign-in, roles, drafting with a tiny model, reports and the worklist."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import pydicom_data_file
+from orapo_core.errors import OrapoError
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from tiny_vlms import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("model") / "qwen2_vl", family="qwen2_vl")
+
+
+@pytest.fixture
+def app_env(tmp_path, tiny_model):
+    from app.runtime import open_database
+    from db import UserRepository
+    from orapo_core.config import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", model_dir=tiny_model, deid_secret="test-secret")
+    db = open_database(settings)
+    users = UserRepository(db)
+    admin = users.create("boss", "admin-pass-1", role="admin")
+    rad = users.create("rita", "rita-pass-1")
+    other = users.create("omar", "omar-pass-1")
+    return settings, db, admin, rad, other
+
+
+def _train_study(db, user, text="There is a small right pleural effusion. No pneumothorax."):
+    """A training-split study with a stored draft (the split is a hash of the UID: pick one that trains)."""
+    from db import DraftRepository, StudyRepository
+    from db.repositories.studies import split_for
+
+    uid = next(f"uid-{i}" for i in range(100) if split_for(f"uid-{i}") == "train")
+    study = StudyRepository(db).create(uid, "ANON-1", uploaded_by=user.id)
+    draft = DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.", text=text,
+                                       sentence_scores=[{"text": "There is a small right pleural effusion.", "confidence": 0.4},
+                                                        {"text": "No pneumothorax.", "confidence": 1.0}])
+    return study, draft
+
+
+def test_sign_in_checks_the_users_table(app_env):
+    from app.services.auth import check_credentials
+    from db import UserRepository
+
+    settings, db, admin, rad, other = app_env
+    assert check_credentials(db, "rita", "rita-pass-1")
+    assert not check_credentials(db, "rita", "wrong-password")
+    assert not check_credentials(db, "nobody", "rita-pass-1")
+    UserRepository(db).disable("rita")
+    assert not check_credentials(db, "rita", "rita-pass-1")
+
+
+def test_signed_in_enforces_active_role_and_password_change(app_env):
+    from app.services.auth import signed_in
+    from db import UserRepository
+
+    settings, db, admin, rad, other = app_env
+    assert signed_in(db, "boss", role="admin").id == admin.id
+    assert signed_in(db, "boss", role="radiologist").id == admin.id  # an admin may read too
+    with pytest.raises(OrapoError) as refused:
+        signed_in(db, "rita", role="admin")
+    assert refused.value.code == "forbidden"
+    with pytest.raises(OrapoError) as nobody:
+        signed_in(db, None)
+    assert nobody.value.code == "not_signed_in"
+    fresh, password = UserRepository(db).create_with_one_time_password("newbie")
+    with pytest.raises(OrapoError) as must_change:
+        signed_in(db, "newbie")
+    assert must_change.value.code == "password_change_required"
+    assert signed_in(db, "newbie", allow_password_change=True).username == "newbie"
+    UserRepository(db).disable("rita")
+    with pytest.raises(OrapoError) as disabled:
+        signed_in(db, "rita")  # a session opened before the account was disabled
+    assert disabled.value.code == "user_disabled"
+
+
+def test_admin_services_refuse_a_radiologist_and_work_for_an_admin(app_env):
+    from app.services import auth
+    from db import AuditRepository, UserRepository
+
+    settings, db, admin, rad, other = app_env
+    for call in (lambda: auth.list_users(db, rad), lambda: auth.create_user(db, rad, "mallory", "admin"),
+                 lambda: auth.set_user_active(db, rad, "boss", False), lambda: auth.reset_password(db, rad, "boss"),
+                 lambda: auth.audit_log(db, rad)):
+        with pytest.raises(OrapoError) as refused:
+            call()
+        assert refused.value.code == "forbidden"
+    assert [u.username for u in UserRepository(db).list()] == ["boss", "omar", "rita"]
+    user, password = auth.create_user(db, admin, "nina", "radiologist")
+    assert user.must_change_password and len(password) >= 12
+    auth.change_own_password(db, user, password, "nina-new-pass", "nina-new-pass")
+    assert not UserRepository(db).get_by_username("nina").must_change_password
+    with pytest.raises(OrapoError):
+        auth.set_user_active(db, admin, "boss", False)  # not oneself
+    assert [e.action for e in auth.audit_log(db, admin, action="user.")][:2] == ["user.password", "user.create"]
+    assert AuditRepository(db).query(actor_name="boss", action="user.create")
+
+
+def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
+    from app.services import drafting, reports
+    from db import AuditRepository, CorrectionRepository, PairRepository, StudyRepository
+
+    settings, db, admin, rad, other = app_env
+    upload = tmp_path / "cache" / "abc123" / "RG1_J2KR.dcm"
+    upload.parent.mkdir(parents=True)
+    shutil.copy(pydicom_data_file("RG1_J2KR.dcm"), upload)
+    outcome = drafting.ingest_upload(db, settings, rad, upload)
+    assert outcome.ok, outcome.message
+    assert not upload.exists() and not upload.parent.exists()  # the original is gone from the cache
+
+    overview = drafting.open_study(db, rad, outcome.study_id)
+    view = drafting.viewer_pixels(settings, overview.images[0])
+    assert view.pixels.dtype != "uint8" and view.pixels.max() > 255  # full bit depth, not the PNG
+    lung = drafting.preset(view, "lung")
+    assert lung != drafting.preset(view, "bone")
+    assert drafting.render(view, *lung, zoom=2.0).shape == (view.pixels.shape[0] // 2, view.pixels.shape[1] // 2)
+
+    registry = drafting.ModelRegistry(settings, db)
+    steps = []
+    draft = drafting.draft_study(db, settings, registry, rad, outcome.study_id, samples=2,
+                                 progress=lambda f, desc: steps.append(f))
+    assert draft.text and draft.model_name == settings.model_dir.name and draft.created_by == rad.id
+    assert steps == sorted(steps) and len(steps) >= 3
+    assert registry.drafter(registry.served()) is registry.drafter(registry.served())  # loaded once
+    assert StudyRepository(db).get(outcome.study_id).status == "drafted"
+
+    with pytest.raises(OrapoError) as foreign:
+        drafting.draft_study(db, settings, registry, other, outcome.study_id)
+    assert foreign.value.code == "forbidden"
+
+    signed = reports.accept_draft(db, rad, outcome.study_id, draft.id)
+    assert signed.accepted_unchanged and signed.signed_at is not None and signed.version == 1
+    assert PairRepository(db).count() == 0  # nothing to learn from an accepted draft
+    assert CorrectionRepository(db).latest_for_study(outcome.study_id).author_id == rad.id
+    actions = [e.action for e in AuditRepository(db).query(object_type="study", object_id=outcome.study_id)]
+    assert actions[:3] == ["correction.sign", "correction.create", "draft.create"] and "study.ingest" in actions
+
+
+def test_an_edit_becomes_a_pair_and_an_amendment_a_new_version(app_env):
+    from app.services import reports
+    from db import CorrectionRepository, PairRepository, StudyRepository
+
+    settings, db, admin, rad, other = app_env
+    study, draft = _train_study(db, rad)
+    edited = "No pleural effusion. No pneumothorax."
+    first = reports.save_report(db, rad, study.id, draft.id, edited, sign=False)
+    assert (first.version, first.signed_at, first.accepted_unchanged) == (1, None, False)
+    assert first.labels["Pleural Effusion"] == 0
+    pair = PairRepository(db).list()[0]
+    assert (pair.chosen, pair.rejected, pair.source, pair.correction_id) == (edited, draft.text, "clinician_edit", first.id)
+
+    signed = reports.save_report(db, rad, study.id, draft.id, edited, sign=True)
+    assert signed.id == first.id and signed.signed_at is not None  # signing the saved text adds no version
+    assert PairRepository(db).count() == 1
+    assert StudyRepository(db).get(study.id).status == "signed"
+
+    amended = reports.save_report(db, rad, study.id, draft.id, edited + " Heart size is normal.", sign=True)
+    assert amended.version == 2 and amended.previous_id == first.id
+    assert [c.text for c in CorrectionRepository(db).history(study.id)] == [edited, edited + " Heart size is normal."]
+    h = reports.history(db, rad, study.id)
+    assert [d.id for d in h.drafts] == [draft.id] and len(h.corrections) == 2
+    with pytest.raises(OrapoError) as empty:
+        reports.save_report(db, rad, study.id, draft.id, "   ", sign=True)
+    assert empty.value.code == "empty_report"
+
+
+def test_highlights_before_and_after_editing(app_env):
+    from app.services import reports
+
+    settings, db, admin, rad, other = app_env
+    study, draft = _train_study(db, rad)
+    before = reports.highlights_for(draft, draft.text)
+    assert before.mode == "confidence"
+    assert [label for _, label in before.spans if label] == ["low confidence", "high confidence"]
+    after = reports.highlights_for(draft, "No pleural effusion. No pneumothorax. Consolidation in the left lower lobe.")
+    assert [label for _, label in after.spans if label] == ["contradicted", "entailed"]
+    assert after.missed == ["Consolidation"]
+    assert set(reports.COLOR_MAP) >= {"entailed", "contradicted", "unsupported", "high confidence", "low confidence"}
+    rows = reports.sentence_facts(draft.text, 0, "No pleural effusion.")
+    assert rows == [["pleural effusion", "Pleural Effusion", "positive", "laterality=right, severity=small", "contradicted"]]
+
+
+def test_worklist_scopes_and_filters(app_env):
+    from app.services import drafting, reports
+
+    settings, db, admin, rad, other = app_env
+    mine, draft = _train_study(db, rad)
+    from db import StudyRepository
+
+    theirs = StudyRepository(db).create("another-uid", "ANON-2", uploaded_by=other.id)
+    assert [o.study.id for o in reports.worklist(db, rad)] == [mine.id]
+    assert [o.study.id for o in reports.worklist(db, rad, status="drafted")] == [mine.id]
+    assert reports.worklist(db, rad, status="signed") == []
+    with pytest.raises(OrapoError) as refused:
+        reports.worklist(db, rad, everyone=True)
+    assert refused.value.code == "forbidden"
+    assert {o.study.id for o in reports.worklist(db, admin, everyone=True)} == {mine.id, theirs.id}
+    with pytest.raises(OrapoError):
+        drafting.open_study(db, rad, theirs.id)
+    assert drafting.open_study(db, admin, theirs.id).study.id == theirs.id

@@ -1,0 +1,188 @@
+"""The clinician's flow in a real browser: sign in, upload, draft, see highlights, edit, sign, find it in the worklist.
+
+Drives Debian's Chromium through Playwright against the launched app. The
+served model is a tiny random VLM from tests/tiny_vlms.py, loaded through the
+real path; its `generate` is scripted to write a readable report (random
+weights write noise with no findings in it, which would leave nothing for the
+highlights to show). Screenshots of each step go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import pydicom_data_file
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+if not CHROMIUM.exists() and os.environ.get("CI") != "true":
+    pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium); "
+                "in CI (CI=true) this test runs and fails instead.", allow_module_level=True)
+
+GREEDY = "There is a small right pleural effusion. No pneumothorax. Heart size is normal."
+SAMPLES = [GREEDY, "No pleural effusion. No pneumothorax. Heart size is normal.",
+           "No effusion. No pneumothorax. Heart size is normal.", "No pneumothorax. Heart size is normal."]
+
+
+def scripted_registry(settings, db):
+    """A ModelRegistry whose drafters load the configured tiny model but write a fixed, readable report."""
+    from app.services.drafting import ModelRegistry
+    from orapo_core.models.draft import Drafter
+    from orapo_core.models.loading import load_model
+
+    class ScriptedDrafter(Drafter):
+        def _generate(self, picture, samples, max_new_tokens, temperature, top_p, seed):
+            assert picture.mode == "RGB" and min(picture.size) > 16  # the real image reached the model
+            return GREEDY, SAMPLES[:samples]
+
+    return ModelRegistry(settings, db, loader=lambda served: ScriptedDrafter(load_model(served.model_dir),
+                                                                             model_version=served.name))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_path):
+    from playwright.sync_api import expect
+
+    from db import CorrectionRepository, PairRepository, StudyRepository
+    from test_app_security import launched_app, make_env
+    from tiny_vlms import build_tiny_vlm
+
+    settings, db = make_env(tmp_path, build_tiny_vlm(tmp_path / "model", family="qwen2_vl"))
+    ARTIFACTS.mkdir(exist_ok=True)
+    upload = tmp_path / "RG1_J2KR.dcm"
+    shutil.copy(pydicom_data_file("RG1_J2KR.dcm"), upload)
+
+    with launched_app(settings, db, scripted_registry(settings, db)) as (url, _):
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.set_default_timeout(30_000)
+        shot = lambda name: page.screenshot(path=str(ARTIFACTS / f"reading-{name}.png"), full_page=True)  # noqa: E731
+
+        page.goto(url)
+        page.get_by_label("username").fill("rita")
+        page.get_by_label("password").fill("rita-pass-1")
+        shot("1-sign-in")
+        page.get_by_role("button", name="Login").click()
+        expect(page.locator("#orapo-whoami")).to_contain_text("Signed in as rita (radiologist)")
+        expect(page.get_by_role("tab", name="Admin")).to_have_count(0)  # hidden for a radiologist
+        shot("2-signed-in")
+
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        expect(page.locator("#orapo-upload-status")).to_contain_text("Stored RG1_J2KR.dcm: study", timeout=60_000)
+        expect(page.locator("#orapo-study")).to_contain_text(re.compile(r"1[0-6]-bit DICOM"))
+        image = page.locator("#orapo-viewer img")
+        expect(image).to_be_visible()
+        shot("3-uploaded")
+        default_src = image.get_attribute("src")
+        page.locator("#orapo-preset").get_by_text("lung").click()  # re-windowed from the full-bit-depth DICOM
+        expect(image).not_to_have_attribute("src", default_src)
+        page.get_by_text("De-identified header").click()
+        expect(page.locator("#orapo-header")).to_contain_text("DeidentificationMethod")
+        shot("3b-lung-window-and-header")
+
+        page.locator("#orapo-draft").click()
+        def status_of(sentence: str):
+            return page.locator("#orapo-highlights .token", has_text=sentence).locator(".label")
+
+        expect(status_of("There is a small right pleural effusion.")).to_have_text("low confidence", timeout=60_000)
+        expect(status_of("Heart size is normal.")).to_have_text("high confidence")  # every sample agrees
+        expect(page.locator("#orapo-report textarea")).to_have_value(GREEDY)
+        shot("4-drafted")
+
+        edited = GREEDY.replace("There is a small right pleural effusion.", "No pleural effusion.") + \
+            " Consolidation in the left lower lobe."
+        page.locator("#orapo-report textarea").fill(edited)
+        expect(status_of("There is a small right pleural effusion.")).to_have_text("contradicted")
+        expect(status_of("No pneumothorax.")).to_have_text("entailed")
+        expect(page.locator("#orapo-missed")).to_contain_text("Missed by the draft: Consolidation")
+        page.locator("#orapo-highlights .token", has_text="There is a small right pleural effusion.").click()
+        expect(page.locator("#orapo-facts")).to_contain_text("Pleural Effusion")
+        expect(page.locator("#orapo-facts")).to_contain_text("contradicted")
+        shot("5-edited")
+
+        page.locator("#orapo-sign").click()
+        expect(page.locator("#orapo-status")).to_contain_text("Report version 1 corrected and signed by rita")
+        shot("6-signed")
+
+        page.get_by_role("tab", name="Worklist").click()
+        page.locator("#orapo-worklist-refresh").click()
+        expect(page.locator("#orapo-worklist")).to_contain_text("signed")
+        page.locator("#orapo-worklist [data-testid=cell-0-0]").click()  # the study id of the first row
+        expect(page.locator("#orapo-worklist-history")).to_contain_text("report v1")
+        shot("7-worklist")
+
+        page.locator("#orapo-worklist-open").click()  # reopen to amend: a new version, never an overwrite
+        expect(page.locator("#orapo-report textarea")).to_have_value(edited)
+        expect(page.locator("#orapo-status")).to_contain_text("saving now makes an amendment")
+        page.locator("#orapo-report textarea").fill(edited + " Heart size is normal.")
+        page.locator("#orapo-sign").click()
+        expect(page.locator("#orapo-status")).to_contain_text("Report version 2 corrected and signed by rita")
+        shot("8-amended")
+
+    study = StudyRepository(db).list()[0]
+    first, amended = CorrectionRepository(db).history(study.study.id)
+    assert (first.text, first.signed_at is not None, first.accepted_unchanged) == (edited, True, False)
+    assert (amended.version, amended.previous_id, amended.text) == (2, first.id, edited + " Heart size is normal.")
+    if study.study.split == "train":
+        assert edited in [p.chosen for p in PairRepository(db).list()]
+
+
+def test_admin_creates_a_user_who_must_change_the_password_first(browser, tmp_path):
+    from playwright.sync_api import expect
+
+    from test_app_security import launched_app, make_env
+
+    settings, db = make_env(tmp_path)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with launched_app(settings, db) as (url, _):
+        admin = browser.new_context(viewport={"width": 1600, "height": 1000})
+        page = admin.new_page()
+        page.set_default_timeout(30_000)
+        page.goto(url)
+        page.get_by_label("username").fill("boss")
+        page.get_by_label("password").fill("admin-pass-1")
+        page.get_by_role("button", name="Login").click()
+        page.get_by_role("tab", name="Admin").click()
+        page.get_by_label("Username").fill("nina")
+        page.get_by_role("button", name="Create user").click()
+        result = page.locator("#orapo-users-result")
+        expect(result).to_contain_text("One-time password, shown once")
+        password = result.locator("code").inner_text()
+        page.get_by_role("button", name="Show").click()
+        expect(page.locator("#orapo-audit")).to_contain_text("user.create")
+        page.screenshot(path=str(ARTIFACTS / "admin-1-users-and-audit.png"), full_page=True)
+        admin.close()
+
+        newcomer = browser.new_context(viewport={"width": 1600, "height": 1000})
+        page = newcomer.new_page()
+        page.set_default_timeout(30_000)
+        page.goto(url)
+        page.get_by_label("username").fill("nina")
+        page.get_by_label("password").fill(password)
+        page.get_by_role("button", name="Login").click()
+        expect(page.locator("#orapo-whoami")).to_contain_text("change your one-time password")
+        expect(page.get_by_role("tab", name="Read")).to_have_count(0)
+        page.screenshot(path=str(ARTIFACTS / "admin-2-one-time-password.png"), full_page=True)
+        page.locator("#orapo-old-password textarea, #orapo-old-password input").fill(password)
+        page.locator("#orapo-new-password textarea, #orapo-new-password input").fill("nina-new-pass")
+        page.locator("#orapo-repeat-password textarea, #orapo-repeat-password input").fill("nina-new-pass")
+        page.locator("#orapo-change-password").click()
+        expect(page.get_by_role("tab", name="Read")).to_be_visible()
+        expect(page.get_by_role("tab", name="Admin")).to_have_count(0)
+        newcomer.close()
