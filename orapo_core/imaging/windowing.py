@@ -20,7 +20,7 @@ import numpy as np
 WINDOW_PRESETS: dict[str, tuple[float, float] | None] = {
     "default": None,
     "full": (0.5, 1.0),
-    "lung": (0.35, 0.6),  # darker half widened: lung markings, pneumothorax edges
+    "lung": (0.42, 0.75),  # the darker values widened: lung markings, pneumothorax edges
     "mediastinum": (0.65, 0.5),  # brighter values: heart borders, lines and tubes
     "bone": (0.8, 0.4),  # brightest values: ribs, clavicles, spine
 }
@@ -82,8 +82,13 @@ def preset_window(name: str, pixels: np.ndarray, default: tuple[float, float]) -
     fractions = WINDOW_PRESETS[name]
     if fractions is None:
         return default
+    # Percentiles of the central region only: collimator shutters, markers and
+    # the air outside the body fill the borders with extreme values that would
+    # otherwise stretch every preset (the lung window came out nearly white).
+    rows, cols = pixels.shape[:2]
+    centre = pixels[rows // 6 : rows - rows // 6, cols // 6 : cols - cols // 6]
     # A strided sample is enough for percentiles and keeps a click instant.
-    step = max(1, int(np.sqrt(pixels.size / 250_000)))
-    lo, hi = (float(v) for v in np.percentile(pixels[::step, ::step], (0.5, 99.5)))
+    step = max(1, int(np.sqrt(centre.size / 250_000)))
+    lo, hi = (float(v) for v in np.percentile(centre[::step, ::step], (1.0, 99.0)))
     span = max(hi - lo, 1.0)
     return lo + fractions[0] * span, max(fractions[1] * span, 1.0)
