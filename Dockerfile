@@ -26,7 +26,7 @@ RUN pip install -c constraints.txt '.[postgres]' \
  && useradd --system --create-home --uid 1000 orapo \
  && mkdir -p /data && chown orapo /data
 
-USER orapo
+USER 1000
 VOLUME ["/data"]
 EXPOSE 7860
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s CMD ["python", "-c", "import urllib.request,os; urllib.request.urlopen(f'http://127.0.0.1:{os.environ[\"ORAPO_PORT\"]}/', timeout=4)"]
