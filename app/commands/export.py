@@ -1,0 +1,44 @@
+"""Export preference pairs as Hugging Face datasets for TRL, or reports as FHIR R4 DiagnosticReports.
+
+`orapo export pairs --format trl-dpo|trl-grpo OUT` writes a `datasets` folder
+(`load_from_disk`) with the images embedded; `orapo export fhir STUDY|--all OUT`
+writes one FHIR Bundle (DiagnosticReports with their Provenance) per study.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="export_command", metavar="WHAT", required=True)
+    pairs = sub.add_parser("pairs", help="preference pairs (trl-dpo) or OraPO prompts (trl-grpo) as a datasets folder")
+    pairs.add_argument("--format", choices=("trl-dpo", "trl-grpo"), default="trl-dpo")
+    pairs.add_argument("--source", choices=("clinician_edit", "oracle_step"), default=None, help="trl-dpo: only pairs of this source")
+    pairs.add_argument("--round", type=int, default=None, help="trl-dpo: only the pairs a round used")
+    pairs.add_argument("out", help="a new (or empty) folder")
+    fhir = sub.add_parser("fhir", help="FHIR R4 DiagnosticReports (+ Provenance) as one Bundle per study")
+    fhir.add_argument("study", nargs="?", type=int, default=None, help="a study id (or --all)")
+    fhir.add_argument("out", help="the folder to write study-<id>.json files into")
+    fhir.add_argument("--all", action="store_true", help="every study with a draft or a report")
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.runtime import open_database
+    from orapo_core.config import Settings
+    from orapo_core.errors import OrapoError
+
+    settings = Settings()
+    database = open_database(settings)
+    if args.export_command == "pairs":
+        from app.services.export import export_pairs
+
+        print(export_pairs(database, settings, args.out, format=args.format, source=args.source, round_id=args.round))
+        return 0
+    from app.services.export import export_fhir
+
+    if (args.study is None) == (not args.all):
+        raise OrapoError("study_or_all", "Name one study id, or give --all: `orapo export fhir 12 OUT` or `orapo export fhir --all OUT`.")
+    written = export_fhir(database, args.out, study_ids=None if args.all else [args.study])
+    print(f"{len(written)} FHIR bundle(s) written to {args.out}")
+    return 0

@@ -1,0 +1,256 @@
+"""Exports: preference pairs and OraPO prompts as Hugging Face datasets, reports as FHIR R4 DiagnosticReports.
+
+Pairs leave as `datasets` folders (`save_to_disk`) that TRL's trainers read
+as they stand, with the images embedded as bytes (the folder is self-contained,
+no paths into the storage folder): `trl-dpo` is the conversational
+prompt/chosen/rejected layout with an `images` column that DPOTrainer's vision
+collator expects; `trl-grpo` is exactly the dataset `orapo train` builds
+(`orapo_core.train.dataset.build_training_dataset`). Held-out studies never
+leave in a training export.
+
+FHIR: `fhir.resources` 8.x puts R5 at the top level and ships R4B
+(`fhir.resources.R4B`), not R4. R4B is the R4 maintenance release whose
+DiagnosticReport, Provenance and Bundle are unchanged from R4, so validating
+against R4B validates the R4 wire format receivers expect; R5 differs
+(e.g. DiagnosticReport.note, Provenance changes) and would not.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orapo_core.errors import OrapoError
+
+PAIR_FORMATS = ("trl-dpo", "trl-grpo")
+LOINC = "http://loinc.org"
+REPORT_CODE = {"system": LOINC, "code": "18748-4", "display": "Diagnostic imaging study"}
+RADIOLOGY = {"system": "http://terminology.hl7.org/CodeSystem/v2-0074", "code": "RAD", "display": "Radiology"}
+PARTICIPANT = "http://terminology.hl7.org/CodeSystem/provenance-participant-type"
+UUID_NAMESPACE = uuid.UUID("8b9d2f5e-4a0c-4f63-9d55-0f7a1c2e6b01")
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    path: Path
+    format: str
+    rows: int
+    skipped: int = 0
+
+    def __str__(self) -> str:
+        extra = f" ({self.skipped} skipped: no image)" if self.skipped else ""
+        return f"{self.rows} rows in {self.format} format written to {self.path}{extra}"
+
+
+def _image_bytes(settings, image) -> bytes | None:
+    path = settings.storage_dir / image.display_path
+    return path.read_bytes() if path.is_file() else None
+
+
+def _save(dataset, out: Path) -> None:
+    if out.exists() and any(out.iterdir()):
+        raise OrapoError("export_exists", f"{out} exists and is not empty; choose a new folder.")
+    dataset.save_to_disk(str(out))
+
+
+def export_pairs(db, settings, out: str | Path, *, format: str = "trl-dpo", source: str | None = None,
+                 round_id: int | None = None) -> ExportSummary:
+    """Write the preference pairs (`trl-dpo`) or the OraPO prompts (`trl-grpo`) as a `datasets` folder."""
+    if format not in PAIR_FORMATS:
+        raise OrapoError("invalid_format", f"The export format is one of {', '.join(PAIR_FORMATS)}, not {format!r}.")
+    out = Path(out)
+    if format == "trl-dpo":
+        return _export_dpo(db, settings, out, source=source, round_id=round_id)
+    return _export_grpo(db, settings, out)
+
+
+def _export_dpo(db, settings, out: Path, *, source, round_id) -> ExportSummary:
+    from datasets import Dataset, Features, Image, List, Value
+
+    from db import PairRepository, StudyRepository
+
+    studies = StudyRepository(db)
+    rows: dict[str, list] = {k: [] for k in ("prompt", "chosen", "rejected", "images", "study_id", "pair_id", "source")}
+    skipped = 0
+    for pair in PairRepository(db).list(source=source, round_id=round_id):
+        image = studies.get_image(pair.image_id) if pair.image_id is not None else next(iter(studies.images(pair.study_id)), None)
+        data = _image_bytes(settings, image) if image is not None else None
+        if data is None:
+            skipped += 1
+            continue
+        # TRL's vision collator inserts the image placeholder before the user's text (prepare_multimodal_messages).
+        rows["prompt"].append([{"role": "user", "content": pair.prompt}])
+        rows["chosen"].append([{"role": "assistant", "content": pair.chosen}])
+        rows["rejected"].append([{"role": "assistant", "content": pair.rejected}])
+        rows["images"].append([{"bytes": data, "path": None}])
+        rows["study_id"].append(pair.study_id)
+        rows["pair_id"].append(pair.id)
+        rows["source"].append(pair.source)
+    if not rows["prompt"]:
+        raise OrapoError("nothing_to_export", "There are no preference pairs with images to export yet.")
+    turn = List({"role": Value("string"), "content": Value("string")})
+    features = Features({"prompt": turn, "chosen": turn, "rejected": turn, "images": List(Image()),
+                         "study_id": Value("int64"), "pair_id": Value("int64"), "source": Value("string")})
+    _save(Dataset.from_dict(rows, features=features), out)
+    return ExportSummary(out, "trl-dpo", len(rows["prompt"]), skipped)
+
+
+def _export_grpo(db, settings, out: Path) -> ExportSummary:
+    from app.services.rounds_data import sectioned, split_report
+    from db import PairRepository, StudyRepository
+    from orapo_core.facts import label_report
+    from orapo_core.train.dataset import build_training_dataset
+
+    studies, pairs = StudyRepository(db), PairRepository(db)
+    records, skipped = [], 0
+    for overview in reversed(studies.list(split="train", limit=1_000_000)):
+        correction = overview.latest_correction
+        if correction is None or correction.signed_at is None:
+            continue
+        image = next(iter(overview.images), None)
+        data = _image_bytes(settings, image) if image is not None else None
+        if data is None:
+            skipped += 1
+            continue
+        edits = [p for p in pairs.list(study_id=overview.study.id, source="clinician_edit")
+                 if p.chosen.strip() == correction.text.strip()]
+        draft_text = edits[-1].rejected if edits else None
+        findings, impression = split_report(correction.text)
+        records.append({"study_id": str(overview.study.id), "image": {"bytes": data, "path": None},
+                        "labels": label_report(correction.text), "reference_report": sectioned(findings, impression),
+                        "oracle_report": correction.text, "clinician_chosen": correction.text if draft_text else None,
+                        "clinician_rejected": draft_text})
+    if not records:
+        raise OrapoError("nothing_to_export", "There are no signed reports of training studies with images to export yet.")
+    dataset = build_training_dataset(records)
+    _save(dataset, out)
+    return ExportSummary(out, "trl-grpo", len(records), skipped)
+
+
+# --- FHIR ---------------------------------------------------------------------------------------------
+
+
+def _urn(*parts: Any) -> str:
+    return f"urn:uuid:{uuid.uuid5(UUID_NAMESPACE, '/'.join(map(str, parts)))}"
+
+
+def _instant(value) -> str:
+    return value.isoformat()
+
+
+def _diagnostic_report(study, text: str, *, status: str, issued, performer: str | None, identifier: str) -> dict[str, Any]:
+    from app.services.rounds_data import split_report
+
+    _, impression = split_report(text)
+    report: dict[str, Any] = {
+        "resourceType": "DiagnosticReport",
+        "identifier": [{"system": "urn:orapo:report", "value": identifier}],
+        "status": status,
+        "category": [{"coding": [RADIOLOGY]}],
+        "code": {"coding": [REPORT_CODE], "text": "Chest X-ray report"},
+        "subject": {"identifier": {"system": "urn:orapo:patient-pseudonym", "value": study.patient_pseudonym},
+                    "display": study.patient_pseudonym},
+        "effectiveDateTime": _instant(study.created_at),
+        "issued": _instant(issued),
+        "presentedForm": [{"contentType": "text/plain; charset=utf-8", "language": "en",
+                           "data": base64.b64encode(text.encode("utf-8")).decode("ascii"),
+                           "title": "Chest X-ray report", "creation": _instant(issued)}],
+    }
+    if impression:
+        report["conclusion"] = impression
+    if performer:
+        report["resultsInterpreter" if status == "final" else "performer"] = [{"display": performer}]
+    return report
+
+
+def _provenance(target: str, recorded, agents: list[tuple[str, str]], entity: str | None = None) -> dict[str, Any]:
+    prov: dict[str, Any] = {
+        "resourceType": "Provenance",
+        "target": [{"reference": target}],
+        "recorded": _instant(recorded),
+        "agent": [{"type": {"coding": [{"system": PARTICIPANT, "code": role}]}, "who": {"display": who}}
+                  for role, who in agents],
+    }
+    if entity:
+        prov["entity"] = [{"role": "source", "what": {"reference": entity}}]
+    return prov
+
+
+def _model_label(versions, draft) -> str:
+    if draft.model_version_id is not None:
+        try:
+            v = versions.get(draft.model_version_id)
+            return f"OraPO model version {v.id} ({v.name})"
+        except OrapoError:
+            pass
+    return f"OraPO model {draft.model_name}"
+
+
+def fhir_bundle(db, study_id: int) -> dict[str, Any]:
+    """A FHIR R4 `collection` Bundle of a study's reports: the latest model draft (preliminary) and the signed report
+    (final), each with a Provenance naming the model version that drafted it; validated before it is returned."""
+    from fhir.resources.R4B.bundle import Bundle
+
+    from db import DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
+
+    overview = StudyRepository(db).overview(study_id)
+    study = overview.study
+    versions = ModelVersionRepository(db)
+    entries: list[dict[str, Any]] = []
+    draft = overview.latest_draft
+    correction = overview.latest_correction
+    signed = correction if correction is not None and correction.signed_at is not None else None
+    if signed is not None and signed.draft_id is not None:
+        draft = DraftRepository(db).get(signed.draft_id)  # the draft the signed report was made from
+    draft_url = None
+    if draft is not None:
+        draft_url = _urn("draft", study.study_uid_hash, draft.id)
+        model = _model_label(versions, draft)
+        entries.append({"fullUrl": draft_url, "resource": _diagnostic_report(
+            study, draft.text, status="preliminary", issued=draft.created_at, performer=model,
+            identifier=f"draft-{draft.id}")})
+        entries.append({"fullUrl": _urn("provenance", draft_url), "resource": _provenance(
+            draft_url, draft.created_at, [("author", model)])})
+    if signed is not None:
+        author = UserRepository(db).get(signed.author_id).username
+        final_url = _urn("final", study.study_uid_hash, signed.id)
+        agents = [("author", f"Radiologist {author}"), ("verifier", f"Radiologist {author}")]
+        if draft is not None:
+            agents.append(("assembler", _model_label(versions, draft)))
+        entries.append({"fullUrl": final_url, "resource": _diagnostic_report(
+            study, signed.text, status="final", issued=signed.signed_at, performer=f"Radiologist {author}",
+            identifier=f"report-{signed.id}-v{signed.version}")})
+        entries.append({"fullUrl": _urn("provenance", final_url), "resource": _provenance(
+            final_url, signed.signed_at, agents, entity=draft_url)})
+    if not entries:
+        raise OrapoError("no_reports", f"Study {study_id} has no draft or signed report to export.")
+    bundle = {"resourceType": "Bundle", "type": "collection", "identifier": {"system": "urn:orapo:study",
+                                                                            "value": study.study_uid_hash},
+              "entry": entries}
+    try:
+        return json.loads(Bundle.model_validate(bundle).model_dump_json(exclude_none=True))
+    except ValueError as exc:  # pydantic's ValidationError: our bug, said plainly
+        raise OrapoError("fhir_invalid", f"The FHIR export of study {study_id} did not validate: {exc}") from exc
+
+
+def export_fhir(db, out: str | Path, *, study_ids: list[int] | None = None) -> list[Path]:
+    """One `study-<id>.json` Bundle per study (all studies with a report when `study_ids` is None)."""
+    from db import StudyRepository
+
+    out = Path(out)
+    if study_ids is None:
+        study_ids = [o.study.id for o in reversed(StudyRepository(db).list(limit=1_000_000))
+                     if o.latest_draft is not None or o.latest_correction is not None]
+        if not study_ids:
+            raise OrapoError("nothing_to_export", "There are no studies with a draft or a report to export yet.")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for study_id in study_ids:
+        path = out / f"study-{study_id}.json"
+        path.write_text(json.dumps(fhir_bundle(db, study_id), indent=1))
+        written.append(path)
+    return written

@@ -1,0 +1,247 @@
+"""What a round trains on and what it is judged on, written as files the worker and the evaluator read.
+
+The training set is every training-split study whose latest signed report no
+round has used yet, plus (by `replay_fraction`) a seeded sample of studies that
+earlier rounds used. It is written as a CheXpert Plus style CSV because that is
+what `orapo train` reads: the same file a user could hand to the command, with
+FactS labels of the corrected report, the corrected report as the oracle and
+the clinician's own draft -> corrected pair. The held-out set is the studies
+split off as 'holdout' when they were saved (never trained on); while there are
+fewer than `min_heldout` of them with a signed report, PhantomCXR's validation
+split stands in, generated once into the data folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orapo_core.errors import OrapoError
+
+_SECTION = re.compile(r"^\s*(findings|impression)\s*:", re.IGNORECASE | re.MULTILINE)
+
+
+def sectioned(findings: str, impression: str) -> str:
+    """A report in the reference layout ("FINDINGS: ...\n\nIMPRESSION: ...") that StudyRecord.report uses."""
+    return "\n\n".join(p for p in (f"FINDINGS: {findings}" if findings else "", f"IMPRESSION: {impression}" if impression else "") if p)
+
+
+def split_report(text: str) -> tuple[str, str]:
+    """(findings, impression) of a report written with 'Findings:'/'Impression:' headers; all findings if none."""
+    marks = list(_SECTION.finditer(text or ""))
+    if not marks:
+        return " ".join((text or "").split()), ""
+    sections = {"findings": "", "impression": ""}
+    head = text[: marks[0].start()].strip()
+    for mark, following in zip(marks, marks[1:] + [None]):
+        body = text[mark.end(): following.start() if following else len(text)]
+        key = mark.group(1).lower()
+        sections[key] = " ".join(f"{sections[key]} {body}".split())
+    if head:
+        sections["findings"] = " ".join(f"{head} {sections['findings']}".split())
+    return sections["findings"], sections["impression"]
+
+
+@dataclass(frozen=True)
+class RoundStudy:
+    """One study as a round sees it: its image, the clinician's report and, if edited, the draft it replaced."""
+
+    study_id: int
+    correction_id: int
+    image_path: str
+    corrected_report: str
+    draft_text: str | None
+    pair_ids: tuple[int, ...] = ()
+    replay: bool = False
+
+
+@dataclass
+class RoundSelection:
+    new: list[RoundStudy] = field(default_factory=list)
+    replay: list[RoundStudy] = field(default_factory=list)
+
+    @property
+    def studies(self) -> list[RoundStudy]:
+        return self.new + self.replay
+
+    @property
+    def study_ids(self) -> list[int]:
+        return sorted({s.study_id for s in self.studies})
+
+    def summary(self) -> dict[str, Any]:
+        return {"new_studies": [s.study_id for s in self.new], "replayed_studies": [s.study_id for s in self.replay],
+                "correction_ids": [s.correction_id for s in self.new],
+                "pair_ids": sorted({p for s in self.studies for p in s.pair_ids}),
+                "clinician_pairs": sum(1 for s in self.studies if s.draft_text)}
+
+
+def _first_image_path(settings, images) -> str | None:
+    for image in images:
+        path = settings.storage_dir / image.display_path
+        if path.exists():
+            return str(path)
+    return None
+
+
+def _round_study(db, settings, correction, images, *, replay: bool) -> RoundStudy | None:
+    from db import DraftRepository, PairRepository
+
+    image_path = _first_image_path(settings, images)
+    if image_path is None:
+        return None
+    pairs = [p for p in PairRepository(db).list(study_id=correction.study_id, source="clinician_edit")
+             if p.chosen.strip() == correction.text.strip()]
+    draft_text = pairs[-1].rejected if pairs else None
+    if draft_text is None and correction.draft_id is not None and not correction.accepted_unchanged:
+        text = DraftRepository(db).get(correction.draft_id).text
+        draft_text = text if " ".join(text.split()) != " ".join(correction.text.split()) else None
+    return RoundStudy(study_id=correction.study_id, correction_id=correction.id, image_path=image_path,
+                      corrected_report=correction.text, draft_text=draft_text,
+                      pair_ids=tuple(p.id for p in pairs), replay=replay)
+
+
+def select_round_studies(db, settings, *, replay_fraction: float = 0.0, replay_max: int | None = None,
+                         seed: int = 0) -> RoundSelection:
+    """The round's studies: every untrained signed report of the training split, plus replayed older ones."""
+    from db import CorrectionRepository, StudyRepository
+
+    studies = StudyRepository(db)
+    selection = RoundSelection()
+    for correction in CorrectionRepository(db).untrained(signed_only=True):
+        study = _round_study(db, settings, correction, studies.images(correction.study_id), replay=False)
+        if study is not None:
+            selection.new.append(study)
+    if replay_fraction > 0 and selection.new:
+        wanted = math.ceil(replay_fraction * len(selection.new))
+        if replay_max is not None:
+            wanted = min(wanted, replay_max)
+        older = [o for o in studies.list(status="trained", split="train", limit=100_000)
+                 if o.latest_correction is not None and o.latest_correction.signed_at is not None]
+        random.Random(seed).shuffle(older)
+        for overview in older[:wanted]:
+            study = _round_study(db, settings, overview.latest_correction, overview.images, replay=True)
+            if study is not None:
+                selection.replay.append(study)
+    return selection
+
+
+def _label_cells(report: str) -> dict[str, str]:
+    from orapo_core.data.records import CHEXPERT_14, format_label
+    from orapo_core.facts import label_report
+
+    labels = label_report(report)
+    return {name: format_label(labels.get(name)) for name in CHEXPERT_14}
+
+
+def write_training_csv(selection: RoundSelection, path: Path) -> Path:
+    """The round's studies as the CheXpert Plus style CSV `orapo train --train_csv` reads."""
+    from orapo_core.data.records import CHEXPERT_14
+
+    if not selection.studies:
+        raise OrapoError("nothing_to_train", "There are no signed, untrained corrections of training studies yet.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # `id` is the study key the CheXpert Plus loader uses (`study_id` for older readers of the same file).
+    columns = ["id", "study_id", "split", "path_to_image", "section_findings", "section_impression", *CHEXPERT_14, "oracle_report",
+               "clinician_chosen", "clinician_rejected"]
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for s in selection.studies:
+            findings, impression = split_report(s.corrected_report)
+            writer.writerow({"id": f"study-{s.study_id}", "study_id": f"study-{s.study_id}", "split": "train",
+                             "path_to_image": s.image_path, "section_findings": findings,
+                             "section_impression": impression, **_label_cells(s.corrected_report),
+                             "oracle_report": s.corrected_report,
+                             "clinician_chosen": s.corrected_report if s.draft_text else "",
+                             "clinician_rejected": s.draft_text or ""})
+    return path
+
+
+# --- the held-out set --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldoutStudy:
+    study_id: str
+    image_path: str
+    findings: str
+    impression: str
+    labels: dict[str, int | None]
+
+
+@dataclass
+class HeldoutSet:
+    source: str  # "holdout_studies" or "phantomcxr_valid"
+    studies: list[HeldoutStudy]
+
+    def summary(self) -> dict[str, Any]:
+        return {"source": self.source, "n": len(self.studies), "study_ids": [s.study_id for s in self.studies]}
+
+    def write(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"source": self.source, "studies": [asdict(s) for s in self.studies]}, indent=1))
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> HeldoutSet:
+        data = json.loads(Path(path).read_text())
+        return cls(source=data["source"], studies=[HeldoutStudy(**s) for s in data["studies"]])
+
+    def records(self):
+        """As `orapo_core.data.StudyRecord`s, which `evaluate_drafter` reads."""
+        from orapo_core.data.records import StudyRecord
+
+        return [StudyRecord(study_id=s.study_id, image_paths=[Path(s.image_path)], view=None, findings=s.findings,
+                            impression=s.impression, labels=dict(s.labels), source=self.source, split="holdout")
+                for s in self.studies]
+
+
+def heldout_from_database(db, settings, *, limit: int | None = None) -> list[HeldoutStudy]:
+    from db import StudyRepository
+    from orapo_core.facts import label_report
+
+    out = []
+    for overview in reversed(StudyRepository(db).list(split="holdout", limit=100_000)):
+        correction = overview.latest_correction
+        if correction is None or correction.signed_at is None:
+            continue
+        image_path = _first_image_path(settings, overview.images)
+        if image_path is None:
+            continue
+        findings, impression = split_report(correction.text)
+        out.append(HeldoutStudy(study_id=f"db-{overview.study.id}", image_path=image_path, findings=findings,
+                                impression=impression, labels=dict(label_report(correction.text))))
+    return out[:limit] if limit else out
+
+
+def phantom_validation(settings, *, studies: int = 200, size: int = 256, seed: int = 20240) -> list[HeldoutStudy]:
+    """PhantomCXR's validation split, generated once under `<data>/heldout/phantomcxr-<seed>-<n>-<size>/`."""
+    from orapo_core.data import load_dataset
+    from orapo_core.data.phantom import write_dataset
+
+    folder = settings.resolved_data_dir / "heldout" / f"phantomcxr-{seed}-{studies}-{size}"
+    done = folder / ".complete"
+    if not done.exists():
+        write_dataset(folder, studies, seed=seed, size=size)
+        done.write_text("ok")
+    return [HeldoutStudy(study_id=f"phantom-{r.study_id}", image_path=str(r.image_paths[0]), findings=r.findings,
+                         impression=r.impression, labels=dict(r.labels))
+            for r in load_dataset(folder) if r.split == "valid" and r.image_paths]
+
+
+def select_heldout(db, settings, *, min_heldout: int = 20, max_heldout: int | None = 200,
+                   phantom_studies: int = 200, phantom_size: int = 256) -> HeldoutSet:
+    """The held-out studies with a signed report, or PhantomCXR's validation split while there are too few."""
+    own = heldout_from_database(db, settings, limit=max_heldout)
+    if len(own) >= max(1, min_heldout):
+        return HeldoutSet("holdout_studies", own)
+    phantom = phantom_validation(settings, studies=phantom_studies, size=phantom_size)
+    if not phantom:
+        raise OrapoError("no_heldout", "There is no held-out set: no signed held-out studies and no PhantomCXR validation studies.")
+    return HeldoutSet("phantomcxr_valid", phantom[:max_heldout] if max_heldout else phantom)

@@ -1,0 +1,92 @@
+"""What a round may be told: its policy (data, held-out set, gate, timings) and the recipe overrides.
+
+`orapo rounds run --set key=value` and the admin form send one flat dict; keys
+that name a `RoundPolicy` field set the policy, every other key overrides the
+training recipe and is passed to `orapo train` as `--key value`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from app.services.rounds_gate import GatePolicy
+from orapo_core.errors import OrapoError
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "orapo_core" / "train" / "recipes"
+DEFAULT_RECIPE = RECIPES_DIR / "phantomcxr.yaml"
+#: Overrides the round sets itself; a user's --set of these is refused rather than silently replaced.
+MANAGED_KEYS = frozenset({"model_name_or_path", "train_csv", "output_dir", "metrics_jsonl"})
+
+
+@dataclass(frozen=True)
+class RoundPolicy:
+    """How rounds choose data and judge candidates; every field can be set per round with `--set key=value`."""
+
+    recipe: str = str(DEFAULT_RECIPE)
+    replay_fraction: float = 0.0  # replay this fraction (of the new studies' count) of already-trained studies
+    replay_max: int | None = None
+    min_new_corrections: int = 1
+    min_heldout: int = 20  # fewer signed held-out studies than this: PhantomCXR's validation split stands in
+    max_heldout: int | None = 200
+    phantom_studies: int = 200
+    phantom_size: int = 256
+    eval_max_new_tokens: int = 160
+    f1_tolerance: float = 0.02
+    reward_margin: float = 0.0
+    evaluate_in_subprocess: bool = True
+    cancel_grace_s: float = 10.0
+    poll_s: float = 0.5
+
+    def updated(self, values: dict[str, Any]) -> RoundPolicy:
+        kinds = {f.name: str(f.type) for f in fields(self)}
+        changes = {}
+        for key, value in values.items():
+            kind = kinds[key]
+            try:
+                if kind == "bool":
+                    value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+                elif value is not None and kind.startswith("int"):
+                    value = int(value)
+                elif value is not None and kind == "float":
+                    value = float(value)
+            except (TypeError, ValueError):
+                raise OrapoError("invalid_setting", f"{key} takes a number, not {value!r}.") from None
+            changes[key] = value
+        return replace(self, **changes)
+
+    @property
+    def gate(self) -> GatePolicy:
+        return GatePolicy(f1_tolerance=self.f1_tolerance, reward_margin=self.reward_margin)
+
+
+POLICY_KEYS = frozenset(f.name for f in fields(RoundPolicy))
+
+
+def parse_settings(pairs: list[str] | None) -> dict[str, Any]:
+    """`key=value` strings (values as YAML: numbers, booleans, [a, b]) into a dict."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in pairs or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise OrapoError("invalid_setting", f"{item!r} is not key=value (e.g. --set learning_rate=1e-5).")
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+def estimate_steps(values: dict[str, Any], n_studies: int) -> int:
+    """Optimizer steps the trainer will take (for the progress bar): max_steps, else epochs over the studies."""
+    max_steps = int(values.get("max_steps") or -1)
+    if max_steps > 0:
+        return max_steps
+    generations = int(values.get("num_generations") or 8)
+    batch = int(values.get("per_device_train_batch_size") or 8) * int(values.get("gradient_accumulation_steps") or 1)
+    epochs = float(values.get("num_train_epochs") or 1)
+    return max(1, math.ceil(epochs * math.ceil(n_studies * generations / max(1, batch))))

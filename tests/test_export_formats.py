@@ -1,0 +1,115 @@
+"""`orapo export`: pairs read back by `datasets` and by TRL's own data code; FHIR read back by fhir.resources."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from app.cli import main  # noqa: E402
+from test_rounds_service import phantom, seed_study, tiny_model  # noqa: E402,F401
+
+
+@pytest.fixture
+def seeded(data_dir, phantom):
+    """The CLI's own database (ORAPO_DATA_DIR): two edited signed studies, one accepted unchanged, one held out,
+    one with a draft only."""
+    from app.runtime import open_database
+    from db import DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
+    from orapo_core.config import Settings
+
+    settings = Settings()
+    db = open_database(settings)
+    rad = UserRepository(db).create("rita", "rita-pass-1")
+    version = ModelVersionRepository(db).create("starter-v1", base_model_path="models/starter")
+    edited = [seed_study(db, settings, r, author=rad)[0] for r in phantom[:2]]
+    unchanged = seed_study(db, settings, phantom[2], author=rad, edited=False)[0]
+    held = seed_study(db, settings, phantom[3], author=rad, split="holdout")[0]
+    draft_only = StudyRepository(db).create("draft-only-uid", "ANON-D")
+    DraftRepository(db).create(draft_only.id, model_name="starter", prompt="p", text="Findings: Clear.\nImpression: Normal.",
+                               model_version_id=version.id)
+    return type("Seeded", (), dict(db=db, settings=settings, edited=edited, unchanged=unchanged, held=held,
+                                   draft_only=draft_only, version=version))
+
+
+def test_trl_dpo_export_feeds_trls_vision_preference_collator(seeded, tmp_path, tiny_model, capsys):
+    from datasets import load_from_disk
+    from trl.data_utils import is_conversational
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from orapo_core.models.compat import load_processor
+
+    out = tmp_path / "dpo"
+    assert main(["export", "pairs", "--format", "trl-dpo", str(out)]) == 0, capsys.readouterr().err
+    ds = load_from_disk(str(out))
+    assert len(ds) == 2 and set(ds.column_names) >= {"prompt", "chosen", "rejected", "images"}
+    row = ds[0]
+    assert is_conversational(row) and row["chosen"][0]["role"] == "assistant"
+    assert row["images"][0].size == (64, 64)  # embedded bytes, decoded to PIL
+    assert sorted(ds["study_id"]) == sorted(s.id for s in seeded.edited)  # no held-out, no unchanged study
+
+    from transformers import AutoConfig
+
+    processor = load_processor(tiny_model, AutoConfig.from_pretrained(tiny_model))
+    batch = DataCollatorForVisionPreference(processor)([ds[0], ds[1]])
+    assert batch["input_ids"].shape[0] == 4 and "pixel_values" in batch and batch["completion_mask"].sum() > 0
+
+    assert main(["export", "pairs", "--format", "trl-dpo", str(out)]) == 2  # never overwrites
+    assert "export_exists" in capsys.readouterr().err
+
+
+def test_trl_grpo_export_matches_the_training_dataset(seeded, tmp_path, capsys):
+    from datasets import load_from_disk
+    from trl.data_utils import is_conversational
+
+    from orapo_core.train.dataset import build_training_dataset
+
+    out = tmp_path / "grpo"
+    assert main(["export", "pairs", "--format", "trl-grpo", str(out)]) == 0, capsys.readouterr().err
+    ds = load_from_disk(str(out))
+    reference = build_training_dataset([{"study_id": "x", "image": str(next(seeded.settings.storage_dir.rglob("*.png"))),
+                                         "labels": {}, "clinician_chosen": "a", "clinician_rejected": "b"}])
+    assert ds.features == reference.features  # the same columns and types `orapo train` builds
+    assert sorted(map(int, ds["study_id"])) == sorted([*(s.id for s in seeded.edited), seeded.unchanged.id])
+    row = ds[0]
+    assert is_conversational(row) and row["image"].size == (64, 64)
+    assert json.loads(row["labels"]) and row["oracle_report"].startswith("Findings:")
+    unchanged = next(r for r in ds if int(r["study_id"]) == seeded.unchanged.id)
+    assert unchanged["clinician_rejected"] == ""  # accepted as drafted: no clinician pair
+
+
+def test_fhir_export_reads_back_as_r4_diagnostic_reports(seeded, tmp_path, capsys):
+    from fhir.resources.R4B.bundle import Bundle
+
+    out = tmp_path / "fhir"
+    assert main(["export", "fhir", "--all", str(out)]) == 0, capsys.readouterr().err
+    files = sorted(out.glob("study-*.json"))
+    assert len(files) == 5
+    study = seeded.edited[0]
+    bundle = Bundle.model_validate_json((out / f"study-{study.id}.json").read_text())
+    reports = [e.resource for e in bundle.entry if e.resource.get_resource_type() == "DiagnosticReport"]
+    provenance = [e.resource for e in bundle.entry if e.resource.get_resource_type() == "Provenance"]
+    assert [r.status for r in reports] == ["preliminary", "final"] and len(provenance) == 2
+    final = reports[1]
+    assert final.code.coding[0].system == "http://loinc.org" and final.code.coding[0].code == "18748-4"
+    text = final.presentedForm[0].data.decode()  # fhir.resources decodes base64Binary to bytes
+    raw = json.loads((out / f"study-{study.id}.json").read_text())
+    assert base64.b64decode(raw["entry"][2]["resource"]["presentedForm"][0]["data"]).decode() == text
+    assert text.startswith("Findings:") and final.conclusion and final.conclusion in text
+    assert provenance[0].target[0].reference == bundle.entry[0].fullUrl
+    assert any("rita" in a.who.display for a in provenance[1].agent)
+
+    draft_only = Bundle.model_validate_json((out / f"study-{seeded.draft_only.id}.json").read_text())
+    (report,), (prov,) = ([e.resource for e in draft_only.entry if e.resource.get_resource_type() == t]
+                          for t in ("DiagnosticReport", "Provenance"))
+    assert report.status == "preliminary" and f"version {seeded.version.id} (starter-v1)" in prov.agent[0].who.display
+
+    assert main(["export", "fhir", str(study.id), str(tmp_path / "one")]) == 0
+    assert (tmp_path / "one" / f"study-{study.id}.json").is_file()
+    assert main(["export", "fhir", str(tmp_path / "x")]) == 2 and "study_or_all" in capsys.readouterr().err

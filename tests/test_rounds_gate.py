@@ -1,0 +1,52 @@
+"""The promotion gate on literal numbers, and where the held-out set comes from."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from app.services.rounds_gate import GatePolicy, decide  # noqa: E402
+
+SERVED = {"macro_f1_14": 0.40, "facts_reward_mean": 0.50, "n_reports": 20}
+
+
+@pytest.mark.parametrize(
+    ("candidate", "promote", "because"),
+    [
+        ({"macro_f1_14": 0.41, "facts_reward_mean": 0.55}, True, "FactS reward 0.5500 > 0.5000"),
+        ({"macro_f1_14": 0.39, "facts_reward_mean": 0.55}, True, "tolerance 0.02"),  # within the tolerance
+        ({"macro_f1_14": 0.37, "facts_reward_mean": 0.55}, False, "worse than the served model's 0.4000"),
+        ({"macro_f1_14": 0.45, "facts_reward_mean": 0.50}, False, "not better"),  # equal reward is not better
+        ({"macro_f1_14": 0.45, "facts_reward_mean": None}, False, "no macro-F1 or FactS reward"),
+    ],
+)
+def test_gate(candidate, promote, because):
+    decision = decide(candidate, SERVED, GatePolicy(f1_tolerance=0.02))
+    assert decision.promote is promote and because in decision.reason
+    assert decision.served["macro_f1_14"] == 0.40
+
+
+def test_gate_margin_and_both_reasons():
+    decision = decide({"macro_f1_14": 0.1, "facts_reward_mean": 0.52}, SERVED, GatePolicy(reward_margin=0.05))
+    assert not decision.promote and "macro-F1" in decision.reason and "+ 0.05" in decision.reason
+
+
+def test_heldout_falls_back_to_phantom_validation_and_never_uses_training_studies(tmp_path):
+    from app.runtime import open_database
+    from app.services.rounds_data import select_heldout
+    from orapo_core.config import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", deid_secret="t")
+    db = open_database(settings)
+    heldout = select_heldout(db, settings, min_heldout=5, phantom_studies=30, phantom_size=64)
+    assert heldout.source == "phantomcxr_valid" and heldout.studies
+    assert all(s.study_id.startswith("phantom-") and Path(s.image_path).is_file() for s in heldout.studies)
+    assert "/valid/" in heldout.studies[0].image_path
+    again = select_heldout(db, settings, min_heldout=5, phantom_studies=30, phantom_size=64)  # generated once, reused
+    assert [s.study_id for s in again.studies] == [s.study_id for s in heldout.studies]
+    record = heldout.records()[0]
+    assert record.image_paths[0].is_file() and record.split == "holdout"

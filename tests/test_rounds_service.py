@@ -1,0 +1,276 @@
+"""Training rounds end to end: seeded corrections, a real `orapo train` child, the held-out gate, versions.
+
+Each round test runs on a real SQLite file and, with ORAPO_TEST_POSTGRES_URL,
+on PostgreSQL (tests/db_fixtures.py). The served model is a tiny random
+Qwen2-VL registered as the promoted base version; training is the smoke recipe
+with a LoRA adapter and two steps, so a whole round takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from db_fixtures import backend, blank_database, database  # noqa: E402,F401
+from orapo_core.errors import OrapoError  # noqa: E402
+
+SMOKE = str(Path(__file__).parent.parent / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml")
+FAST_TRAINING = {"max_steps": 2, "max_completion_length": 8, "per_device_train_batch_size": 4, "num_generations": 2,
+                 "use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"]}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from tiny_vlms import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("model") / "qwen2_vl", family="qwen2_vl")
+
+
+@pytest.fixture(scope="module")
+def phantom(tmp_path_factory):
+    """Eight small PhantomCXR studies (PNG + report) to seed the database with."""
+    from orapo_core.data import load_dataset
+    from orapo_core.data.phantom import write_dataset
+
+    folder = tmp_path_factory.mktemp("phantom")
+    write_dataset(folder, 8, seed=3, size=64)
+    return load_dataset(folder)
+
+
+def uid_with_split(prefix: str, split: str) -> str:
+    from db.repositories import split_for
+
+    for k in range(10_000):
+        uid = f"{prefix}-{k}"
+        if split_for(uid) == split:
+            return uid
+    raise AssertionError("no uid found")
+
+
+def seed_study(db, settings, record, *, author, split: str = "train", tag: str = "", edited: bool = True,
+               signed: bool = True):
+    """One study as the app would have stored it: image in storage, a model draft, the clinician's report and pair."""
+    import shutil
+
+    from db import CorrectionRepository, DraftRepository, PairRepository, StudyRepository
+    from orapo_core.models.prompt import REPORT_PROMPT
+
+    studies = StudyRepository(db)
+    study = studies.create(uid_with_split(f"{record.study_id}{tag}", split), f"ANON-{record.study_id}{tag}")
+    assert study.split == split
+    rel = Path(f"seed/{study.id}/frontal.png")
+    (settings.storage_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(record.image_paths[0], settings.storage_dir / rel)
+    studies.add_image(study.id, display_path=rel.as_posix(), width=64, height=64, source_format="png")
+    draft = DraftRepository(db).create(study.id, model_name="tiny", prompt=REPORT_PROMPT,
+                                       text="Findings: The lungs are clear.\nImpression: No acute process.")
+    text = f"Findings: {record.findings}\nImpression: {record.impression}" if edited else draft.text
+    correction = CorrectionRepository(db).create(study.id, author_id=author.id, text=text, draft_id=draft.id, signed=signed)
+    if edited and split == "train":
+        PairRepository(db).add(study.id, prompt=draft.prompt, chosen=text, rejected=draft.text, source="clinician_edit",
+                               correction_id=correction.id)
+    return study, correction
+
+
+@pytest.fixture
+def env(database, tmp_path, tiny_model, phantom):
+    """A data folder, the promoted tiny base version, three signed training studies and two held-out ones."""
+    from db import ModelVersionRepository, UserRepository
+    from orapo_core.config import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", deid_secret="test")
+    settings.ensure_dirs()
+    admin = UserRepository(database).create("boss", "admin-pass-1", role="admin")
+    rad = UserRepository(database).create("rita", "rita-pass-1")
+    base = ModelVersionRepository(database).create("tiny-base", base_model_path=str(tiny_model))
+    ModelVersionRepository(database).promote(base.id, actor=admin)
+    train = [seed_study(database, settings, r, author=rad)[0] for r in phantom[:3]]
+    held = [seed_study(database, settings, r, author=rad, split="holdout")[0] for r in phantom[3:5]]
+    return type("Env", (), dict(db=database, settings=settings, admin=admin, rad=rad, base=base, train=train,
+                                held=held, phantom=phantom))
+
+
+def service(env, **policy):
+    from app.services.rounds import RoundPolicy, RoundService
+
+    defaults = dict(recipe=SMOKE, min_heldout=1, eval_max_new_tokens=8, poll_s=0.2, cancel_grace_s=3.0)
+    return RoundService(env.db, env.settings, policy=RoundPolicy(**{**defaults, **policy}))
+
+
+def test_round_from_corrections_to_promoted_version_with_real_evaluation(env):
+    from db import AuditRepository, CorrectionRepository, ModelVersionRepository, PairRepository
+
+    rounds = service(env, f1_tolerance=1.0, reward_margin=-1.0)  # a gate any candidate passes
+    record = rounds.start_round(actor=env.admin, settings=FAST_TRAINING, wait=True)
+    assert record.status == "promoted", (record.error, record.log)
+    assert record.progress == 1.0 and record.pid is None
+    details = rounds.round_details(record.id)
+    assert any("rewards/facts_reward/mean" in step for step in details.metrics_history)
+    assert record.metrics["train"]["step"] == 2 and "loss" in record.metrics["train"]
+    assert "trained:" in details.log_tail
+    assert record.metrics["heldout"]["source"] == "holdout_studies" and record.metrics["heldout"]["n"] == 2
+
+    version = ModelVersionRepository(env.db).promoted()
+    assert version is not None and version == details.version and version.round_id == record.id
+    assert version.parent_id == env.base.id and version.created_by == env.admin.id
+    assert version.config["started_by"] == "boss" and version.config["trigger"] == "manual"
+    assert version.study_ids_seen == sorted(s.id for s in env.train)  # never a held-out study
+    assert version.base_model_path == env.base.base_model_path
+    adapter = env.settings.resolved_data_dir / version.adapter_path
+    assert adapter == env.settings.models_dir / "versions" / f"round-{record.id}"
+    assert (adapter / "adapter_model.safetensors").is_file()
+    assert {"macro_f1_14", "facts_reward_mean"} <= set(version.metrics["heldout"])
+    assert version.config["overrides"]["max_steps"] == 2 and version.config["resolved"]["training"]["max_steps"] == 2
+    assert ModelVersionRepository(env.db).get(env.base.id).status == "retired"
+
+    assert CorrectionRepository(env.db).count_untrained() == 0
+    assert {p.round_id for p in PairRepository(env.db).list()} == {record.id}
+    # The adapter the service saved loads and drafts.
+    from orapo_core.models.draft import Drafter
+
+    drafter = Drafter.from_dir(version.base_model_path, adapter)
+    from PIL import Image
+
+    assert isinstance(drafter.draft(Image.new("L", (64, 64)), samples=0, max_new_tokens=4).text, str)
+
+    with pytest.raises(OrapoError) as exc:  # nothing new to train on
+        rounds.request_round(actor=env.admin)
+    assert exc.value.code == "nothing_to_train"
+
+    rolled = rounds.rollback(actor=env.admin)  # default target: the parent
+    assert rolled.id == env.base.id and ModelVersionRepository(env.db).promoted().id == env.base.id
+    assert AuditRepository(env.db).query(action="version.rollback")[0].object_id == str(env.base.id)
+    assert rounds.rollback(version.id, actor=env.admin).id == version.id  # and forward again, one action
+
+
+def test_worse_candidate_is_kept_as_rejected_with_its_numbers(env):
+    from db import CorrectionRepository, ModelVersionRepository
+
+    # FactS reward must rise by more than 1.0: impossible for a reward in [0, 1]; real evaluation, in-process.
+    rounds = service(env, reward_margin=1.0, evaluate_in_subprocess=False)
+    record = rounds.start_round(actor=env.admin, settings=FAST_TRAINING, wait=True)
+    assert record.status == "rejected", (record.error, record.log)
+    version = rounds.round_details(record.id).version
+    assert version.status == "rejected" and "FactS reward" in version.reason
+    assert version.metrics["gate"]["candidate"]["facts_reward_mean"] is not None
+    assert ModelVersionRepository(env.db).promoted().id == env.base.id  # the served model is unchanged
+    assert CorrectionRepository(env.db).count_untrained() == 0  # used by the round, replayable later
+    with pytest.raises(OrapoError) as exc:
+        rounds.promote_version(version.id, actor=env.admin)
+    assert exc.value.code == "version_rejected"
+
+
+def _wait_for(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def test_killed_worker_fails_the_round_and_changes_nothing(env):
+    from db import CorrectionRepository, ModelVersionRepository, PairRepository
+
+    rounds = service(env)
+    record = rounds.start_round(actor=env.admin, settings=FAST_TRAINING, wait=False)
+    with pytest.raises(OrapoError) as exc:  # one round at a time
+        rounds.start_round(actor=env.admin, settings=FAST_TRAINING)
+    assert exc.value.code == "round_active" and f"Round {record.id}" in exc.value.message
+    pid = _wait_for(lambda: rounds.get_round(record.id).pid)
+    os.killpg(pid, signal.SIGKILL)  # what the kernel's OOM killer does
+    record = rounds.wait(record.id, timeout=60)
+    assert record.status == "failed" and "SIGKILL" in record.error, record.error
+    assert ModelVersionRepository(env.db).promoted().id == env.base.id
+    assert len(ModelVersionRepository(env.db).list()) == 1
+    assert CorrectionRepository(env.db).count_untrained() == 3
+    assert all(p.round_id is None for p in PairRepository(env.db).list())
+    # The service still answers, and the next round can start (and be cancelled).
+    again = rounds.start_round(actor=env.admin, settings=FAST_TRAINING, wait=False)
+    _wait_for(lambda: rounds.get_round(again.id).pid)
+    cancelled = rounds.cancel_round(again.id, actor=env.admin)
+    assert cancelled.status == "cancelled" and "boss" in cancelled.error
+    assert not rounds.is_running_here(again.id)
+    assert CorrectionRepository(env.db).count_untrained() == 3
+
+
+def test_two_racing_requests_start_one_round(env):
+    rounds_a, rounds_b = service(env), service(env)  # e.g. the app and the CLI
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def request(svc):
+        barrier.wait()
+        try:
+            outcomes.append(svc.request_round(actor="cli"))
+        except OrapoError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=request, args=(s,)) for s in (rounds_a, rounds_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    started = [o for o in outcomes if not isinstance(o, OrapoError)]
+    refused = [o for o in outcomes if isinstance(o, OrapoError)]
+    assert len(started) == 1 and len(refused) == 1 and refused[0].code == "round_active"
+    assert [r.id for r in rounds_a.list_rounds(status=["queued", "running"])] == [started[0].id]
+
+
+def test_stale_running_round_is_failed_at_start(env):
+    from db import RoundRepository
+
+    rounds = RoundRepository(env.db)
+    stale = rounds.create(trigger="manual", config={})
+    rounds.transition(stale.id, "running")
+    rounds.set_process(stale.id, pid=2**22 + 12345)  # no such process
+    recovered = service(env).recover()
+    assert [r.id for r in recovered] == [stale.id]
+    assert rounds.get(stale.id).status == "failed" and "worker_gone" in rounds.get(stale.id).error
+
+    with pytest.raises(OrapoError) as exc:
+        service(env).request_round(resume_from=stale.id)
+    assert exc.value.code == "no_checkpoint"
+    checkpoint = env.settings.rounds_dir / str(stale.id) / "output" / "checkpoint-10"
+    (checkpoint.parent / "checkpoint-2").mkdir(parents=True)
+    checkpoint.mkdir()
+    resumed = service(env).request_round(resume_from=stale.id)
+    assert resumed.config["overrides"]["resume_from_checkpoint"] == str(checkpoint)
+
+
+def test_managed_and_unknown_settings_are_refused(env):
+    rounds = service(env)
+    with pytest.raises(OrapoError) as exc:
+        rounds.request_round(settings={"output_dir": "/tmp/x"})
+    assert exc.value.code == "managed_setting"
+    with pytest.raises(OrapoError) as exc:
+        rounds.request_round(recipe="no-such-recipe.yaml")
+    assert exc.value.code == "recipe_missing"
+
+
+def test_round_csv_carries_labels_oracle_and_clinician_pairs_to_the_trainer(env):
+    from app.services.rounds_data import select_round_studies, write_training_csv
+    from orapo_core.train import dataset as training_data
+
+    selection = select_round_studies(env.db, env.settings)
+    assert sorted(s.study_id for s in selection.new) == sorted(s.id for s in env.train)
+    path = write_training_csv(selection, env.settings.rounds_dir / "t" / "train.csv")
+    if hasattr(training_data, "load_training_records"):
+        records = training_data.build_training_dataset(training_data.load_training_records(path))
+    else:  # the CSV reader before the loaders were shared
+        records = training_data.build_training_dataset(training_data.read_chexpert_csv(path))
+    row = records[0]
+    assert row["oracle_report"].startswith("Findings:") and row["clinician_rejected"].startswith("Findings: The lungs are clear")
+    assert row["clinician_chosen"] == row["oracle_report"] and row["image"].size == (64, 64)
+    assert any(v is not None for v in json.loads(row["labels"]).values())
