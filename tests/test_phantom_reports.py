@@ -15,7 +15,7 @@ from orapo_core.data.records import CHEXPERT_14
 WORDS = {
     "Enlarged Cardiomediastinum": r"mediastin",
     "Cardiomegaly": r"cardiomegaly|heart",
-    "Lung Opacity": r"opacit|haziness",
+    "Lung Opacity": r"opacit|haziness|lungs are clear",
     "Lung Lesion": r"nodule|mass",
     "Edema": r"edema",
     "Consolidation": r"consolidation",

@@ -144,7 +144,10 @@ _NEGATIVES: dict[str, list[Sentence]] = {
     "heart": [("Heart size is normal.", {"Cardiomegaly": 0}), ("The heart is normal in size.", {"Cardiomegaly": 0})],
     "silhouette": [("The cardiomediastinal silhouette is within normal limits.", {"Enlarged Cardiomediastinum": 0}),
                    ("Normal mediastinal contours.", {"Enlarged Cardiomediastinum": 0})],
-    "consolidation": [("No focal consolidation.", {"Consolidation": 0}), ("The lungs are clear without focal consolidation.", {"Consolidation": 0})],
+    "consolidation": [("No focal consolidation.", {"Consolidation": 0})],
+    # Said only when nothing in the lungs is abnormal: it denies any opacity too.
+    "clear_lungs": [("The lungs are clear without focal consolidation.", {"Consolidation": 0, "Lung Opacity": 0}),
+                    ("The lungs are clear.", {"Lung Opacity": 0})],
     "edema": [("No pulmonary edema.", {"Edema": 0})],
     "pleura": [("No pleural effusion or pneumothorax.", {"Pleural Effusion": 0, "Pneumothorax": 0}),
                ("No pneumothorax or pleural effusion.", {"Pleural Effusion": 0, "Pneumothorax": 0})],
@@ -156,6 +159,10 @@ _NEGATIVES: dict[str, list[Sentence]] = {
 _NORMAL_IMPRESSIONS = ["No acute cardiopulmonary process.", "No acute cardiopulmonary abnormality.", "No acute intrathoracic process.", "Normal chest radiograph."]
 
 
+# Findings inside the lungs: with any of them a report cannot call the lungs clear.
+_PARENCHYMAL = {"consolidation", "pneumonia", "lung_opacity", "atelectasis", "edema", "lung_lesion", "pneumothorax"}
+
+
 def _negatives(kinds: set[str], rng, normal: bool) -> list[Sentence]:
     """Pertinent negatives for what is absent; always the core set for a normal study."""
     out: list[Sentence] = []
@@ -165,7 +172,8 @@ def _negatives(kinds: set[str], rng, normal: bool) -> list[Sentence]:
     if not kinds & {"cardiomegaly", "enlarged_cardiomediastinum"} and rng.random() < keep:
         out.append(_choose(rng, _NEGATIVES["silhouette"]))
     if not kinds & {"consolidation", "pneumonia"} and rng.random() < keep:
-        out.append(_choose(rng, _NEGATIVES["consolidation"]))
+        lungs_clear = not kinds & _PARENCHYMAL and rng.random() < 0.5
+        out.append(_choose(rng, _NEGATIVES["clear_lungs" if lungs_clear else "consolidation"]))
     if "edema" not in kinds and rng.random() < (0.5 if normal else 0.4):
         out.append(_NEGATIVES["edema"][0])
     ptx, eff = "pneumothorax" in kinds, "pleural_effusion" in kinds

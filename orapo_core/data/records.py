@@ -10,25 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The CheXpert observation order. It mirrors `orapo_core.facts`' schema; it is
-# repeated here only because the facts package is imported lazily (the data
-# package must load without it), and a test checks that the two agree.
-CHEXPERT_14: tuple[str, ...] = (
-    "No Finding",
-    "Enlarged Cardiomediastinum",
-    "Cardiomegaly",
-    "Lung Opacity",
-    "Lung Lesion",
-    "Edema",
-    "Consolidation",
-    "Pneumonia",
-    "Atelectasis",
-    "Pneumothorax",
-    "Pleural Effusion",
-    "Pleural Other",
-    "Fracture",
-    "Support Devices",
-)
+from orapo_core.facts.ontology import CHEXPERT_14  # the one label space (stdlib-only, cheap to import)
 
 SPLITS = ("train", "valid", "test")
 
