@@ -35,6 +35,7 @@ class AppContext:
     settings: Settings
     database: Any
     registry: Any
+    rounds: Any = None  # the app's RoundScheduler: its `.service` runs rounds; started and stopped with the server
 
     def user(self, request: gr.Request | None, *, role: str | None = None, allow_password_change: bool = False):
         from app.services.auth import signed_in
@@ -56,16 +57,21 @@ def upload_cache_dir(settings: Settings):
     return settings.resolved_data_dir / "upload-cache"
 
 
-def build_app(*, settings: Settings, database, registry=None) -> gr.Blocks:
+def build_app(*, settings: Settings, database, registry=None, rounds=None) -> gr.Blocks:
+    """The Blocks of the whole app. `rounds` (a `RoundScheduler`, default one with the default policy) is
+    not started here: the server's lifespan (`launch_options`) starts it and stops it, so building an
+    app, as tests do, leaves no thread behind."""
     from app.services.drafting import ModelRegistry
-    from app.tabs import account, admin, read, worklist
+    from app.services.rounds_schedule import RoundScheduler
+    from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist
 
     # Gradio reads its upload folder from the environment when the server starts;
     # keep uploads in the data folder, where ingest deletes each one after use.
     cache = upload_cache_dir(settings)
     cache.mkdir(parents=True, exist_ok=True)
     os.environ["GRADIO_TEMP_DIR"] = str(cache)
-    ctx = AppContext(settings, database, registry or ModelRegistry(settings, database))
+    ctx = AppContext(settings, database, registry or ModelRegistry(settings, database),
+                     rounds if rounds is not None else RoundScheduler(database, settings))
 
     with gr.Blocks(title="OraPO: chest X-ray reporting") as demo:
         with gr.Row():
@@ -76,11 +82,16 @@ def build_app(*, settings: Settings, database, registry=None) -> gr.Blocks:
                 read_ui = read.build(ctx)
             with gr.Tab("Worklist", id="worklist", visible=False) as worklist_tab:
                 worklist_ui = worklist.build(ctx)
+            with gr.Tab("Dashboard", id="dashboard", visible=False) as dashboard_tab:
+                dashboard_ui = dashboard.build(ctx)
             with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
                 admin_ui = admin.build(ctx)
+            with gr.Tab("Rounds", id="rounds", visible=False) as rounds_tab:
+                rounds_tab_module.build(ctx, rounds_tab)
             with gr.Tab("Account", id="account") as account_tab:
                 account_ui = account.build(ctx)
         worklist.wire_open(ctx, worklist_ui, read_ui, tabs)
+        dashboard.wire_select(dashboard_ui, dashboard_tab)
 
         def session_start(request: gr.Request):
             """Which tabs this user sees. Cosmetic only: every handler checks the role again."""
@@ -90,12 +101,14 @@ def build_app(*, settings: Settings, database, registry=None) -> gr.Blocks:
             note = f"Signed in as **{user.username}** ({user.role}) · [Sign out](/logout)"
             if not ready:
                 note += " · **change your one-time password to continue**"
-            return (note, gr.Tab(visible=ready), gr.Tab(visible=ready), gr.Tab(visible=ready and user.is_admin),
+            return (note, gr.Tab(visible=ready), gr.Tab(visible=ready), gr.Tab(visible=ready),
+                    gr.Tab(visible=ready and user.is_admin), gr.Tab(visible=ready and user.is_admin),
                     gr.Tabs(selected="read" if ready else "account"))
 
-        outputs = [whoami, read_tab, worklist_tab, admin_tab, tabs]
+        outputs = [whoami, read_tab, worklist_tab, dashboard_tab, admin_tab, rounds_tab, tabs]
         demo.load(session_start, outputs=outputs, api_name="session_start")
         account_ui.password_changed.then(session_start, outputs=outputs, api_visibility="private")
+    demo.round_scheduler = ctx.rounds  # found by `rounds_lifespan` once the server runs
     return demo
 
 
@@ -108,11 +121,26 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
     return dict(
         auth=lambda username, password: check_credentials(database, username, password),
         auth_message="OraPO: sign in with your account. Ask an administrator if you have none.",
-        app_kwargs={"middleware": [Middleware(RequireSession)]},
+        app_kwargs={"middleware": [Middleware(RequireSession)], "lifespan": rounds_lifespan},
         ssr_mode=False,
         show_error=False,
         share=False,
     )
+
+
+@contextlib.asynccontextmanager
+async def rounds_lifespan(app):
+    """Training rounds live as long as the server: recover and schedule at start, stop them at close."""
+    from anyio import to_thread
+
+    scheduler = getattr(app.get_blocks(), "round_scheduler", None)
+    if scheduler is not None:
+        await to_thread.run_sync(scheduler.start)  # start() first marks rounds a dead process left behind
+    try:
+        yield
+    finally:
+        if scheduler is not None:
+            await to_thread.run_sync(scheduler.shutdown)
 
 
 class RequireSession:

@@ -1,19 +1,25 @@
-"""The Admin tab: user management and the audit log.
+"""The Admin tab: user management, the audit log and exports of the training data and reports.
 
 Every handler asks for the admin role itself (through the services), so the tab
 being hidden from radiologists is a convenience, not the protection.
-Training rounds, the schedule and the dashboard charts are added below
-`build`'s "rounds and dashboard" marker by their own module.
+Training rounds, the schedule and the version charts are the Rounds tab
+(`app.tabs.rounds`). Exports are written to `<data>/exports/<timestamp>/`,
+where they stay, and offered as one zip to download; each is audited.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 
 import gradio as gr
 
-from app.server import AppContext, shown_to_user
+from app.server import AppContext, shown_to_user, upload_cache_dir
 from app.services import auth
+from app.services.export import PAIR_FORMATS
+from orapo_core.errors import OrapoError
 
 USER_COLUMNS = ["Username", "Role", "Active", "Must change password", "Created", "Last sign-in"]
 AUDIT_COLUMNS = ["When", "Who", "Action", "Object", "Details"]
@@ -33,6 +39,27 @@ def _user_rows(users) -> list[list]:
 def _audit_rows(entries) -> list[list]:
     return [[e.created_at.strftime("%Y-%m-%d %H:%M:%S"), e.actor_name, e.action,
              f"{e.object_type or ''} {e.object_id or ''}".strip(), str(e.details)] for e in entries]
+
+
+def export_folder(settings) -> Path:
+    """A new `<data>/exports/<UTC timestamp>/` (a suffix when two exports share a second)."""
+    root = settings.resolved_data_dir / "exports"
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    folder, n = root / stamp, 1
+    while folder.exists():
+        n += 1
+        folder = root / f"{stamp}-{n}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def zipped(settings, folder: Path, kind: str) -> Path:
+    """The export folder as one zip, kept beside it and copied where Gradio may serve it to this admin."""
+    archive = Path(shutil.make_archive(str(folder.parent / f"{folder.name}-{kind}"), "zip", folder))
+    offered = upload_cache_dir(settings) / "exports" / archive.name
+    offered.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(archive, offered)
+    return offered
 
 
 def build(ctx: AppContext) -> AdminUI:
@@ -55,7 +82,17 @@ def build(ctx: AppContext) -> AdminUI:
             audit_btn = gr.Button("Show", scale=0)
         audit = gr.Dataframe(headers=AUDIT_COLUMNS, interactive=False, wrap=True, elem_id="orapo-audit")
 
-    # -- rounds and dashboard: the rounds/schedule/charts sections are built here by their own module --
+    with gr.Accordion("Export", open=True):
+        gr.Markdown("Preference pairs and OraPO prompts as Hugging Face `datasets` folders that TRL reads as they stand "
+                    "(held-out studies never leave), and every reported study as a FHIR R4 Bundle.")
+        with gr.Row(equal_height=True):
+            formats = gr.CheckboxGroup(list(PAIR_FORMATS), value=list(PAIR_FORMATS), label="Training data formats", scale=2)
+            pairs_btn = gr.Button("Export training data", variant="primary", scale=1, elem_id="orapo-export-pairs")
+            fhir_btn = gr.Button("Export FHIR bundles", scale=1, elem_id="orapo-export-fhir")
+        export_result = gr.Markdown(elem_id="orapo-export-result")
+        export_file = gr.File(label="Download", interactive=False, elem_id="orapo-export-file")
+
+    # -- rounds and dashboard: rounds, the schedule and version charts are the Rounds tab (app.tabs.rounds) --
 
     def list_users(request: gr.Request):
         with shown_to_user():
@@ -89,10 +126,41 @@ def build(ctx: AppContext) -> AdminUI:
             actor = ctx.user(request, role="admin")
             return _audit_rows(auth.audit_log(ctx.database, actor, action=action_value, actor_name=who_value))
 
+    def export_pairs(chosen, request: gr.Request):
+        from app.services.export import export_pairs as write_pairs
+        from db import AuditRepository
+
+        with shown_to_user():
+            actor = ctx.user(request, role="admin")
+            if not chosen:
+                raise OrapoError("no_format", "Choose at least one format to export.")
+            folder = export_folder(ctx.settings)
+            summaries = [write_pairs(ctx.database, ctx.settings, folder / fmt, format=fmt) for fmt in chosen]
+            AuditRepository(ctx.database).append("export.pairs", actor=actor, object_type="export", object_id=folder.name,
+                                                 details={s.format: s.rows for s in summaries})
+            lines = [f"- **{s.format}**: {s.rows} rows" + (f" ({s.skipped} skipped: no image)" if s.skipped else "")
+                     for s in summaries]
+            return f"Written to `{folder}`:\n" + "\n".join(lines), str(zipped(ctx.settings, folder, "training-data"))
+
+    def export_fhir(request: gr.Request):
+        from app.services.export import export_fhir as write_fhir
+        from db import AuditRepository
+
+        with shown_to_user():
+            actor = ctx.user(request, role="admin")
+            folder = export_folder(ctx.settings)
+            written = write_fhir(ctx.database, folder / "fhir")
+            AuditRepository(ctx.database).append("export.fhir", actor=actor, object_type="export", object_id=folder.name,
+                                                 details={"bundles": len(written)})
+            return (f"{len(written)} FHIR R4 Bundles (DiagnosticReport + Provenance per study) written to `{folder}`.",
+                    str(zipped(ctx.settings, folder, "fhir")))
+
     users_refresh.click(list_users, outputs=users, api_name="list_users")
     create_btn.click(create_user, inputs=[username, role], outputs=[users, users_result], api_name="create_user")
     disable_btn.click(set_active(False), inputs=username, outputs=[users, users_result], api_name="disable_user")
     enable_btn.click(set_active(True), inputs=username, outputs=[users, users_result], api_name="enable_user")
     reset_btn.click(reset, inputs=username, outputs=[users, users_result], api_name="reset_password")
     audit_btn.click(show_audit, inputs=[action, who], outputs=audit, api_name="audit_log")
+    pairs_btn.click(export_pairs, inputs=formats, outputs=[export_result, export_file], api_name="export_pairs")
+    fhir_btn.click(export_fhir, outputs=[export_result, export_file], api_name="export_fhir")
     return AdminUI(users=users, audit=audit)

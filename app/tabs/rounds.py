@@ -1,0 +1,307 @@
+"""The Rounds tab: start, schedule, watch, cancel training rounds; compare, promote and roll back versions.
+
+Administrators only, and checked in every handler (a radiologist calling
+`/start_round` by name is refused like one clicking a hidden button). The
+round service belongs to the app (`ctx.rounds`, a `RoundScheduler` started
+with the server), so a round keeps running when the admin closes the page;
+which round this page watches lives in the page (a number field), and a
+`gr.Timer` polls it every two seconds only while that round is active.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import gradio as gr
+
+from app.server import AppContext, shown_to_user
+from app.services import auth, round_charts
+from app.services.rounds import RECIPES_DIR, parse_settings
+from app.services.rounds_schedule import CRON_JOB, get_schedule, next_run, set_schedule
+from orapo_core.errors import OrapoError
+
+ROUND_COLUMNS = ["Round", "Status", "Trigger", "Progress", "Started by", "Requested", "Started", "Finished", "Error"]
+VERSION_COLUMNS = ["Version", "Name", "Status", "Parent", "Round", "Macro-F1", "FactS reward", "Reason", "Created"]
+ACTIVE = ("queued", "running")
+STATUS_COLORS = {"queued": "#8c959f", "running": "#1f6feb", "succeeded": "#2a9d8f", "promoted": "#1a7f37",
+                 "rejected": "#bc4c00", "failed": "#cf222e", "cancelled": "#6e7781"}
+POLL_S = 2.0
+STATUS_CSS = """
+.bar {background: #eaeef2; border-radius: 6px; height: 14px; overflow: hidden; margin: 8px 0 4px;}
+.bar > div {height: 100%; border-radius: 6px; transition: width .6s;}
+.pill {display: inline-block; padding: 1px 10px; border-radius: 10px; color: white; font-weight: 600;}
+.muted {color: #57606a;}
+"""
+
+
+@dataclass
+class RoundsUI:
+    round_id: gr.Number
+    version_id: gr.Number
+    timer: gr.Timer
+
+
+def _when(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
+
+def _recipes() -> list[tuple[str, str]]:
+    return [("policy default", "")] + [(p.name, p.name) for p in sorted(RECIPES_DIR.glob("*.yaml"))
+                                       if not p.name.startswith("accelerate")]
+
+
+def parse_overrides(text: str | None) -> dict:
+    """The form's `key=value` lines (blank lines and `#` comments ignored) as a round's settings."""
+    lines = [line.strip() for line in (text or "").splitlines()]
+    return parse_settings([line for line in lines if line and not line.startswith("#")])
+
+
+def round_rows(records, names: dict[int, str]) -> list[list]:
+    """Newest first; a scheduled round was started by its trigger, a manual one by its admin."""
+    return [[r.id, r.status, r.trigger, f"{r.progress * 100:.0f}%", names.get(r.started_by, "") if r.started_by else r.trigger,
+             _when(r.created_at), _when(r.started_at), _when(r.finished_at),
+             r.error.splitlines()[0][:160] if r.error else ""]
+            for r in records]
+
+
+def version_rows(versions) -> list[list]:
+    rows = []
+    for v in sorted(versions, key=lambda v: v.id, reverse=True):
+        heldout = (v.metrics or {}).get("heldout") or {}
+        f1, reward = heldout.get("macro_f1_14"), heldout.get("facts_reward_mean")
+        rows.append([v.id, v.name, v.status, v.parent_id or "", v.round_id or "",
+                     f"{f1:.4f}" if f1 is not None else "", f"{reward:.4f}" if reward is not None else "",
+                     v.reason or "", _when(v.created_at)])
+    return rows
+
+
+def round_html(details) -> str:
+    """The live view's header: status, phase, step, a progress bar and the gate's or the error's sentence."""
+    if details is None:
+        return "<div class='muted'>Select a round in the table, or start one, to watch it here.</div>"
+    r, metrics = details.round, details.round.metrics or {}
+    color = STATUS_COLORS.get(r.status, "#57606a")
+    pct = max(0.0, min(1.0, r.progress)) * 100
+    bits = [f"<b>Round {r.id}</b>", f"<span class='pill' style='background:{color}'>{html.escape(r.status)}</span>"]
+    if r.status in ACTIVE and metrics.get("phase"):
+        bits.append(html.escape(str(metrics["phase"])))
+    step = (metrics.get("train") or {}).get("step")
+    if step is not None and metrics.get("max_steps"):
+        bits.append(f"step {int(step)}/{int(metrics['max_steps'])}")
+    bits.append(f"<span class='muted'>{html.escape(r.trigger)} · requested {_when(r.created_at)}</span>")
+    out = [" · ".join(bits),
+           f"<div class='bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>",
+           f"<div class='muted'>{pct:.0f}% complete</div>"]
+    gate = metrics.get("gate") or {}
+    if gate.get("reason"):
+        out.append(f"<div>Gate: <b>{'promote' if gate.get('promote') else 'reject'}</b> · {html.escape(gate['reason'])}</div>")
+    if r.error:
+        out.append(f"<div style='color:#cf222e'>{html.escape(r.error.splitlines()[0])}</div>")
+    if details.version is not None:
+        v = details.version
+        out.append(f"<div>Produced version <b>{v.id}</b> ({html.escape(v.name)}), now <b>{html.escape(v.status)}</b>.</div>")
+    return "\n".join(out)
+
+
+def log_text(details) -> str:
+    """The round's own events, then the worker's last lines (a progress bar's redraws shown once, as the terminal would)."""
+    events = "\n".join((details.round.log or "").splitlines()[-30:])
+    worker = "\n".join(line.split("\r")[-1] for line in (details.log_tail or "").splitlines())
+    return f"{events}\n\n--- worker output (last lines) ---\n{worker}" if worker.strip() else events
+
+
+def schedule_markdown(ctx: AppContext, schedule) -> str:
+    from db import CorrectionRepository
+
+    lines = []
+    jobs = ctx.rounds.jobs() if ctx.rounds is not None else {}
+    if schedule.schedule_enabled and schedule.cron:
+        when = jobs.get(CRON_JOB) or next_run(schedule.cron)
+        lines.append(f"Next scheduled round: **{when:%Y-%m-%d %H:%M %Z}** (`{schedule.cron}`).")
+    else:
+        lines.append("Scheduled rounds are **off**.")
+    untrained = CorrectionRepository(ctx.database).count_untrained()
+    if schedule.threshold_enabled and schedule.corrections_threshold:
+        lines.append(f"A round starts once **{schedule.corrections_threshold}** new signed corrections wait "
+                     f"(now {untrained}).")
+    else:
+        lines.append(f"The new-corrections trigger is **off** ({untrained} signed corrections wait for a round).")
+    if ctx.rounds is None or not ctx.rounds.running:
+        lines.append("_The scheduler is not running in this process: rounds start only by hand._")
+    return "  \n".join(lines)
+
+
+def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
+    with gr.Column(elem_id="orapo-rounds"):
+        with gr.Row(equal_height=True):
+            with gr.Column(scale=1, variant="panel"):
+                gr.Markdown("### Start a round now")
+                recipe = gr.Dropdown(_recipes(), value="", label="Recipe", elem_id="orapo-round-recipe")
+                overrides = gr.Textbox(label="Overrides (key=value, one per line)", lines=4, max_lines=12,
+                                       placeholder="max_steps=50\nlearning_rate=1e-5\nmin_heldout=20",
+                                       elem_id="orapo-round-overrides")
+                start_btn = gr.Button("Start round now", variant="primary", elem_id="orapo-start-round")
+            with gr.Column(scale=1, variant="panel"):
+                gr.Markdown("### Schedule")
+                with gr.Row():
+                    cron = gr.Textbox(label="Cron (minute hour day month weekday)", placeholder="0 2 * * *", scale=3)
+                    cron_on = gr.Checkbox(label="Scheduled rounds on", scale=1)
+                with gr.Row():
+                    threshold = gr.Number(label="New-corrections threshold", precision=0, minimum=1, scale=3)
+                    threshold_on = gr.Checkbox(label="Threshold trigger on", scale=1)
+                save_btn = gr.Button("Save schedule", elem_id="orapo-save-schedule")
+                schedule_md = gr.Markdown(elem_id="orapo-schedule-status")
+        result = gr.Markdown(elem_id="orapo-rounds-result")
+
+        gr.Markdown("### Rounds")
+        rounds_table = gr.Dataframe(headers=ROUND_COLUMNS, interactive=False, wrap=True, max_height=260,
+                                    column_widths=["7%", "9%", "8%", "8%", "9%", "13%", "13%", "13%", "20%"],
+                                    elem_id="orapo-rounds-table")
+        with gr.Row(equal_height=True):
+            round_id = gr.Number(label="Round", precision=0, scale=1, elem_id="orapo-round-id")
+            watch_btn = gr.Button("Show round", scale=1)
+            cancel_btn = gr.Button("Cancel round", variant="stop", scale=1, elem_id="orapo-cancel-round")
+            refresh_btn = gr.Button("Refresh all", scale=1)
+        status = gr.HTML(round_html(None), css_template=STATUS_CSS, js_on_load=None, padding=True,
+                         elem_id="orapo-round-status")
+        with gr.Row():
+            reward_plot = gr.Plot(label="Reward", elem_id="orapo-plot-reward")
+            zero_plot = gr.Plot(label="Zero-reward fraction", elem_id="orapo-plot-zero")
+        with gr.Row():
+            weight_plot = gr.Plot(label="DPO weight", elem_id="orapo-plot-weight")
+            loss_plot = gr.Plot(label="Losses", elem_id="orapo-plot-losses")
+        with gr.Accordion("Round log", open=False):
+            log = gr.Code(language=None, label="Round events and worker output", lines=14, max_lines=14,
+                          interactive=False, elem_id="orapo-round-log")
+        timer = gr.Timer(POLL_S, active=False)
+
+        gr.Markdown("### Model versions")
+        versions_table = gr.Dataframe(headers=VERSION_COLUMNS, interactive=False, wrap=True, max_height=260,
+                                      column_widths=["8%", "12%", "9%", "7%", "7%", "9%", "10%", "24%", "14%"],
+                                      elem_id="orapo-versions-table")
+        with gr.Row(equal_height=True):
+            version_id = gr.Number(label="Version (roll back: empty = the served version's parent)", precision=0,
+                                   scale=2, elem_id="orapo-version-id")
+            reason = gr.Textbox(label="Reason (kept in the audit log)", scale=3)
+            promote_btn = gr.Button("Promote", variant="primary", scale=1, elem_id="orapo-promote")
+            rollback_btn = gr.Button("Roll back", scale=1, elem_id="orapo-rollback")
+        f1_plot = gr.Plot(label="F1 per class", elem_id="orapo-plot-f1")
+        with gr.Row():
+            quality_plot = gr.Plot(label="Precision, recall, macro-F1", elem_id="orapo-plot-quality")
+            length_plot = gr.Plot(label="Report length", elem_id="orapo-plot-length")
+
+    live_outputs = [status, log, reward_plot, zero_plot, weight_plot, loss_plot, rounds_table, timer]
+    version_outputs = [versions_table, f1_plot, quality_plot, length_plot]
+    schedule_outputs = [cron, cron_on, threshold, threshold_on, schedule_md]
+
+    def admin(request):
+        return ctx.user(request, role="admin")
+
+    def chosen(number) -> int | None:
+        """An id typed or picked in a number field; an empty field arrives as None or 0 (ids start at 1)."""
+        return int(number) if number else None
+
+    def names(actor) -> dict[int, str]:
+        return {u.id: u.username for u in auth.list_users(ctx.database, actor)}
+
+    def rounds_view(actor):
+        return round_rows(ctx.rounds.service.list_rounds(limit=50), names(actor))
+
+    def versions_view():
+        versions = ctx.rounds.service.list_versions()
+        return [version_rows(versions), *round_charts.version_figures(versions)]
+
+    def live_view(actor, rid):
+        rid = chosen(rid)
+        if rid is None:
+            return [round_html(None), "", *round_charts.live_figures([]), rounds_view(actor), gr.Timer(active=False)]
+        details = ctx.rounds.service.round_details(int(rid), log_lines=40)
+        active = details.round.status in ACTIVE
+        return [round_html(details), log_text(details),
+                *round_charts.live_figures(details.metrics_history), rounds_view(actor), gr.Timer(active=active)]
+
+    def schedule_view():
+        s = get_schedule(ctx.database)
+        return [s.cron or "", s.schedule_enabled, s.corrections_threshold, s.threshold_enabled, schedule_markdown(ctx, s)]
+
+    def overview(rid, request: gr.Request):
+        """Everything on the tab, fresh (on opening the tab and on Refresh)."""
+        with shown_to_user():
+            actor = admin(request)
+            return [*live_view(actor, rid), *versions_view(), *schedule_view()]
+
+    def round_status(rid, request: gr.Request):
+        """The live view of one round; the version charts too once it has finished."""
+        with shown_to_user():
+            actor = admin(request)
+            live = live_view(actor, rid)
+            finished = chosen(rid) is not None and ctx.rounds.service.get_round(chosen(rid)).status not in ACTIVE
+            return [*live, *(versions_view() if finished else [gr.skip()] * len(version_outputs))]
+
+    def start_round(recipe_name, overrides_text, request: gr.Request):
+        with shown_to_user():
+            actor = admin(request)
+            record = ctx.rounds.service.start_round(trigger="manual", actor=actor, recipe=recipe_name or None,
+                                                    settings=parse_overrides(overrides_text), wait=False)
+            return [record.id, f"Round **{record.id}** started: watch it below.", *live_view(actor, record.id)]
+
+    def cancel_round(rid, request: gr.Request):
+        with shown_to_user():
+            actor = admin(request)
+            if chosen(rid) is None:
+                raise OrapoError("no_round", "Choose the round to cancel (click it in the table).")
+            record = ctx.rounds.service.cancel_round(chosen(rid), actor=actor)
+            return [f"Round **{record.id}** cancelled.", *live_view(actor, record.id)]
+
+    def save_schedule(cron_value, cron_enabled, threshold_value, threshold_enabled, request: gr.Request):
+        with shown_to_user():
+            actor = admin(request)
+            set_schedule(ctx.database, actor=actor, scheduler=ctx.rounds, cron=(cron_value or "").strip() or None,
+                         schedule_enabled=bool(cron_enabled),
+                         corrections_threshold=int(threshold_value) if threshold_value else None,
+                         threshold_enabled=bool(threshold_enabled))
+            return ["Schedule saved.", *schedule_view()]
+
+    def promote(vid, why, request: gr.Request):
+        with shown_to_user():
+            actor = admin(request)
+            if chosen(vid) is None:
+                raise OrapoError("no_version", "Choose the version to promote (click it in the table).")
+            version = ctx.rounds.service.promote_version(chosen(vid), actor=actor, reason=(why or "").strip() or None)
+            return [f"Version **{version.id}** ({version.name}) now drafts the reports.", *versions_view()]
+
+    def rollback(vid, why, request: gr.Request):
+        with shown_to_user():
+            actor = admin(request)
+            version = ctx.rounds.service.rollback(chosen(vid), actor=actor,
+                                                  reason=(why or "").strip() or None)
+            return [f"Rolled back: version **{version.id}** ({version.name}) drafts the reports again.", *versions_view()]
+
+    def pick_round(evt: gr.SelectData, request: gr.Request):
+        with shown_to_user():
+            admin(request)
+            return int(evt.row_value[0])
+
+    def pick_version(evt: gr.SelectData, request: gr.Request):
+        with shown_to_user():
+            admin(request)
+            return int(evt.row_value[0])
+
+    everything = [*live_outputs, *version_outputs, *schedule_outputs]
+    if tab is not None:
+        tab.select(overview, inputs=round_id, outputs=everything, api_visibility="private")
+    refresh_btn.click(overview, inputs=round_id, outputs=everything, api_name="rounds_overview")
+    start_btn.click(start_round, inputs=[recipe, overrides], outputs=[round_id, result, *live_outputs], api_name="start_round")
+    save_btn.click(save_schedule, inputs=[cron, cron_on, threshold, threshold_on], outputs=[result, *schedule_outputs],
+                   api_name="set_schedule")
+    watch_btn.click(round_status, inputs=round_id, outputs=[*live_outputs, *version_outputs], api_name="round_status")
+    timer.tick(round_status, inputs=round_id, outputs=[*live_outputs, *version_outputs], api_visibility="private",
+               show_progress="hidden")
+    cancel_btn.click(cancel_round, inputs=round_id, outputs=[result, *live_outputs], api_name="cancel_round")
+    promote_btn.click(promote, inputs=[version_id, reason], outputs=[result, *version_outputs], api_name="promote_version")
+    rollback_btn.click(rollback, inputs=[version_id, reason], outputs=[result, *version_outputs], api_name="rollback_version")
+    rounds_table.select(pick_round, outputs=round_id, api_visibility="private").then(
+        round_status, inputs=round_id, outputs=[*live_outputs, *version_outputs], api_visibility="private")
+    versions_table.select(pick_version, outputs=version_id, api_visibility="private")
+    return RoundsUI(round_id=round_id, version_id=version_id, timer=timer)
