@@ -1,0 +1,81 @@
+"""Build the starter model, or say what the installed one is.
+
+`build` trains it here (seeded, a few minutes on 2 CPU cores, a progress bar
+on stderr). `build --if-missing` is what a first start runs: it leaves an
+existing model alone, and copies the model shipped under `assets/starter` when
+that asset was built with the same settings, since training would only make the
+same folder again.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    build = sub.add_parser("build", help="build the starter model (default into <ORAPO_DATA_DIR>/models/starter)")
+    build.add_argument("--out", default=None, metavar="DIR", help="folder to write (default <data>/models/starter)")
+    build.add_argument("--seed", type=int, default=0, help="same seed, same model on the same machine (default 0)")
+    build.add_argument("--n-train", type=int, default=None, metavar="N",
+                       help="PhantomCXR studies to warm-start on (default 1500)")
+    build.add_argument("--steps", type=int, default=None, metavar="N", help="training steps (default 150)")
+    build.add_argument("--minutes", type=float, default=None, metavar="M",
+                       help="stop training when the whole build has run this long (default 9)")
+    build.add_argument("--if-missing", action="store_true",
+                       help="do nothing if the folder holds a model; copy the shipped one if it matches")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+    info = sub.add_parser("info", help="show the starter model's build card")
+    info.add_argument("--model", default=None, metavar="DIR", help="folder to describe (default <data>/models/starter)")
+
+
+def run(args: argparse.Namespace) -> int:
+    return _build(args) if args.action == "build" else _info(args)
+
+
+def _build(args: argparse.Namespace) -> int:
+    import sys
+    from dataclasses import replace
+    from pathlib import Path
+
+    from orapo_core.config import Settings
+    from orapo_core.errors import OrapoError
+    from orapo_core.models.starter import WarmStartPlan, build_starter
+    from orapo_core.models.starter.build import copy_shipped_starter
+
+    out = Path(args.out).expanduser() if args.out else Settings().models_dir / "starter"
+    plan = WarmStartPlan(seed=args.seed)
+    for name, value in (("n_train", args.n_train), ("steps", args.steps), ("max_minutes", args.minutes)):
+        if value is not None:
+            if value <= 0:
+                raise OrapoError("bad_option", f"--{name.replace('_', '-')} must be above 0, not {value}.")
+            plan = replace(plan, **{name: value})
+    if args.if_missing:
+        if (out / "config.json").is_file():
+            print(f"starter: {out} already holds a model; nothing to do.", file=sys.stderr)
+            print(out)
+            return 0
+        if copy_shipped_starter(out, plan) is not None:
+            print(f"starter: copied the shipped model (built with these settings) into {out}.", file=sys.stderr)
+            print(out)
+            return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = build_starter(out, plan, show_progress=not args.quiet)
+    print(path)
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from orapo_core.config import Settings
+    from orapo_core.errors import OrapoError
+    from orapo_core.models.starter import read_card
+
+    folder = Path(args.model).expanduser() if args.model else Settings().models_dir / "starter"
+    card = read_card(folder) if folder.is_dir() else None
+    if card is None:
+        raise OrapoError("model_not_found", f"There is no starter model in {folder}: run `orapo starter build`.")
+    print(json.dumps({"folder": str(folder), **card}, indent=2))
+    return 0

@@ -1,0 +1,95 @@
+"""The starter's shape: a small Qwen2-VL built from config, and its processor.
+
+Qwen2-VL because the product already loads the family (and its processor, via
+`compat`) and its vision tower takes patches at any grid, so nothing here is
+a custom layer: the saved folder is an ordinary `save_pretrained` checkpoint.
+
+Every image is resized to one 224x224 grid (min_pixels = max_pixels), which
+is 16x16 patches of 14 px, merged 2x2 into 64 visual tokens: enough to see a
+heart border, a costophrenic angle or a line, few enough that the text model,
+not the image, sets the cost of a draft. A radiograph that is not square keeps
+its aspect ratio within the same pixel budget (the processor's own
+`smart_resize`), so it gets about 64 tokens too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+IMAGE_SIDE = 224
+# Qwen2-VL's CLIP normalisation; a grey radiograph simply has equal channels.
+IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)
+IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+@dataclass(frozen=True)
+class StarterArchitecture:
+    """The sizes of the starter (defaults: what `orapo starter build` makes)."""
+
+    vision_depth: int = 2
+    vision_embed_dim: int = 128
+    vision_heads: int = 4
+    text_hidden: int = 256
+    text_layers: int = 4
+    text_heads: int = 4
+    text_kv_heads: int = 2
+    text_intermediate: int = 768
+    max_positions: int = 1024
+    image_side: int = IMAGE_SIDE
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def build_config(arch: StarterArchitecture, tokenizer):
+    """A `Qwen2VLConfig` whose token ids are `tokenizer`'s."""
+    from transformers import Qwen2VLConfig
+
+    ids = tokenizer.convert_tokens_to_ids
+    head_dim = arch.text_hidden // arch.text_heads
+    # mrope splits head_dim/2 rotary pairs over time, height and width, 1:1.5:1.5 as Qwen2-VL does.
+    temporal = head_dim // 8
+    spatial = (head_dim // 2 - temporal) // 2
+    mrope = [head_dim // 2 - 2 * spatial, spatial, spatial]
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=arch.text_hidden, intermediate_size=arch.text_intermediate,
+        num_hidden_layers=arch.text_layers, num_attention_heads=arch.text_heads,
+        num_key_value_heads=arch.text_kv_heads, max_position_embeddings=arch.max_positions,
+        bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
+        tie_word_embeddings=True,
+    )
+    vision = dict(depth=arch.vision_depth, embed_dim=arch.vision_embed_dim, hidden_size=arch.text_hidden,
+                  num_heads=arch.vision_heads, mlp_ratio=4, patch_size=14, spatial_merge_size=2,
+                  temporal_patch_size=2)
+    return Qwen2VLConfig(
+        text_config=text, vision_config=vision, tie_word_embeddings=True,
+        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+    )
+
+
+def build_processor(arch: StarterArchitecture, tokenizer):
+    """The family's processor (without a video part: see `compat`) at the fixed input size."""
+    from transformers import Qwen2VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from orapo_core.models.compat import without_video_processor
+
+    pixels = arch.image_side * arch.image_side
+    image_processor = Qwen2VLImageProcessorPil(
+        size={"shortest_edge": pixels, "longest_edge": pixels}, min_pixels=pixels, max_pixels=pixels,
+        patch_size=14, temporal_patch_size=2, merge_size=2, image_mean=list(IMAGE_MEAN), image_std=list(IMAGE_STD),
+    )
+    processor_class = without_video_processor(Qwen2VLProcessor)
+    return processor_class(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
+
+
+def build_generation_config(tokenizer, max_new_tokens: int = 160):
+    """Greedy by default and stopping at `<|im_end|>`: a report is ~50 tokens, the longest PhantomCXR ~90."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.pad_token_id,
+    )

@@ -1,0 +1,115 @@
+"""Building the starter: a few steps make a folder the product's loading path reads and drafts from."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TINY = dict(n_train=12, steps=3, batch_size=4, warmup_steps=1)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    from orapo_core.models.starter import WarmStartPlan, build_starter
+
+    return build_starter(tmp_path_factory.mktemp("starter") / "starter", WarmStartPlan(**TINY), show_progress=False)
+
+
+def test_a_build_is_a_save_pretrained_folder_that_drafts(built):
+    from orapo_core.data.phantom import generate_study
+    from orapo_core.models import Drafter
+
+    assert {"config.json", "model.safetensors", "processor_config.json", "tokenizer.json", "chat_template.jinja",
+            "generation_config.json", "starter_card.json"} <= {p.name for p in built.iterdir()}
+    assert not built.with_name("starter.partial").exists()
+    drafter = Drafter.from_dir(built)
+    assert type(drafter.loaded.model).__name__ == "Qwen2VLForConditionalGeneration"
+    draft = drafter.draft(generate_study(3, size=300).image, samples=2, max_new_tokens=6)
+    assert isinstance(draft.text, str) and len(draft.samples) == 2
+
+
+def test_every_image_becomes_64_visual_tokens(built):
+    from PIL import Image
+
+    from orapo_core.models import load_model
+
+    processor = load_model(built).processor
+    for size in [(224, 224), (512, 512), (1841, 1955)]:
+        inputs = processor(text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[Image.new("RGB", size)],
+                           return_tensors="pt")
+        tokens = int((inputs["input_ids"] == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum())
+        assert 56 <= tokens <= 64, (size, tokens)
+
+
+def test_the_card_says_how_it_was_built(built):
+    from orapo_core.models.starter import RARE_KINDS, read_card
+
+    card = read_card(built)
+    assert card["plan"]["seed"] == 0 and card["steps_done"] == 3 and card["stopped_by"] == "steps"
+    assert card["command"].startswith("orapo starter build --seed 0")
+    prevalence = card["plan"]["prevalence"]
+    from orapo_core.data.phantom import DEFAULT_PREVALENCE
+
+    for kind in RARE_KINDS:  # rare findings scarce on purpose, common ones as PhantomCXR draws them
+        assert prevalence[kind] == pytest.approx(DEFAULT_PREVALENCE[kind] * 0.25)
+    assert prevalence["pleural_effusion"] == DEFAULT_PREVALENCE["pleural_effusion"]
+    assert card["parameters"] > 1_000_000 and card["torch"]
+
+
+def test_same_seed_same_weights(built, tmp_path):
+    from safetensors.numpy import load_file
+
+    from orapo_core.models.starter import WarmStartPlan, build_starter
+
+    again = build_starter(tmp_path / "again", WarmStartPlan(**TINY), show_progress=False)
+    first, second = load_file(built / "model.safetensors"), load_file(again / "model.safetensors")
+    assert first.keys() == second.keys()
+    assert all(np.array_equal(first[k], second[k]) for k in first)
+
+
+def test_the_wall_clock_cap_stops_training_and_the_card_says_so(tmp_path):
+    from orapo_core.models.starter import WarmStartPlan, build_starter, read_card
+
+    plan = WarmStartPlan(**{**TINY, "steps": 1000, "max_minutes": 0.0})
+    card = read_card(build_starter(tmp_path / "capped", plan, show_progress=False))
+    assert card["stopped_by"] == "time" and card["steps_done"] < 1000
+
+
+def test_if_missing_copies_a_shipped_build_only_when_it_was_made_with_the_same_settings(built, tmp_path):
+    from orapo_core.models.starter import WarmStartPlan
+    from orapo_core.models.starter.build import copy_shipped_starter
+
+    plan = WarmStartPlan(**TINY)
+    assert copy_shipped_starter(tmp_path / "a", replace(plan, seed=1), shipped_dir=built) is None
+    assert copy_shipped_starter(tmp_path / "a", replace(plan, steps=4), shipped_dir=built) is None
+    assert copy_shipped_starter(tmp_path / "a", plan, shipped_dir=tmp_path / "nothing") is None
+    copied = copy_shipped_starter(tmp_path / "a", replace(plan, max_minutes=1.0), shipped_dir=built)
+    assert (copied / "model.safetensors").read_bytes() == (built / "model.safetensors").read_bytes()
+
+
+def test_orapo_starter_build_if_missing_and_info(built, data_dir, capsys):
+    import shutil
+
+    from app.cli import main
+
+    target = data_dir / "models" / "starter"
+    shutil.copytree(built, target)
+    stamp = (target / "model.safetensors").stat().st_mtime_ns
+    assert main(["starter", "build", "--if-missing", "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == str(target)
+    assert (target / "model.safetensors").stat().st_mtime_ns == stamp
+    assert main(["starter", "info"]) == 0
+    assert json.loads(capsys.readouterr().out)["folder"] == str(target)
+
+
+def test_orapo_starter_refuses_bad_options_and_a_missing_model(data_dir, capsys):
+    from app.cli import main
+
+    assert main(["starter", "build", "--steps", "0"]) == 2
+    assert capsys.readouterr().err.startswith("bad_option: ")
+    assert main(["starter", "info"]) == 2
+    assert "orapo starter build" in capsys.readouterr().err
