@@ -36,6 +36,11 @@ def run(args: argparse.Namespace) -> int:
     host = args.host or settings.host
     port = args.port or settings.port
     database = open_database(settings)
+    if not args.no_model and settings.model_dir is None:
+        from orapo_core.models.starter import ensure_starter
+
+        # The shipped starter is copied into the data folder; without one it is built here (minutes, once).
+        ensure_starter(settings.models_dir / "starter")
     first_admin = bootstrap_admin(database)
     demo = build_app(settings=settings, database=database)
     print(f"OraPO is ready: open http://{host}:{port}/ in a browser.", flush=True)
