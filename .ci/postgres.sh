@@ -4,6 +4,7 @@
 # the server binaries are missing and we are root (CI). Idempotent: a server
 # already running on the port is reused.
 set -euo pipefail
+cd /  # the postgres user may not be allowed into the caller's folder
 PORT=${ORAPO_TEST_PG_PORT:-54329}
 PGDATA=${ORAPO_TEST_PGDATA:-/tmp/orapo-pgdata}
 URL="postgresql+psycopg://orapo:orapo@127.0.0.1:${PORT}/orapo_test"
