@@ -205,3 +205,50 @@ def test_worklist_scopes_and_filters(app_env):
     with pytest.raises(OrapoError):
         drafting.open_study(db, rad, theirs.id)
     assert drafting.open_study(db, admin, theirs.id).study.id == theirs.id
+
+
+def test_readers_drafting_at_once_share_batched_generates(app_env, tmp_path):
+    import threading
+
+    from app.services import drafting
+    from db import DraftRepository
+    from orapo_core.models.draft import Drafter
+
+    settings, db, admin, rad, other = app_env
+    upload = tmp_path / "cache" / "x" / "RG1_J2KR.dcm"
+    upload.parent.mkdir(parents=True)
+    shutil.copy(pydicom_data_file("RG1_J2KR.dcm"), upload)
+    study_id = drafting.ingest_upload(db, settings, rad, upload).study_id
+
+    batches = []
+
+    class CountingDrafter(Drafter):
+        def draft_many(self, images, **settings):
+            batches.append(len(images))
+            return super().draft_many(images, **settings)
+
+    registry = drafting.ModelRegistry(settings, db, loader=lambda served: CountingDrafter.from_dir(
+        served.model_dir, model_version=served.name))
+    served = registry.served()
+    assert registry.batcher(served) is registry.batcher(served)
+    registry.batcher(served).max_wait_s = 0.2  # room for the threads to arrive together on a busy machine
+    records, errors = [], []
+    start = threading.Barrier(4)
+
+    def reader():
+        start.wait()
+        try:
+            records.append(drafting.draft_study(db, settings, registry, rad, study_id, samples=2))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors and len(records) == 4
+    assert sum(batches) == 4 and len(batches) < 4
+    assert len({r.text for r in records}) == 1  # the same image: the same greedy draft, batched or not
+    assert all(r.latency_ms > 0 for r in records)
+    assert len({r.id for r in records}) == 4 and all(DraftRepository(db).get(r.id).study_id == study_id for r in records)

@@ -189,3 +189,19 @@ def test_self_consistency_of_a_draft_is_plain_json_with_confidences_in_range():
     assert [round(s["confidence"], 2) for s in sentences] == [0.67, 1.0]
     assert flagged and "effusion" in json.dumps(flagged).lower()
     json.dumps({"sentences": sentences, "flagged": flagged})
+
+
+def test_draft_many_greedy_texts_match_single_drafts_for_qwen2_5_vl_too(drafter):
+    images = [xray(), (xray()[:40, :60] // 3).astype(np.uint16), np.tile(xray(), (2, 3))]  # three token counts
+    alone = [drafter.draft(x, samples=0, max_new_tokens=16).text for x in images]
+    together = drafter.draft_many(images, samples=2, max_new_tokens=16)
+    assert [d.text for d in together] == alone
+    assert [len(d.samples) for d in together] == [2, 2, 2]
+    assert all(d.sampling["batch_size"] == 3 for d in together)
+
+
+def test_a_single_draft_is_a_batch_of_one(drafter):
+    one = drafter.draft(xray(), samples=2, max_new_tokens=8, seed=3)
+    (many,) = drafter.draft_many([xray()], samples=2, max_new_tokens=8, seed=3)
+    assert (one.text, one.samples, one.sampling) == (many.text, many.samples, many.sampling)
+    assert "batch_size" not in one.sampling

@@ -4,13 +4,17 @@ The served model is the promoted ModelVersion (base + adapter) when there is
 one, else the configured or starter model. `ModelRegistry` is made by the app
 factory, not at import, and keeps one `Drafter` per version, so a promotion is
 picked up by the next draft without a restart and two users never load the
-same weights twice.
+same weights twice. Each Drafter comes with a `DraftBatcher`: users who press
+Draft at about the same time are drafted together in one batched `generate`
+(`Drafter.draft_many`), which on a CPU costs little more than drafting one.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,9 @@ from orapo_core.errors import OrapoError
 
 #: How many sampled drafts measure each sentence's confidence (self-consistency).
 DRAFT_SAMPLES = 4
+#: The most drafts batched into one `generate`, and how long a draft waits for others when the model is idle.
+DRAFT_MAX_BATCH = 8
+DRAFT_MAX_WAIT_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,7 @@ class ModelRegistry:
         self._loader = loader  # tests may inject a fake; default Drafter.from_dir
         self._lock = threading.Lock()
         self._drafters: dict[str, Any] = {}
+        self._batchers: dict[str, DraftBatcher] = {}
 
     def served(self) -> ServedModel:
         from db import ModelVersionRepository
@@ -60,9 +68,115 @@ class ModelRegistry:
                 self._drafters[served.key] = load(served)
             return self._drafters[served.key]
 
+    def batcher(self, served: ServedModel) -> DraftBatcher:
+        """The one DraftBatcher in front of `served`'s Drafter: what the app drafts through."""
+        drafter = self.drafter(served)
+        with self._lock:
+            batcher = self._batchers.get(served.key)
+            if batcher is None or batcher.drafter is not drafter:
+                batcher = self._batchers[served.key] = DraftBatcher(drafter)
+            return batcher
+
     def _resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
         return p if p.is_absolute() else self._settings.resolved_data_dir / p
+
+
+@dataclass(eq=False)  # compared by identity: the image may be an array
+class _Request:
+    image: Any
+    settings: tuple  # sorted (name, value) pairs: only drafts with the same settings share a batch
+    future: Future = field(default_factory=Future)
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+class DraftBatcher:
+    """Drafts concurrent requests together: one `draft_many` call for all those waiting.
+
+    `draft` may be called from any number of threads; each caller blocks until its
+    own image's Draft is ready (or its batch failed: then every caller in that batch
+    gets the exception). One worker thread runs the batches, so the model runs one
+    `generate` at a time. A request waits for others at most `max_wait_s` when the
+    model is idle; while a batch is running, requests gather and all go (up to
+    `max_batch`, oldest first) as soon as it ends. The worker thread starts on
+    demand and ends after `idle_s` without work.
+
+    A drafter without `draft_many` is called with `draft` once per request.
+    """
+
+    def __init__(self, drafter, *, max_batch: int = DRAFT_MAX_BATCH, max_wait_s: float = DRAFT_MAX_WAIT_S,
+                 idle_s: float = 30.0):
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1; got {max_batch}")
+        self.drafter = drafter
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self.idle_s = idle_s
+        self._cond = threading.Condition()
+        self._queue: list[_Request] = []
+        self._worker: threading.Thread | None = None
+
+    def draft(self, image, **settings):
+        """The Draft of `image` (as `drafter.draft(image, **settings)` gives it), drafted in a batch with others.
+
+        Its `latency_ms` is the time from this call to the draft, waiting for the batch included.
+        """
+        prepare = getattr(self.drafter, "prepare", None)
+        if prepare is not None:
+            image = prepare(image)  # a bad image fails its own caller here, not the batch it would join
+        request = _Request(image, tuple(sorted(settings.items())))
+        with self._cond:
+            self._queue.append(request)
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._run, name="orapo-draft-batcher", daemon=True)
+                self._worker.start()
+            self._cond.notify_all()
+        draft = request.future.result()
+        if hasattr(draft, "latency_ms"):
+            draft = replace(draft, latency_ms=round((time.perf_counter() - request.submitted) * 1000, 1))
+        return draft
+
+    def _next_batch(self) -> list[_Request] | None:
+        """Wait for work; the requests to draft together, or None when idle long enough to stop."""
+        with self._cond:
+            idle_since = time.monotonic()
+            while not self._queue:
+                left = self.idle_s - (time.monotonic() - idle_since)
+                if left <= 0:
+                    self._worker = None  # under the lock: a new request starts a new worker
+                    return None
+                self._cond.wait(left)
+            while len(self._queue) < self.max_batch:
+                left = self.max_wait_s - (time.perf_counter() - self._queue[0].submitted)
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            settings = self._queue[0].settings
+            batch = [r for r in self._queue if r.settings == settings][: self.max_batch]
+            taken = set(map(id, batch))
+            self._queue = [r for r in self._queue if id(r) not in taken]
+            return batch
+
+    def _run(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            try:
+                drafts = self._draft(batch)
+            except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets it; the worker goes on
+                for request in batch:
+                    request.future.set_exception(exc)
+            else:
+                for request, draft in zip(batch, drafts):
+                    request.future.set_result(draft)
+
+    def _draft(self, batch: list[_Request]) -> list:
+        settings = dict(batch[0].settings)
+        draft_many = getattr(self.drafter, "draft_many", None)
+        if draft_many is None:
+            return [self.drafter.draft(r.image, **settings) for r in batch]
+        drafts = draft_many([r.image for r in batch], **settings)
+        if len(drafts) != len(batch):
+            raise RuntimeError(f"draft_many returned {len(drafts)} drafts for {len(batch)} images")
+        return drafts
 
 
 def _load_drafter(served: ServedModel):
@@ -155,9 +269,9 @@ def draft_study(db, settings: Settings, registry: ModelRegistry, user: UserRecor
     view = viewer_pixels(settings, image)
     served = registry.served()
     step(0.15, f"Loading model {served.name}")
-    drafter = registry.drafter(served)
+    batcher = registry.batcher(served)
     step(0.35, "Drafting the report and its samples")
-    draft = drafter.draft(view.pixels, samples=samples)
+    draft = batcher.draft(view.pixels, samples=samples)  # with whoever else is drafting now
     step(0.9, "Storing the draft")
     record = DraftRepository(db).create(
         overview.study.id, model_name=draft.model_name, prompt=draft.prompt, text=draft.text,

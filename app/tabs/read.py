@@ -191,8 +191,10 @@ def build(ctx: AppContext) -> ReadUI:
                     f"Draft {record.id} by **{record.model_name}** in {record.latency_ms / 1000:.1f} s",
                     _study_info(ctx, user, session))
 
+    # 8 drafts may wait at once: the registry's DraftBatcher, not Gradio, bounds the compute (one batched
+    # generate at a time), and drafts waiting together are drafted together
     draft_btn.click(draft, inputs=state, outputs=[state, highlights, missed, sentence, facts, report, status, study_info],
-                    api_name="draft_report", concurrency_limit=2)
+                    api_name="draft_report", concurrency_limit=drafting.DRAFT_MAX_BATCH)
 
     def rescore(text, session, request: gr.Request):
         with shown_to_user():

@@ -8,7 +8,17 @@ call and the samples decode as one batch, which is most of the cost on a CPU.
 
 A `Drafter` holds one loaded model: load once, draft many. The web app keeps one
 per served model version; a lock serialises drafts, since concurrent `generate`
-calls on one model would only compete for the same cores and memory.
+calls on one model would only compete for the same cores and memory (and
+Qwen2-VL keeps per-call rope state on the model).
+
+`Drafter.draft_many` drafts several images in the same two `generate` calls: one
+greedy call over all of them (left-padded, so every prompt ends where decoding
+starts, with the attention mask saying which tokens are padding) and one sampled
+call over all of them times K. For a small model on a CPU a decoding step costs
+about the same for 1 sequence as for 32, so a batch of 8 images takes little
+longer than one; the web app's `DraftBatcher` gathers concurrent users' drafts
+into such batches. An image's greedy draft is the same alone or in a batch; its
+samples, drawn from one seeded stream for the whole batch, depend on the batch.
 """
 
 from __future__ import annotations
@@ -83,31 +93,76 @@ class Drafter:
         seed: int | None = 0,
     ) -> Draft:
         """Draft a report for `image` (a PIL image, or a 2-D array: uint8 display or full bit depth)."""
+        return self.draft_many([image], samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                               top_p=top_p, seed=seed)[0]
+
+    def prepare(self, image):
+        """The RGB picture the model is given for `image`; raises OrapoError for something that is not an image."""
+        return to_rgb_image(image, max_side=self.max_side)
+
+    def draft_many(
+        self,
+        images,
+        *,
+        samples: int = 4,
+        max_new_tokens: int = 192,
+        temperature: float = 1.0,
+        top_p: float = 0.95,
+        seed: int | None = 0,
+    ) -> list[Draft]:
+        """One Draft per image, in order, from one greedy and one sampled `generate` over all of them.
+
+        Each Draft is what `draft` would return for its image alone (the greedy text is the
+        same), except that the samples come from one seeded stream shared by the batch;
+        `sampling["batch_size"]` records the batch when there was more than one image.
+        """
         _check_sampling(samples, max_new_tokens, temperature, top_p)
+        images = list(images)
+        if not images:
+            return []
         started = time.perf_counter()
-        picture = to_rgb_image(image, max_side=self.max_side)
+        pictures = [self.prepare(image) for image in images]
         with self._lock:
-            greedy, sampled = self._generate(picture, samples, max_new_tokens, temperature, top_p, seed)
-        sentences, flagged = score_self_consistency(greedy, sampled) if sampled else ([], [])
-        return Draft(
-            text=greedy,
-            samples=sampled,
-            sentences=sentences,
-            flagged=flagged,
-            model_name=self.loaded.name,
-            model_version=self.model_version,
-            prompt=self.prompt,
-            prompt_version=PROMPT_VERSION,
-            sampling={"samples": samples, "max_new_tokens": max_new_tokens, "temperature": temperature,
-                      "top_p": top_p, "top_k": 0, "seed": seed},
-            latency_ms=round((time.perf_counter() - started) * 1000, 1),
-        )
+            if type(self)._generate is not Drafter._generate:
+                # a subclass that scripts single drafts (tests do): keep honouring it, one image at a time
+                results = [self._generate(p, samples, max_new_tokens, temperature, top_p, seed) for p in pictures]
+            else:
+                results = self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)
+        generated_s = time.perf_counter() - started
+        sampling = {"samples": samples, "max_new_tokens": max_new_tokens, "temperature": temperature,
+                    "top_p": top_p, "top_k": 0, "seed": seed}
+        if len(pictures) > 1:
+            sampling["batch_size"] = len(pictures)
+        drafts = []
+        for greedy, sampled in results:
+            scoring = time.perf_counter()
+            sentences, flagged = score_self_consistency(greedy, sampled) if sampled else ([], [])
+            drafts.append(Draft(
+                text=greedy,
+                samples=sampled,
+                sentences=sentences,
+                flagged=flagged,
+                model_name=self.loaded.name,
+                model_version=self.model_version,
+                prompt=self.prompt,
+                prompt_version=PROMPT_VERSION,
+                sampling=dict(sampling),
+                # the shared generate plus this image's own scoring, not the scoring of those before it
+                latency_ms=round((generated_s + time.perf_counter() - scoring) * 1000, 1),
+            ))
+        return drafts
 
     def _generate(self, picture, samples, max_new_tokens, temperature, top_p, seed) -> tuple[str, list[str]]:
+        return self._generate_many([picture], samples, max_new_tokens, temperature, top_p, seed)[0]
+
+    def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed) -> list[tuple[str, list[str]]]:
         import torch
 
         model, processor = self.loaded.model, self.loaded.processor
-        inputs = processor(text=[self._prompt_text], images=[picture], return_tensors="pt").to(self.loaded.device)
+        # left padding: every row's prompt ends at the last column, where generation appends; the attention
+        # mask marks the padding, and Qwen2-VL computes its (m)rope positions from that mask
+        inputs = processor(text=[self._prompt_text] * len(pictures), images=list(pictures), return_tensors="pt",
+                           padding=True, padding_side="left").to(self.loaded.device)
         for key, value in inputs.items():
             if torch.is_floating_point(value) and value.dtype != self.loaded.dtype:
                 inputs[key] = value.to(self.loaded.dtype)
@@ -117,9 +172,9 @@ class Drafter:
                       pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
         with torch.inference_mode():
             greedy_ids = model.generate(**inputs, do_sample=False, **common)
-            greedy = processor.batch_decode(greedy_ids[:, prompt_len:], skip_special_tokens=True)[0].strip()
+            greedy = [t.strip() for t in processor.batch_decode(greedy_ids[:, prompt_len:], skip_special_tokens=True)]
             if samples == 0:
-                return greedy, []
+                return [(text, []) for text in greedy]
             # top_k=0: checkpoints such as Qwen2-VL ship top_k=1 in generation_config.json,
             # which would make every "sample" the greedy draft and the agreement meaningless.
             sampling = dict(do_sample=True, num_return_sequences=samples, temperature=temperature, top_p=top_p,
@@ -128,8 +183,9 @@ class Drafter:
                 if seed is not None:
                     torch.manual_seed(seed)
                 sample_ids = model.generate(**inputs, **sampling)
+        # num_return_sequences repeats each row in place: image 0's K samples, then image 1's, ...
         sampled = [s.strip() for s in processor.batch_decode(sample_ids[:, prompt_len:], skip_special_tokens=True)]
-        return greedy, sampled
+        return [(text, sampled[i * samples:(i + 1) * samples]) for i, text in enumerate(greedy)]
 
 
 def to_rgb_image(image, *, max_side: int | None = DEFAULT_MAX_SIDE):
