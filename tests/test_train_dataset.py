@@ -1,4 +1,4 @@
-"""The round's dataset: CheXpert Plus CSV loading, oracle precedence, class-balanced selection."""
+"""The round's dataset: studies through `load_dataset` plus a CSV's corrections, oracle precedence, class-balanced selection."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from orapo_core.data.records import CHEXPERT_14
 from orapo_core.errors import OrapoError
-from orapo_core.train.dataset import build_training_dataset, oracle_for, read_chexpert_csv, select_studies
+from orapo_core.train.dataset import build_training_dataset, load_training_records, oracle_for, select_studies
 
 
 def write_chexpert_csv(folder: Path, rows: list[dict]) -> Path:
@@ -45,9 +45,10 @@ def test_csv_rows_become_training_rows(tmp_path):
         {"findings": "Small right effusion.", "impression": "Effusion.", "positive": ["Pleural Effusion"]},
         {"findings": "Clear lungs.", "impression": "Normal.", "positive": ["No Finding"], "oracle": "Corrected."},
     ])
-    records = read_chexpert_csv(path)
-    assert [r["study_id"] for r in records] == ["train/patient00000/study1", "train/patient00001/study1"]
-    assert records[0]["labels"]["Pleural Effusion"] == 1 and records[0]["labels"]["Edema"] is None
+    records = load_training_records(path)
+    assert [r.study_id for r in records] == ["train/patient00000/study1", "train/patient00001/study1"]
+    assert records[0].labels["Pleural Effusion"] == 1 and records[0].labels["Edema"] is None
+    assert records[1].extra["oracle_report"] == "Corrected." and "oracle_report" not in records[0].extra
     ds = build_training_dataset(records, prompt_text="Describe.")
     assert set(ds.column_names) >= {"prompt", "image", "study_id", "labels", "oracle_report", "reference_report"}
     assert "clinician_chosen" not in ds.column_names
@@ -61,12 +62,12 @@ def test_csv_rows_become_training_rows(tmp_path):
 
 def test_bad_inputs_are_refused_with_a_code(tmp_path):
     with pytest.raises(OrapoError) as info:
-        read_chexpert_csv(tmp_path / "missing.csv")
+        load_training_records(tmp_path / "missing.csv")
     assert info.value.code == "data_missing"
     bad = tmp_path / "bad.csv"
     bad.write_text("path_to_image,report\nx.png,text\n")
     with pytest.raises(OrapoError, match="section_findings"):
-        read_chexpert_csv(bad)
+        load_training_records(bad)
     with pytest.raises(OrapoError) as info:
         build_training_dataset([])
     assert info.value.code == "no_studies"
@@ -80,3 +81,21 @@ def test_class_balanced_selection_covers_the_rare_observation():
     plain = select_studies(records, max_studies=3, class_balanced=False, seed=1)
     assert len(plain) == 3
     assert len(select_studies(records, max_studies=None, class_balanced=True)) == 21
+
+
+def test_phantom_folder_reads_through_load_dataset_with_split_and_image_root(tmp_path):
+    from orapo_core.data import write_dataset
+
+    write_dataset(tmp_path / "phantom", 12, seed=3, size=64)
+    records = load_training_records(tmp_path / "phantom")
+    assert len(records) == 12 and all(r.source == "phantom" and r.image_paths[0].is_file() for r in records)
+    train = load_training_records(tmp_path / "phantom", split="train")
+    assert 0 < len(train) < 12 and {r.split for r in train} == {"train"}
+    alone = tmp_path / "csv-only"
+    alone.mkdir()
+    (alone / "phantom_cxr.csv").write_bytes((tmp_path / "phantom" / "phantom_cxr.csv").read_bytes())
+    rerooted = load_training_records(alone / "phantom_cxr.csv", image_root=tmp_path / "phantom")
+    assert [r.study_id for r in rerooted] == [r.study_id for r in records]
+    assert all(p.is_file() and p.is_relative_to(tmp_path / "phantom") for r in rerooted for p in r.image_paths)
+    ds = build_training_dataset(select_studies(records, max_studies=5, class_balanced=True, seed=0))
+    assert len(ds) == 5 and ds[0]["reference_report"].startswith("FINDINGS:")

@@ -87,6 +87,19 @@ def _answer_logps(model, batch, row: int, ids: torch.Tensor) -> float:
     return logps.gather(1, ids.unsqueeze(1)).sum().item()
 
 
+def _count_forward_rows(trainer) -> list[int]:
+    """Record the number of rows of every forward the trainer makes through TRL's helper from now on."""
+    calls = []
+    original = trainer._get_per_token_logps_and_entropies
+
+    def counting(model, input_ids, *args, **kwargs):
+        calls.append(input_ids.size(0))
+        return original(model, input_ids, *args, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = counting
+    return calls
+
+
 def test_combined_loss_matches_a_hand_computation(tiny_vlm, dataset, tmp_path):
     import math
 
@@ -135,9 +148,38 @@ def test_combined_loss_matches_a_hand_computation(tiny_vlm, dataset, tmp_path):
     assert dpo_rows, "the parity reward should fail at least one rollout with seed 0"
     # beta = 0 and on-policy ratios of 1: TRL's 'grpo' loss is −mean(advantage); the oracle term is (1/B)·Σ w_i·L_DPO,i
     expected = -sum(expected_adv) / len(expected_adv) + sum(dpo_rows) / 2
+    forwards = _count_forward_rows(trainer)
     loss = trainer._compute_loss(trainer.model, batch)
     assert loss.item() == pytest.approx(expected, abs=1e-4)
+    # TRL's GRPO forward, then one oracle forward per study with a pair; the rejected rollouts' log-probs are TRL's
+    studies_with_pairs = sum(1 for g in range(2) if any(c > 0 for c in coefs[g * K : (g + 1) * K]))
+    assert sum(1 for c in coefs if c > 0) > studies_with_pairs  # a study with two failed rollouts: its oracle is shared
+    assert forwards == [2 * K, studies_with_pairs]
+    forwards.clear()
+    unpaired = dict(batch, orapo_coef=torch.zeros_like(batch["orapo_coef"]))
+    trainer._compute_loss(trainer.model, unpaired)
+    assert forwards == [2 * K]  # no pair in the micro-batch: no oracle forward at all
     assert trainer._metrics["train"]["orapo/zero_reward_frac"][-1] == pytest.approx(sum(miner_rates) / 2)
+    assert trainer._metrics["train"]["orapo/all_zero_group_frac"][-1] == sum(z == 1.0 for z in miner_rates) / 2
+
+
+def test_with_a_kl_term_the_reference_log_probs_of_rejected_rollouts_are_trls_own(tiny_vlm, dataset, tmp_path):
+    trainer = _trainer(tiny_vlm, dataset, tmp_path / "run", beta=0.04)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    trainer.model.train()
+    forwards = _count_forward_rows(trainer)
+    batch = trainer._generate_and_score_completions([dataset[i] for i in (0, 0, 1, 1)])
+    paired = [r for r in range(2 * K) if batch["orapo_coef"][r] > 0]
+    assert paired and "ref_per_token_logps" in batch
+    for row in paired:
+        rejected = batch["completion_ids"][row][batch["completion_mask"][row].bool()]
+        assert batch["orapo_ref_rejected_logps"][row].item() == pytest.approx(
+            _answer_logps(trainer.ref_model, batch, row, rejected), abs=1e-4)
+    # TRL's reference forward over all rows, then one for the distinct oracles; none for the rejected rollouts
+    studies = len({row // K for row in paired})
+    assert forwards == [2 * K, studies]
 
 
 def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_vlm, dataset, tmp_path):
@@ -151,7 +193,7 @@ def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_vlm, 
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [line for line in lines if "orapo/zero_reward_frac" in line]
     assert [line["step"] for line in steps] == [1, 2]
-    for key in ("orapo/zero_reward_frac", "orapo/dpo_weight", "orapo/pairs", "orapo/grpo_loss", "reward", "reward_std",
+    for key in ("orapo/zero_reward_frac", "orapo/all_zero_group_frac", "orapo/dpo_weight", "orapo/pairs", "orapo/grpo_loss", "reward", "reward_std",
                 "orapo/reward_mean", "orapo/reward_std"):
         assert all(key in line for line in steps), key
     if any(line["orapo/pairs"] > 0 for line in steps):

@@ -19,9 +19,12 @@ _EXPORTS = {
     "dpo_weight": "orapo_core.train.pairs",
     "zero_reward_rate": "orapo_core.train.pairs",
     "build_training_dataset": "orapo_core.train.dataset",
-    "load_chexpert_dataset": "orapo_core.train.dataset",
+    "load_round_dataset": "orapo_core.train.dataset",
+    "load_training_records": "orapo_core.train.dataset",
     "MetricsJsonlCallback": "orapo_core.train.metrics_log",
     "resolve_reward": "orapo_core.train.rewards",
+    "AblationPlan": "orapo_core.train.ablation",
+    "run_ablation": "orapo_core.train.ablation",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -66,7 +66,10 @@ class OraPOConfig(GRPOConfig):
     )
     reward_name: str = field(
         default="facts",
-        metadata={"help": "Reward function: 'facts' (FactS), or a dotted import 'package.module:function' / 'package.module.function'."},
+        metadata={
+            "help": "Reward function: 'facts' (FactS), 'rouge_l' or 'token_f1' (text overlap with the reference report), "
+            "or a dotted import 'package.module:function' / 'package.module.function'."
+        },
     )
     facts_beta: float = field(default=1.0, metadata={"help": "β of the FactS F-score (1.0 weighs precision and recall alike)."})
     precision_aware: bool = field(default=True, metadata={"help": "Use FactS's precision-aware scoring (penalises invented findings)."})
@@ -118,8 +121,16 @@ class OraPOScriptArguments:
 
     train_csv: str | None = field(
         default=None,
-        metadata={"help": "CheXpert Plus style CSV: path_to_image, section_findings, section_impression, 14 label columns, optional oracle_report."},
+        metadata={
+            "help": "The round's studies: a CheXpert Plus style CSV (path_to_image, section_findings, section_impression, "
+            "14 label columns, optional oracle_report/clinician_chosen/clinician_rejected) or a dataset folder that "
+            "`orapo_core.data.load_dataset` reads (CheXpert Plus, MIMIC-CXR, IU X-ray, PhantomCXR)."
+        },
     )
+    dataset_kind: str = field(
+        default="auto", metadata={"help": "Layout of train_csv: auto, chexpert_plus, mimic_cxr, iu_xray or phantom."}
+    )
+    split: str | None = field(default=None, metadata={"help": "Train only on studies of this split (train, valid, test); default: all."})
     image_root: str | None = field(default=None, metadata={"help": "Folder that path_to_image is relative to; default: the CSV's folder."})
     max_studies: int | None = field(default=None, metadata={"help": "Use at most this many studies (paper: 1000)."})
     class_balanced: bool = field(default=False, metadata={"help": "Pick the studies class-balanced over the 14 observations (paper: yes)."})

@@ -6,6 +6,10 @@ text, which is exactly `orapo_core.models.prompt.build_messages`), ``image``,
 against), ``reference_report``, ``oracle_report`` (the clinician's correction
 when there is one, else the reference report) and, when any record has them,
 ``clinician_chosen``/``clinician_rejected``.
+
+Studies are read by `orapo_core.data.load_dataset`, like every other part of
+the product, so a round trains on any layout it reads; only the correction
+columns a round's CSV adds to the CheXpert Plus layout are read here.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import random
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from orapo_core.data.records import CHEXPERT_14, parse_label
+from orapo_core.data.records import CHEXPERT_14, StudyRecord
 from orapo_core.errors import OrapoError
 
 
@@ -26,15 +30,6 @@ def default_prompt_text() -> str:
     except ImportError:  # the models package is optional for data-only use
         return "Write the findings and impression of this chest X-ray."
     return REPORT_PROMPT
-
-
-def reference_report(findings: str | None, impression: str | None) -> str:
-    parts = []
-    if findings and findings.strip():
-        parts.append(f"FINDINGS: {findings.strip()}")
-    if impression and impression.strip():
-        parts.append(f"IMPRESSION: {impression.strip()}")
-    return "\n\n".join(parts)
 
 
 def oracle_for(record: Mapping) -> str:
@@ -87,47 +82,83 @@ def build_training_dataset(records: Iterable, *, prompt_text: str | None = None)
     return Dataset.from_dict(columns).cast_column("image", Image())
 
 
-def _study_id_from_path(path: str) -> str:
-    parent = Path(path).parent
-    return parent.as_posix() if parent.as_posix() not in ("", ".") else Path(path).stem
+# Columns a round's CSV may add to the CheXpert Plus layout: the clinician's corrected report and the pair
+# (corrected over drafted) it makes. The dataset loaders read the shared layout; these only matter to training.
+CORRECTION_COLUMNS = ("oracle_report", "clinician_chosen", "clinician_rejected")
 
 
-def read_chexpert_csv(path: str | Path, *, image_root: str | Path | None = None) -> list[dict]:
-    """Rows of a CheXpert Plus style CSV as training records (one per study: its first image)."""
-    path = Path(path)
-    if not path.is_file():
-        raise OrapoError("data_missing", f"The training CSV {path} does not exist.")
-    root = Path(image_root) if image_root else path.parent
-    records: dict[str, dict] = {}
-    with path.open(newline="", encoding="utf-8") as handle:
+def _corrections(csv_path: Path) -> dict[str, dict[str, str]]:
+    """The correction columns of a CSV by study key (the loader's key: ``id``, else the image's folder)."""
+    with csv_path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        missing = {"path_to_image", "section_findings", "section_impression"} - set(reader.fieldnames or [])
-        if missing:
-            raise OrapoError(
-                "data_invalid",
-                f"{path.name} lacks the column(s) {', '.join(sorted(missing))}: a CheXpert Plus CSV needs "
-                "path_to_image, section_findings and section_impression.",
-            )
+        wanted = [c for c in CORRECTION_COLUMNS if c in (reader.fieldnames or [])]
+        if not wanted:
+            return {}
+        table: dict[str, dict[str, str]] = {}
         for row in reader:
-            image = row["path_to_image"].strip()
-            study_id = (row.get("study_id") or "").strip() or _study_id_from_path(image)
-            if study_id in records:
-                continue
-            image_path = Path(image) if Path(image).is_absolute() else root / image
-            records[study_id] = {
-                "study_id": study_id,
-                "image": str(image_path),
-                "labels": {name: parse_label(row.get(name)) for name in CHEXPERT_14},
-                "reference_report": reference_report(row.get("section_findings"), row.get("section_impression")),
-                "oracle_report": (row.get("oracle_report") or "").strip() or None,
-                "clinician_chosen": (row.get("clinician_chosen") or "").strip() or None,
-                "clinician_rejected": (row.get("clinician_rejected") or "").strip() or None,
-            }
-    return list(records.values())
+            rel = row.get("path_to_image") or row.get("path_to_dcm") or ""
+            key = row.get("id") or str(Path(rel).parent)
+            values = {c: row[c].strip() for c in wanted if (row.get(c) or "").strip()}
+            if values and key not in table:
+                table[key] = values
+    return table
 
 
-def select_studies(records: list[dict], *, max_studies: int | None, class_balanced: bool, seed: int = 0) -> list[dict]:
-    """At most `max_studies` records; class-balanced means round-robin over the observations' positive studies."""
+def _check_csv(path: Path) -> None:
+    with path.open(newline="", encoding="utf-8") as handle:
+        header = next(csv.reader(handle), [])
+    missing = {"path_to_image", "section_findings", "section_impression"} - set(header)
+    if missing:
+        raise OrapoError(
+            "data_invalid",
+            f"{path.name} lacks the column(s) {', '.join(sorted(missing))}: a CheXpert Plus CSV needs "
+            "path_to_image, section_findings and section_impression.",
+        )
+
+
+def load_training_records(
+    path: str | Path, *, kind: str = "auto", image_root: str | Path | None = None, split: str | None = None
+) -> list[StudyRecord]:
+    """The studies of a dataset (`orapo_core.data.load_dataset`, any layout it reads), with a CSV's corrections.
+
+    ``image_root`` re-roots images that the CSV lists relative to its own folder; ``split`` keeps only the
+    studies of that split (train/valid/test), none: all of them.
+    """
+    from orapo_core.data.loaders import load_dataset
+
+    path = Path(path)
+    if not path.exists():
+        raise OrapoError("data_missing", f"The training data {path} does not exist.")
+    if path.is_file() and path.suffix == ".csv" and kind in ("auto", "chexpert_plus", "phantom"):
+        _check_csv(path)
+    records = load_dataset(path, kind=kind)
+    # A folder's CSV (PhantomCXR, CheXpert Plus) may carry corrections too; `_corrections` reads only their columns.
+    csv_path = path if path.is_file() else next(iter(sorted(path.glob("*.csv"))), None)
+    if csv_path is not None and csv_path.suffix == ".csv":
+        corrections = _corrections(csv_path)
+        for record in records:
+            for column, value in corrections.get(record.study_id, {}).items():
+                record.extra.setdefault(column, value)
+        if image_root is not None:
+            base, root = csv_path.parent.resolve(), Path(image_root)
+            for record in records:
+                record.image_paths = [root / p.resolve().relative_to(base) if p.resolve().is_relative_to(base) else p
+                                      for p in record.image_paths]
+    if split is not None:
+        records = [r for r in records if r.split == split]
+    return records
+
+
+def _study_key(record) -> str:
+    return record["study_id"] if isinstance(record, Mapping) else record.study_id
+
+
+def _labels(record) -> Mapping:
+    return (record.get("labels") if isinstance(record, Mapping) else record.labels) or {}
+
+
+def select_studies(records: list, *, max_studies: int | None, class_balanced: bool, seed: int = 0) -> list:
+    """At most `max_studies` records (StudyRecords or dicts); class-balanced means round-robin over the observations' positive studies."""
     rng = random.Random(seed)
     records = list(records)
     rng.shuffle(records)
@@ -135,28 +166,30 @@ def select_studies(records: list[dict], *, max_studies: int | None, class_balanc
         return records
     if not class_balanced:
         return records[:max_studies]
-    pools = {name: [r for r in records if (r.get("labels") or {}).get(name) == 1] for name in CHEXPERT_14}
-    chosen: dict[str, dict] = {}
+    pools = {name: [r for r in records if _labels(r).get(name) == 1] for name in CHEXPERT_14}
+    chosen: dict[str, object] = {}
     while len(chosen) < max_studies and any(pools.values()):
         for name in CHEXPERT_14:
             pool = pools[name]
-            while pool and pool[0]["study_id"] in chosen:
+            while pool and _study_key(pool[0]) in chosen:
                 pool.pop(0)
             if pool and len(chosen) < max_studies:
                 record = pool.pop(0)
-                chosen[record["study_id"]] = record
+                chosen[_study_key(record)] = record
     for record in records:  # top up with studies positive for nothing, if needed
         if len(chosen) >= max_studies:
             break
-        chosen.setdefault(record["study_id"], record)
+        chosen.setdefault(_study_key(record), record)
     return list(chosen.values())
 
 
-def load_chexpert_dataset(script_args):
-    """The round's dataset from `OraPOScriptArguments` (train_csv, image_root, max_studies, class_balanced)."""
+def load_round_dataset(script_args):
+    """The round's dataset from `OraPOScriptArguments` (train_csv, dataset_kind, split, image_root, max_studies, class_balanced)."""
     if not script_args.train_csv:
-        raise OrapoError("data_missing", "The recipe names no training data: set train_csv to a CheXpert Plus style CSV.")
-    records = read_chexpert_csv(script_args.train_csv, image_root=script_args.image_root)
+        raise OrapoError("data_missing", "The recipe names no training data: set train_csv to a CheXpert Plus style CSV or a dataset folder.")
+    records = load_training_records(
+        script_args.train_csv, kind=script_args.dataset_kind, image_root=script_args.image_root, split=script_args.split
+    )
     records = select_studies(
         records, max_studies=script_args.max_studies, class_balanced=script_args.class_balanced, seed=script_args.selection_seed
     )

@@ -46,6 +46,7 @@ def oracle_term(
     *,
     num_generations: int,
     gradient_accumulation_steps: int = 1,
+    batch_rows: int | None = None,
 ) -> torch.Tensor:
     """The micro-batch's share of ``(1/B) * sum_i w_i * L_DPO,i``.
 
@@ -54,8 +55,10 @@ def oracle_term(
     ``w_i * mean(pair losses)``. A micro-batch of R rows holds ``R / K`` groups'
     worth of rows; dividing by that and by the accumulation steps makes the sum
     over one optimizer step the mean over its groups, as TRL does for GRPO.
+    ``batch_rows`` is R when ``row_losses`` holds only the micro-batch's paired
+    rows (the others contribute 0 anyway); default: ``row_losses.size(0)``.
     """
-    rows = row_losses.size(0)
+    rows = row_losses.size(0) if batch_rows is None else batch_rows
     groups = rows / num_generations
     weighted = (row_coefs.to(row_losses.dtype) * row_losses).sum()
     return weighted / (groups * gradient_accumulation_steps)

@@ -38,11 +38,11 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
     """Train one round and save the model (or LoRA adapter), processor, miner state and resolved recipe."""
     from trl import get_peft_config
 
-    from orapo_core.train.dataset import load_chexpert_dataset
+    from orapo_core.train.dataset import load_round_dataset
     from orapo_core.train.trainer import MINER_STATE_FILE, OraPOTrainer
 
     model, processor = load_policy(model_args)
-    dataset = train_dataset if train_dataset is not None else load_chexpert_dataset(script_args)
+    dataset = train_dataset if train_dataset is not None else load_round_dataset(script_args)
     trainer = OraPOTrainer(
         model=model,
         reward_funcs=reward_funcs,

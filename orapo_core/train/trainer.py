@@ -39,7 +39,7 @@ import zlib
 import torch
 from accelerate.utils import gather_object, is_peft_model
 from trl import GRPOTrainer
-from trl.trainer.utils import pad, use_adapter
+from trl.trainer.utils import pad, split_pixel_values_by_grid, unsplit_pixel_values_by_grid, use_adapter
 
 from orapo_core.train.config import OraPOConfig
 from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps, sft_loss
@@ -59,6 +59,18 @@ _FORWARD_KEYS = (
     "num_tiles",
     "image_sizes",
     "image_position_ids",
+)
+# The per-row columns `_attach_oracle_rows` adds, which travel with their rows.
+_ORACLE_KEYS = (
+    "orapo_coef",
+    "orapo_chosen_key",
+    "orapo_rejected_is_rollout",
+    "orapo_chosen_ids",
+    "orapo_chosen_mask",
+    "orapo_rejected_ids",
+    "orapo_rejected_mask",
+    "orapo_ref_chosen_logps",
+    "orapo_ref_rejected_logps",
 )
 
 
@@ -124,12 +136,27 @@ class OraPOTrainer(GRPOTrainer):
         return output
 
     def _compute_loss(self, model, inputs):
-        loss = super()._compute_loss(model, inputs)
+        # TRL's forward already scores every rollout under the policy: keep its log-probs for the rejected answers.
+        self._rollout_logps = None
+        self._capture_rollout_logps = self.args.oracle_mode == "dpo" and inputs.get("orapo_coef") is not None
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._capture_rollout_logps = False
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         self._metrics[mode]["orapo/grpo_loss"].append(self.accelerator.gather(loss.detach() * accumulation).mean().item())
-        term = self.oracle_loss(model, inputs)
+        try:
+            term = self.oracle_loss(model, inputs)
+        finally:
+            self._rollout_logps = None
         return loss if term is None else loss + term
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if getattr(self, "_capture_rollout_logps", False):
+            self._rollout_logps, self._capture_rollout_logps = result[0], False
+        return result
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
@@ -151,30 +178,96 @@ class OraPOTrainer(GRPOTrainer):
         coefs = inputs.get("orapo_coef")
         if coefs is None or self.args.oracle_mode == "none":
             return None
-        has_pairs = bool((coefs > 0).any())
-        # With several processes every rank runs the same forwards, or sharded (ZeRO-3) all-gathers would hang.
-        if not has_pairs and self.accelerator.num_processes == 1:
+        # Only rows that carry a pair are scored: the others have coefficient 0 and would only cost two forwards.
+        rows = self._paired_rows(coefs)
+        if rows is None:
             return None
+        batch = self._select_rows(inputs, rows)
         mode = "train" if self.model.training else "eval"
         sft = self.args.oracle_mode == "sft"
-        chosen = self._sequence_logps(
-            model, inputs, inputs["orapo_chosen_ids"], inputs["orapo_chosen_mask"], length_normalize=sft or self.args.dpo_length_normalize
-        )
+        chosen = self._chosen_logps(model, batch, length_normalize=sft or self.args.dpo_length_normalize)
         if sft:
             row_losses = sft_loss(chosen)
         else:
-            rejected = self._sequence_logps(model, inputs, inputs["orapo_rejected_ids"], inputs["orapo_rejected_mask"])
+            rejected = self._rejected_logps(model, inputs, rows, batch)
             row_losses = dpo_loss(
-                chosen, rejected, inputs["orapo_ref_chosen_logps"], inputs["orapo_ref_rejected_logps"], beta=self.args.dpo_beta
+                chosen, rejected, batch["orapo_ref_chosen_logps"], batch["orapo_ref_rejected_logps"], beta=self.args.dpo_beta
             )
         k = self.num_generations if mode == "train" else self.num_generations_eval
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
-        term = oracle_term(row_losses, coefs, num_generations=k, gradient_accumulation_steps=accumulation)
-        paired = (coefs > 0).to(row_losses.dtype)
+        row_coefs = batch["orapo_coef"]
+        term = oracle_term(row_losses, row_coefs, num_generations=k, gradient_accumulation_steps=accumulation,
+                           batch_rows=coefs.size(0))
+        paired = (row_coefs > 0).to(row_losses.dtype)
         stats = self.accelerator.gather(torch.stack([(row_losses.detach() * paired).sum(), paired.sum()]).view(1, 2)).sum(0)
         if stats[1] > 0:
             self._metrics[mode]["orapo/sft_loss" if sft else "orapo/dpo_loss"].append((stats[0] / stats[1]).item())
         return term
+
+    def _paired_rows(self, coefs: torch.Tensor) -> torch.Tensor | None:
+        """Indices of the rows with a pair; None when there is none and no other process needs this one's forwards."""
+        rows = torch.nonzero(coefs > 0).flatten()
+        if rows.numel() == 0:
+            # With several processes every rank runs the same forwards, or sharded (ZeRO-3) all-gathers would hang:
+            # score one row at coefficient 0 instead of none.
+            return rows.new_zeros(1) if self.accelerator.num_processes > 1 else None
+        return rows
+
+    def _chosen_logps(self, model, batch: dict, *, length_normalize: bool | None = None, reference: bool = False) -> torch.Tensor:
+        """Log-probs of each row's chosen answer, one forward per distinct (study, chosen) of the batch.
+
+        All failed rollouts of a study share its oracle as the chosen answer, so its log-prob is computed once and
+        shared (gradients add up exactly as if each row had its own forward).
+        """
+        keys = batch["orapo_chosen_key"]
+        _, inverse = torch.unique(keys, return_inverse=True)
+        first = torch.full((int(inverse.max()) + 1,), keys.numel(), dtype=torch.long, device=keys.device)
+        first = first.scatter_reduce(0, inverse, torch.arange(keys.numel(), device=keys.device), reduce="amin")
+        distinct = self._select_rows(batch, first)
+        if reference:
+            logps = self._reference_sequence_logps(distinct, distinct["orapo_chosen_ids"], distinct["orapo_chosen_mask"])
+        else:
+            logps = self._sequence_logps(
+                model, distinct, distinct["orapo_chosen_ids"], distinct["orapo_chosen_mask"], length_normalize=length_normalize
+            )
+        return logps[inverse]
+
+    def _rejected_logps(self, model, inputs: dict, rows: torch.Tensor, batch: dict) -> torch.Tensor:
+        """Policy log-probs of the rejected answers of ``rows``: a rejected rollout's come from TRL's own forward."""
+        from_rollout = batch["orapo_rejected_is_rollout"].bool()
+        if self._rollout_logps is None:  # called outside `_compute_loss`: score every row
+            from_rollout = torch.zeros_like(from_rollout)
+        logps = torch.zeros(rows.numel(), device=rows.device)
+        if from_rollout.any():
+            per_token = self._rollout_logps[rows.to(self._rollout_logps.device)].float()
+            mask = inputs["completion_mask"][rows.to(inputs["completion_mask"].device)]
+            logps = sequence_logps(per_token, mask, length_normalize=self.args.dpo_length_normalize)
+        text_rows = torch.nonzero(~from_rollout).flatten()
+        if text_rows.numel() == 0 and self.accelerator.num_processes > 1:
+            text_rows = text_rows.new_zeros(1)  # every rank runs the same forwards (ZeRO-3); this one is discarded
+            discard = self._sequence_logps(model, self._select_rows(batch, text_rows),
+                                           batch["orapo_rejected_ids"][text_rows], batch["orapo_rejected_mask"][text_rows])
+            return logps + 0.0 * discard.sum()
+        if text_rows.numel():
+            texts = self._select_rows(batch, text_rows)
+            scored = self._sequence_logps(model, texts, texts["orapo_rejected_ids"], texts["orapo_rejected_mask"])
+            logps = logps.index_put((text_rows,), scored.to(logps.dtype))
+        return logps
+
+    @staticmethod
+    def _select_rows(batch: dict, rows: torch.Tensor) -> dict:
+        """The rows ``rows`` of a batch, images included (per-sample image tensors through TRL's own split/unsplit)."""
+        if rows.numel() == len(batch["prompt_ids"]):
+            return batch
+        index = rows.tolist()
+        keys = ("prompt_ids", "prompt_mask", "token_type_ids", "mm_token_type_ids", *_FORWARD_KEYS, *_ORACLE_KEYS)
+        picked = split_pixel_values_by_grid({key: batch[key] for key in keys if batch.get(key) is not None})
+        for key, value in picked.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                picked[key] = value[rows.to(value.device)]
+            elif isinstance(value, (list, tuple)):
+                picked[key] = [value[i] for i in index]
+        return unsplit_pixel_values_by_grid(picked)
 
     def _sequence_logps(self, model, inputs, ids, mask, *, length_normalize: bool | None = None) -> torch.Tensor:
         """Log-prob of answers ``ids`` after each row's prompt (and image), through TRL's own forward helper."""
@@ -263,15 +356,18 @@ class OraPOTrainer(GRPOTrainer):
         chosen: list[str | None] = [None] * total
         rejected_text: list[str | None] = [None] * total
         is_pair = [False] * total
+        chosen_key = list(range(total))  # rows of one study with the same chosen answer share the first one's key
         for g, (group, weight) in enumerate(zip(mined, weights, strict=True)):
             base = g * k
             row_weight[base : base + k] = [weight] * k
             free = [j for j in range(k) if j not in {p.rollout_index for p in group.pairs}]
+            first_row: dict[str, int] = {}
             for pair in group.pairs:
                 j = pair.rollout_index if pair.rollout_index is not None else free.pop(0)
                 row = base + j
                 coef[row] = weight / len(group.pairs)
                 chosen[row], rejected_text[row], is_pair[row] = pair.chosen, pair.rejected_text, True
+                chosen_key[row] = first_row.setdefault(pair.chosen, row)
         start = self.accelerator.process_index * local_rows
         local = slice(start, start + local_rows)
         device = output["advantages"].device
@@ -283,6 +379,9 @@ class OraPOTrainer(GRPOTrainer):
         pad_id = self._tokenizer.pad_token_id
         chosen_ids = [torch.tensor(self._encode_answer(t) if p else [], dtype=torch.long) for t, p in zip(chosen[local], is_pair[local], strict=True)]
         output["orapo_chosen_ids"], output["orapo_chosen_mask"] = self._pad_answers(chosen_ids, pad_id, device)
+        output["orapo_chosen_key"] = torch.tensor(chosen_key[local], dtype=torch.long, device=device)
+        from_rollout = [p and text is None for text, p in zip(rejected_text[local], is_pair[local], strict=True)]
+        output["orapo_rejected_is_rollout"] = torch.tensor(from_rollout, dtype=torch.bool, device=device)
         if self.args.oracle_mode != "dpo":
             return
         rejected_ids = []
@@ -294,11 +393,28 @@ class OraPOTrainer(GRPOTrainer):
             else:  # the rollout itself is the rejected answer
                 rejected_ids.append(output["completion_ids"][r][output["completion_mask"][r].bool()].cpu())
         output["orapo_rejected_ids"], output["orapo_rejected_mask"] = self._pad_answers(rejected_ids, pad_id, device)
-        if any(is_pair[local]) or self.accelerator.num_processes > 1:
-            ref_chosen = self._reference_sequence_logps(output, output["orapo_chosen_ids"], output["orapo_chosen_mask"])
-            ref_rejected = self._reference_sequence_logps(output, output["orapo_rejected_ids"], output["orapo_rejected_mask"])
-        else:
-            ref_chosen = ref_rejected = torch.zeros(local_rows, device=device)
+        ref_chosen = torch.zeros(local_rows, device=device)
+        ref_rejected = torch.zeros(local_rows, device=device)
+        rows = self._paired_rows(torch.tensor([float(p) for p in is_pair[local]], device=device))
+        if rows is not None:  # the reference scores only the rows that carry a pair, like the policy in `oracle_loss`
+            batch = self._select_rows(output, rows)
+            ref_chosen[rows] = self._chosen_logps(None, batch, reference=True)
+            text_rows = rows
+            ref_tokens = output.get("ref_per_token_logps")  # TRL's own, when beta > 0: the rollouts under the reference
+            if ref_tokens is not None:
+                rollout = batch["orapo_rejected_is_rollout"].bool()
+                mask = output["completion_mask"][rows]
+                scored = sequence_logps(ref_tokens[rows].float(), mask, length_normalize=self.args.dpo_length_normalize)
+                ref_rejected[rows[rollout]] = scored[rollout]
+                text_rows = rows[~rollout]
+            discard = text_rows.numel() == 0 and self.accelerator.num_processes > 1
+            if discard:  # every rank runs the same forwards (ZeRO-3): one row, its result unused
+                text_rows = rows[:1]
+            if text_rows.numel():
+                texts = self._select_rows(output, text_rows)
+                scored = self._reference_sequence_logps(texts, texts["orapo_rejected_ids"], texts["orapo_rejected_mask"])
+                if not discard:
+                    ref_rejected[text_rows] = scored
         output["orapo_ref_chosen_logps"], output["orapo_ref_rejected_logps"] = ref_chosen, ref_rejected
 
     @staticmethod
@@ -317,6 +433,8 @@ class OraPOTrainer(GRPOTrainer):
         scored = [r for r in rewards if r is not None]
         n = len(mined)
         metrics["orapo/zero_reward_frac"].append(sum(g.zero_reward_rate for g in mined) / n)
+        # Groups whose every scorable rollout failed: GRPO's advantages are all 0 there (the paper's Figure 2).
+        metrics["orapo/all_zero_group_frac"].append(sum(1 for g in mined if g.zero_reward_rate == 1.0) / n)
         metrics["orapo/zero_reward_ema"].append(sum(g.smoothed_rate for g in mined) / n)
         metrics["orapo/dpo_weight"].append(sum(g.weight for g in mined) / n)
         metrics["orapo/dpo_weight_effective"].append(sum(weights) / n)

@@ -1,0 +1,31 @@
+"""Rewards by name, called exactly as TRL calls them (completions plus every dataset column by name)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orapo_core.train.rewards import resolve_reward
+
+
+def _call(reward, completions, references):
+    # TRL passes prompts, completion_ids, every column and trainer_state; unknown keywords must be ignored.
+    return reward(prompts=[None] * len(completions), completions=completions, completion_ids=[[1]] * len(completions),
+                  reference_report=references, labels=["{}"] * len(completions), trainer_state=None, log_metric=None)
+
+
+def test_rouge_l_by_hand():
+    reward = resolve_reward("rouge_l")
+    assert reward.__name__ == "rouge_l_reward"
+    ref = "FINDINGS: Small right pleural effusion."  # words: findings small right pleural effusion (5)
+    got = _call(reward, ["Findings: small LEFT pleural effusion", "right small", "", "anything"], [ref, ref, ref, ""])
+    # LCS of (findings small left pleural effusion) and the reference = findings small pleural effusion = 4 of 5 and 5
+    assert got[0] == pytest.approx(0.8)
+    assert got[1] == pytest.approx(2 * 0.5 * 0.2 / 0.7)  # LCS 1 ('right' or 'small'): P = 1/2, R = 1/5
+    assert got[2] == 0.0 and got[3] is None  # an empty draft fails; an empty reference cannot be scored
+
+
+def test_token_f1_ignores_order_and_reads_conversational_completions():
+    reward = resolve_reward("token_f1")
+    completion = [{"role": "assistant", "content": "effusion pleural right small findings"}]
+    assert _call(reward, [completion], ["FINDINGS: Small right pleural effusion."]) == [pytest.approx(1.0)]
+    assert resolve_reward("facts").__name__ == "facts_reward"
