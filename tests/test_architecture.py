@@ -1,0 +1,57 @@
+"""The house's one-direction rule: the engine imports neither the web framework, the ORM, the app nor db.
+
+Checked twice: statically over every module's import statements (so a lazy
+import inside a function is caught too), and dynamically by importing every
+engine package in a fresh interpreter and looking at sys.modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ENGINE = Path(__file__).resolve().parents[1] / "orapo_core"
+FORBIDDEN = ("gradio", "sqlalchemy", "alembic", "app", "db")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_no_engine_module_imports_the_app_layers() -> None:
+    offenders = []
+    for path in sorted(ENGINE.rglob("*.py")):
+        for name in _imported_modules(path):
+            if name.split(".")[0] in FORBIDDEN:
+                offenders.append(f"{path.relative_to(ENGINE.parent)} imports {name}")
+    assert not offenders, offenders
+    assert len(list(ENGINE.rglob("*.py"))) > 20  # the walk really saw the engine
+
+
+def test_the_static_check_catches_a_forbidden_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from db.repositories import StudyRepository\n    import gradio as gr\n")
+    assert {"db.repositories", "gradio"} <= _imported_modules(bad)
+
+
+def test_importing_the_engine_loads_no_app_layer() -> None:
+    packages = ["orapo_core", "orapo_core.facts", "orapo_core.imaging", "orapo_core.data", "orapo_core.models",
+                "orapo_core.models.draft", "orapo_core.models.evaluate", "orapo_core.train", "orapo_core.train.pairs"]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {packages!r}: importlib.import_module(name)\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
+        "print(bad)\n"
+        "assert not bad, bad\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            cwd=ENGINE.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
