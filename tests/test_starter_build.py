@@ -47,6 +47,7 @@ def test_every_image_becomes_64_visual_tokens(built):
 
 def test_the_card_says_how_it_was_built(built):
     from orapo_core.models.starter import RARE_KINDS, read_card
+    from orapo_core.models.starter.sft import COMMON_KINDS
 
     card = read_card(built)
     assert card["plan"]["seed"] == 0 and card["steps_done"] == 3 and card["stopped_by"] == "steps"
@@ -54,9 +55,12 @@ def test_the_card_says_how_it_was_built(built):
     prevalence = card["plan"]["prevalence"]
     from orapo_core.data.phantom import DEFAULT_PREVALENCE
 
-    for kind in RARE_KINDS:  # rare findings scarce on purpose, common ones as PhantomCXR draws them
+    for kind in RARE_KINDS:  # rare findings scarce on purpose, common ones drawn more often than PhantomCXR does
         assert prevalence[kind] == pytest.approx(DEFAULT_PREVALENCE[kind] * 0.25)
-    assert prevalence["pleural_effusion"] == DEFAULT_PREVALENCE["pleural_effusion"]
+    common = card["plan"]["common_prevalence"]
+    for kind in COMMON_KINDS:
+        assert prevalence[kind] == max(DEFAULT_PREVALENCE[kind], common) > DEFAULT_PREVALENCE[kind] * 0.99
+    assert prevalence["atelectasis"] == DEFAULT_PREVALENCE["atelectasis"]
     assert card["parameters"] > 1_000_000 and card["torch"]
 
 
@@ -113,3 +117,25 @@ def test_orapo_starter_refuses_bad_options_and_a_missing_model(data_dir, capsys)
     assert capsys.readouterr().err.startswith("bad_option: ")
     assert main(["starter", "info"]) == 2
     assert "orapo starter build" in capsys.readouterr().err
+
+
+def test_the_structured_vision_init_passes_each_patch_s_low_frequencies_through():
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    from orapo_core.models.starter import StarterArchitecture
+    from orapo_core.models.starter.architecture import build_config, structured_vision_init
+    from orapo_core.models.starter.tokenizer import train_report_tokenizer
+
+    arch = StarterArchitecture()
+    model = Qwen2VLForConditionalGeneration(build_config(arch, train_report_tokenizer(n_reports=50)))
+    assert structured_vision_init(model) == 64
+    embed = model.model.visual.patch_embed
+    flat = torch.ones(1, 3 * 2 * 14 * 14)  # a uniform patch has a mean and no other frequency
+    out = embed(flat)[0]
+    assert out[0] > 0 and out[1:].abs().max() < 1e-4
+    ramp = torch.linspace(-1, 1, 14).repeat(14, 1).expand(3, 2, 14, 14).reshape(1, -1)  # left to right
+    out = embed(ramp)[0]
+    assert abs(out[0]) < 1e-5 and out[1:3].abs().max() > 0.5  # one of the two first-order channels
+    for block in model.model.visual.blocks:  # blocks start as the identity
+        assert not block.attn.proj.weight.any() and not block.mlp.fc2.weight.any()

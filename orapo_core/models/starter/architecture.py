@@ -36,6 +36,11 @@ class StarterArchitecture:
     text_intermediate: int = 768
     max_positions: int = 1024
     image_side: int = IMAGE_SIDE
+    # Low, unlike Qwen's 10000: mrope gives the image's width the lowest rotary frequencies and its
+    # height the next ones, and at 10000 they turn by under 0.03 (width) and 0.7 (height) radians across
+    # the 8x8 token grid, so the text model cannot tell a left base from a right apex. At 10 they turn
+    # 0.75-1.7 and 1.2-3.3 radians: where a token sits is visible to attention.
+    rope_theta: float = 10.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,7 +61,7 @@ def build_config(arch: StarterArchitecture, tokenizer):
         num_hidden_layers=arch.text_layers, num_attention_heads=arch.text_heads,
         num_key_value_heads=arch.text_kv_heads, max_position_embeddings=arch.max_positions,
         bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
+        rope_parameters={"rope_type": "default", "rope_theta": float(arch.rope_theta), "mrope_section": mrope},
         tie_word_embeddings=True,
     )
     vision = dict(depth=arch.vision_depth, embed_dim=arch.vision_embed_dim, hidden_size=arch.text_hidden,
@@ -93,3 +98,41 @@ def build_generation_config(tokenizer, max_new_tokens: int = 160):
         max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.pad_token_id,
     )
+
+
+def structured_vision_init(model, n_freq: int = 8) -> int:
+    """Make the untrained vision tower pass each patch's low-frequency content to the text model from step 0.
+
+    The patch embedding's first `n_freq`**2 channels compute orthonormal 2-D DCT
+    coefficients of the 14x14 patch (mean over the three grey channels and the two
+    temporal copies, lowest frequencies first); the other channels start at zero.
+    Each vision block's output projections (attention and MLP) start at zero, so
+    the blocks begin as the identity and the merger sees those coefficients of
+    its 2x2 patches directly. Deterministic (no random draws); returns the number
+    of DCT channels set. The tower still trains: this only decides where it starts.
+    """
+    import math
+
+    import torch
+
+    visual = model.model.visual
+    weight = visual.patch_embed.proj.weight  # (embed_dim, channels, temporal, 14, 14)
+    embed_dim, channels, temporal, size, _ = weight.shape
+    grid = torch.arange(size, dtype=torch.float32) + 0.5
+    with torch.no_grad():
+        weight.zero_()
+        channel = 0
+        for total in range(2 * n_freq - 1):  # by total frequency, so the lowest come first
+            for u in range(total + 1):
+                v = total - u
+                if u >= n_freq or v >= n_freq or channel >= embed_dim:
+                    continue
+                basis = torch.outer(torch.cos(math.pi * grid * u / size), torch.cos(math.pi * grid * v / size))
+                weight[channel] = (basis / basis.norm() / (channels * temporal)).to(weight.dtype)
+                channel += 1
+        for block in visual.blocks:
+            for layer in (block.attn.proj, block.mlp.fc2):
+                layer.weight.zero_()
+                if layer.bias is not None:
+                    layer.bias.zero_()
+    return channel

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from orapo_core.models.starter.architecture import (StarterArchitecture, build_config, build_generation_config,
-                                                   build_processor)
+                                                   build_processor, structured_vision_init)
 from orapo_core.models.starter.sft import WarmStart, WarmStartPlan, make_training_set, training_prevalence
 from orapo_core.models.starter.tokenizer import train_report_tokenizer
 
@@ -39,7 +39,8 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
     plan = plan or WarmStartPlan()
     arch = arch or StarterArchitecture()
     if not plan.prevalence:
-        plan = WarmStartPlan(**{**plan.to_dict(), "prevalence": training_prevalence(plan.rare_fraction)})
+        plan = WarmStartPlan(**{**plan.to_dict(), "prevalence": training_prevalence(plan.rare_fraction,
+                                                                                         plan.common_prevalence)})
     out = Path(out_dir).expanduser()
     started = time.perf_counter()
     threads_before = torch.get_num_threads()
@@ -48,6 +49,8 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
         torch.manual_seed(plan.seed)
         tokenizer = train_report_tokenizer(seed=plan.seed)
         model = Qwen2VLForConditionalGeneration(build_config(arch, tokenizer))
+        if plan.structured_init:
+            structured_vision_init(model)
         processor = build_processor(arch, tokenizer)
 
         with tqdm(total=plan.n_train, desc="starter: studies", unit="study", disable=not show_progress) as bar:

@@ -25,10 +25,13 @@ Two choices are meant to make a model that looks at the image within minutes:
   at a fraction of their PhantomCXR prevalence, on purpose: the starter should
   be weak exactly where OraPO's rounds have something to learn.
 
-Not yet enough: a 150-step build (1500 studies) with both probes still writes
-the normal report for every image. The next thing to try is a simpler visual
-path: a fixed low-frequency initialisation of the patch embedding, so each
-visual token carries its region's thumbnail from the first step.
+Not yet enough (measured 2026-11-30, 300 steps x 16, 2000 studies, drafts of held-out phantoms
+labelled by FactS): adding the structured vision init (`architecture.structured_vision_init`),
+common findings at 0.3 prevalence, the answer probe on every answer position and a rope_theta the
+image grid can be told apart by, the model still writes one report for every image (the normal one,
+or one fixed abnormal one). The visual tokens carry the findings (a ridge fit on them at init
+separates cardiomegaly, edema, devices at AUC 0.96-1.0); the text model's readout is what fails: the
+image moves its state at the answer start by ~5% of that state's norm.
 
 The loss counts answer tokens only; the prompt is the same for every study, so
 learning it would only teach the model to repeat it.
@@ -46,6 +49,9 @@ import numpy as np
 from orapo_core.models.starter.tokenizer import report_text
 
 RARE_KINDS = ("pneumothorax", "fracture", "lung_lesion", "pleural_other")
+# Findings the starter must already report when they are in the image; drawn more often in the
+# warm start than PhantomCXR draws them, so the normal report is no longer the answer that costs least.
+COMMON_KINDS = ("cardiomegaly", "lung_opacity", "edema", "consolidation", "pleural_effusion", "support_devices")
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,11 @@ class WarmStartPlan:
     warmup_steps: int = 20
     weight_decay: float = 0.01
     aux_weight: float = 1.0
+    aux_final: float = 1.0  # the auxiliary weight at the last step, as a fraction of aux_weight (linear decay)
     rare_fraction: float = 0.25
+    common_prevalence: float = 0.0  # if above 0, the common findings' training prevalence (never below default)
+    structured_init: bool = False  # `architecture.structured_vision_init` before training
+    probe_lr: float = 0.0  # if above 0, the probes' own learning rate (the visual probe has ~16k inputs)
     threads: int = 2
     prevalence: dict = field(default_factory=dict)  # filled by `training_prevalence`
 
@@ -70,11 +80,13 @@ class WarmStartPlan:
         return asdict(self)
 
 
-def training_prevalence(rare_fraction: float) -> dict[str, float]:
-    """PhantomCXR's default prevalences with the rare findings cut to `rare_fraction` of theirs."""
+def training_prevalence(rare_fraction: float, common_prevalence: float = 0.0) -> dict[str, float]:
+    """PhantomCXR's default prevalences with the rare findings cut to `rare_fraction` of theirs
+    and the common ones raised to `common_prevalence` (when that is above their default)."""
     from orapo_core.data.phantom import DEFAULT_PREVALENCE, resolve_prevalence
 
-    return resolve_prevalence({k: DEFAULT_PREVALENCE[k] * rare_fraction for k in RARE_KINDS})
+    common = {k: max(DEFAULT_PREVALENCE[k], common_prevalence) for k in COMMON_KINDS}
+    return resolve_prevalence({**common, **{k: DEFAULT_PREVALENCE[k] * rare_fraction for k in RARE_KINDS}})
 
 
 @dataclass
@@ -92,7 +104,7 @@ def make_training_set(plan: WarmStartPlan, tokenizer, side: int,
     from orapo_core.data.phantom import FINDING_KINDS, generate_study
 
     kinds = list(FINDING_KINDS)
-    prevalence = plan.prevalence or training_prevalence(plan.rare_fraction)
+    prevalence = plan.prevalence or training_prevalence(plan.rare_fraction, plan.common_prevalence)
     images = np.empty((plan.n_train, side, side), dtype=np.uint8)
     answers, targets = [], np.zeros((plan.n_train, len(kinds)), dtype=np.float32)
     for i in range(plan.n_train):
@@ -156,8 +168,10 @@ class WarmStart:
         for name, param in named:
             vision = ".visual." in name or name.startswith("probe.")
             decay = param.ndim >= 2 and "embed_tokens" not in name
-            key = (vision, decay)
-            groups.setdefault(key, {"params": [], "lr": plan.vision_lr if vision else plan.lr,
+            probe = name.startswith("probe.") and plan.probe_lr > 0
+            key = (vision, decay, probe)
+            lr = plan.probe_lr if probe else plan.vision_lr if vision else plan.lr
+            groups.setdefault(key, {"params": [], "lr": lr,
                                     "weight_decay": plan.weight_decay if decay else 0.0})["params"].append(param)
         for group in groups.values():
             group["initial_lr"] = group["lr"]
@@ -223,11 +237,20 @@ class WarmStart:
             output = model(**inputs, output_hidden_states=True)
             report_loss = output.loss
             tokens = self._visual[0].reshape(len(indices), -1)
-            answer_state = output.hidden_states[-1][:, len(self.prompt_ids) - 1]
+            # The answer probe reads every answer position (and the last prompt token), so each
+            # position's attention over the image is trained to find what the report must say.
+            n_prompt = len(self.prompt_ids)
+            states = output.hidden_states[-1][:, n_prompt - 1:-1]
+            mask = (inputs["labels"][:, n_prompt:] != -100).to(states.dtype)
             target = torch.from_numpy(data.targets[indices])
             bce = torch.nn.functional.binary_cross_entropy_with_logits
-            probe_loss = bce(self.probe["visual"](tokens), target) + bce(self.probe["answer"](answer_state), target)
-            loss = report_loss + plan.aux_weight * probe_loss
+            per_position = bce(self.probe["answer"](states), target[:, None, :].expand(-1, states.shape[1], -1),
+                               reduction="none").mean(-1)
+            answer_loss = (per_position * mask).sum() / mask.sum()
+            probe_loss = bce(self.probe["visual"](tokens), target) + answer_loss
+            progress = step / max(plan.steps - 1, 1)
+            aux_weight = plan.aux_weight * (1.0 - (1.0 - plan.aux_final) * progress)
+            loss = report_loss + aux_weight * probe_loss
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], 1.0)
