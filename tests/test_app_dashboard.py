@@ -194,13 +194,15 @@ def test_the_dashboard_draws_its_charts_in_a_browser(tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
     from test_app_security import launched_app, make_env
-    from test_browser_reading import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS  # skips here too when chromium is missing
+    from browser_harness import ARTIFACTS, launch, require_chromium
+
+    require_chromium()
 
     settings, db = make_env(tmp_path)
     seed(db)
     ARTIFACTS.mkdir(exist_ok=True)
     with launched_app(settings, db) as (url, _), sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        browser = launch(p)
         try:
             for who, password, scope, studies in (("boss", "admin-pass-1", "everyone", "5"), ("rita", "rita-pass-1", "your", "3")):
                 page = browser.new_page(viewport={"width": 1500, "height": 1100})

@@ -10,36 +10,19 @@ Screenshots of each step go to tests/artifacts/.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
+from browser_harness import ARTIFACTS, browser, require_chromium  # noqa: F401 - fixture
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
-
-if not CHROMIUM.exists() and os.environ.get("CI") != "true":
-    pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium); "
-                "in CI (CI=true) this test runs and fails instead.", allow_module_level=True)
+require_chromium()
 pytest.importorskip("trl")
 
 OVERRIDES = "\n".join(["max_steps=2", "max_completion_length=8", "per_device_train_batch_size=4", "num_generations=2",
                        "use_peft=true", "lora_r=4", "lora_alpha=8", "lora_target_modules=[q_proj, v_proj]"])
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def seeded(tmp_path):

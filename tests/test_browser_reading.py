@@ -9,23 +9,16 @@ highlights to show). Screenshots of each step go to tests/artifacts/.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+from browser_harness import ARTIFACTS, browser, require_chromium  # noqa: F401 - fixture
 
 from conftest import pydicom_data_file
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
-
-if not CHROMIUM.exists() and os.environ.get("CI") != "true":
-    pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium); "
-                "in CI (CI=true) this test runs and fails instead.", allow_module_level=True)
+require_chromium()
 
 GREEDY = "There is a small right pleural effusion. No pneumothorax. Heart size is normal."
 SAMPLES = [GREEDY, "No pleural effusion. No pneumothorax. Heart size is normal.",
@@ -45,16 +38,6 @@ def scripted_registry(settings, db):
 
     return ModelRegistry(settings, db, loader=lambda served: ScriptedDrafter(load_model(served.model_dir),
                                                                              model_version=served.name))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_path):
