@@ -9,7 +9,6 @@ do); the round scheduler's life is tied to the server's.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import zipfile
@@ -104,19 +103,10 @@ def test_building_the_app_starts_no_scheduler(tmp_path):
 # --- the launched app ----------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
 def launched(settings, database, rounds=None):
-    from app.server import build_app, launch_options
-    from test_app_security import free_port
+    from test_app_security import launched_app
 
-    demo = build_app(settings=settings, database=database, rounds=rounds)
-    port = free_port()
-    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                   prevent_thread_lock=True, **launch_options(settings, database))
-    try:
-        yield f"http://127.0.0.1:{port}", demo
-    finally:
-        demo.close()
+    return launched_app(settings, database, rounds=rounds)
 
 
 @pytest.fixture(scope="module")

@@ -34,11 +34,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def launched_app(settings, database, registry=None):
+def launched_app(settings, database, registry=None, rounds=None):
     """The app as `orapo serve` launches it, on a free local port; yields its URL and the Blocks."""
     from app.server import build_app, launch_options
 
-    demo = build_app(settings=settings, database=database, registry=registry)
+    demo = build_app(settings=settings, database=database, registry=registry, rounds=rounds)
     port = free_port()
     demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
                                                    prevent_thread_lock=True, **launch_options(settings, database))
