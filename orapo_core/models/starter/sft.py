@@ -32,6 +32,11 @@ image grid can be told apart by, the model still writes one report for every ima
 or one fixed abnormal one). The visual tokens carry the findings (a ridge fit on them at init
 separates cardiomegaly, edema, devices at AUC 0.96-1.0); the text model's readout is what fails: the
 image moves its state at the answer start by ~5% of that state's norm.
+Run E (that plus aux 2->0.5, probe_lr 2e-4, vision_lr 4e-3, n_train 2000, 300 steps): forced 5-study
+check cardiomegaly 0, effusion 4, edema 2, consolidation 2, devices 5, normal 0. Variants of E
+(2026-11-30, same harness): probe_lr 1e-4 -> 0/1/5/4/5, normal 2 (edema drafted for 83 of 100);
+`separate_clip` + probe_lr 2e-4 -> 0/5/2/5/5, normal 0 (consolidation in 100 of 100); probe_lr 5e-4
+(stopped by the clock at 146 steps) -> 0/0/5/5/0, normal 0. None passes; cardiomegaly is never drafted.
 
 The loss counts answer tokens only; the prompt is the same for every study, so
 learning it would only teach the model to repeat it.
@@ -73,6 +78,7 @@ class WarmStartPlan:
     common_prevalence: float = 0.0  # if above 0, the common findings' training prevalence (never below default)
     structured_init: bool = False  # `architecture.structured_vision_init` before training
     probe_lr: float = 0.0  # if above 0, the probes' own learning rate (the visual probe has ~16k inputs)
+    separate_clip: bool = False  # clip the probes' gradients apart from the model's (each to norm 1)
     threads: int = 2
     prevalence: dict = field(default_factory=dict)  # filled by `training_prevalence`
 
@@ -253,7 +259,11 @@ class WarmStart:
             loss = report_loss + aux_weight * probe_loss
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], 1.0)
+            if plan.separate_clip:
+                torch.nn.utils.clip_grad_norm_(list(self.model.parameters()), 1.0)
+                torch.nn.utils.clip_grad_norm_(list(self.probe.parameters()), 1.0)
+            else:
+                torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], 1.0)
             self.optimizer.step()
             record = {"report_loss": report_loss.item(), "probe_loss": probe_loss.item()}
             losses.append(record)
