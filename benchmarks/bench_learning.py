@@ -34,13 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def default_model() -> Path | None:
-    from orapo_core.config import Settings
-    from orapo_core.models.starter.build import SHIPPED_DIR
+    from orapo_core.models.starter.build import find_starter
 
-    for folder in (Settings().models_dir / "starter", SHIPPED_DIR):
-        if (folder / "config.json").is_file():
-            return folder
-    return None
+    return find_starter()
 
 
 def main(argv: list[str] | None = None) -> int:

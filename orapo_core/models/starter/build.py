@@ -131,3 +131,13 @@ def ensure_starter(out_dir: str | Path, *, show_progress: bool = True) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     return copy_shipped_starter(out) or build_starter(out, show_progress=show_progress)
+
+
+def find_starter(settings=None) -> Path | None:
+    """The starter a benchmark should use by default: the data folder's, else the shipped one, else None."""
+    from orapo_core.config import Settings
+
+    for folder in ((settings or Settings()).models_dir / "starter", SHIPPED_DIR):
+        if (folder / "config.json").is_file():
+            return folder
+    return None
