@@ -7,7 +7,14 @@ whichever command runs first.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from orapo_core.config import Settings
+
+
+def upload_cache_dir(settings: Settings) -> Path:
+    """Gradio's upload and file cache, kept in the data folder (the server sets GRADIO_TEMP_DIR to it), not in /tmp."""
+    return settings.resolved_data_dir / "upload-cache"
 
 
 def open_database(settings: Settings | None = None, *, migrate: bool = True):

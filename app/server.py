@@ -18,6 +18,7 @@ from typing import Any
 
 import gradio as gr
 
+from app.runtime import upload_cache_dir
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
 
@@ -26,6 +27,10 @@ PUBLIC_PATHS = frozenset({"/", "/login", "/login/", "/favicon.ico", "/theme.css"
                           "/manifest.json", "/robots.txt",
                           "/gradio_api/startup-events"})  # launch() calls it, unauthenticated, to start the queue
 PUBLIC_PREFIXES = ("/assets/", "/static/", "/pwa_icon", "/svelte/")
+# Gradio's cache holds patient-derived files (viewer renders, export zips): every CACHE_SWEEP_S, what the app
+# put there more than CACHE_MAX_AGE_S ago is deleted, and all of it when the server closes.
+CACHE_SWEEP_S = 5 * 60
+CACHE_MAX_AGE_S = 60 * 60
 
 
 @dataclass(frozen=True)
@@ -53,15 +58,12 @@ def shown_to_user() -> Iterator[None]:
         raise gr.Error(exc.message, title=exc.code.replace("_", " ").capitalize()) from exc
 
 
-def upload_cache_dir(settings: Settings):
-    return settings.resolved_data_dir / "upload-cache"
-
-
 def build_app(*, settings: Settings, database, registry=None, rounds=None) -> gr.Blocks:
     """The Blocks of the whole app. `rounds` (a `RoundScheduler`, default one with the default policy) is
     not started here: the server's lifespan (`launch_options`) starts it and stops it, so building an
     app, as tests do, leaves no thread behind."""
     from app.services.drafting import ModelRegistry
+    from app.services.export_downloads import prune_downloads
     from app.services.rounds_schedule import RoundScheduler
     from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist
 
@@ -70,10 +72,11 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None) -> gr
     cache = upload_cache_dir(settings)
     cache.mkdir(parents=True, exist_ok=True)
     os.environ["GRADIO_TEMP_DIR"] = str(cache)
+    prune_downloads(settings, work=True)  # what a previous run left behind, once its download time is up
     ctx = AppContext(settings, database, registry or ModelRegistry(settings, database),
                      rounds if rounds is not None else RoundScheduler(database, settings))
 
-    with gr.Blocks(title="OraPO: chest X-ray reporting") as demo:
+    with gr.Blocks(title="OraPO: chest X-ray reporting", delete_cache=(CACHE_SWEEP_S, CACHE_MAX_AGE_S)) as demo:
         with gr.Row():
             gr.Markdown("## OraPO · chest X-ray report drafting")
             whoami = gr.Markdown(elem_id="orapo-whoami")

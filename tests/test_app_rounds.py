@@ -144,6 +144,7 @@ def test_the_scheduler_runs_with_the_server_and_fails_rounds_left_behind(server)
 def test_a_radiologist_is_refused_by_every_rounds_and_export_handler(server):
     from gradio_client.exceptions import AppError
 
+    from app.services.export_downloads import downloads_dir, work_dir
     from db import AuditRepository, ModelVersionRepository, ScheduleRepository
     from test_app_security import client
 
@@ -153,13 +154,14 @@ def test_a_radiologist_is_refused_by_every_rounds_and_export_handler(server):
             rita.predict(*args, api_name=api_name)
     assert ScheduleRepository(server.db).get().cron is None
     assert ModelVersionRepository(server.db).promoted().id == server.base.id
-    assert not (server.settings.resolved_data_dir / "exports").exists()
+    assert not downloads_dir(server.settings).exists() and not work_dir(server.settings).exists()
     assert not [e for e in AuditRepository(server.db).query() if e.actor_name == "rita"]
 
 
 def test_an_administrator_schedules_cancels_promotes_rolls_back_and_exports(server):
     from gradio_client.exceptions import AppError
 
+    from app.services.export_downloads import work_dir
     from db import AuditRepository, ModelVersionRepository, RoundRepository, ScheduleRepository
     from test_app_security import client
 
@@ -197,10 +199,11 @@ def test_an_administrator_schedules_cancels_promotes_rolls_back_and_exports(serv
     assert "**trl-dpo**: 1 rows" in pairs_md and "**trl-grpo**: 1 rows" in pairs_md
     fhir_md, fhir_zip = boss.predict(api_name="/export_fhir")
     assert "1 FHIR R4 Bundles" in fhir_md
-    exports = server.settings.resolved_data_dir / "exports"
-    folders = sorted(p for p in exports.iterdir() if p.is_dir())
-    assert len(folders) == 2 and (folders[0] / "trl-dpo" / "dataset_info.json").is_file()
-    assert [p.name for p in (folders[1] / "fhir").iterdir()] and len(list(exports.glob("*.zip"))) == 2
-    with zipfile.ZipFile(next(exports.glob("*-fhir.zip"))) as archive:
+    with zipfile.ZipFile(pairs_zip["path"]) as archive:
+        assert {"trl-dpo/dataset_info.json", "trl-grpo/dataset_info.json"} <= set(archive.namelist())
+    with zipfile.ZipFile(fhir_zip["path"]) as archive:
         assert any(n.startswith("fhir/study-") for n in archive.namelist())
-    assert {e.action for e in AuditRepository(server.db).query(action="export.")} == {"export.pairs", "export.fhir"}
+    assert not [p for p in work_dir(server.settings).rglob("*") if p.is_file()]  # built, zipped, gone
+    audit = {e.action: e for e in AuditRepository(server.db).query(action="export.")}
+    assert set(audit) == {"export.pairs", "export.fhir"} and audit["export.pairs"].actor_name == "boss"
+    assert audit["export.pairs"].details == {"trl-dpo": 1, "trl-grpo": 1} and audit["export.fhir"].details == {"bundles": 1}

@@ -178,3 +178,52 @@ def test_uploads_leave_no_original_in_the_upload_cache(server, tmp_path):
     with pytest.raises(AppError, match="another radiologist"):
         omar.predict(study_id, api_name="/open_study")
     assert any(row[0] == study_id for row in rita.predict("all", "mine", api_name="/worklist")["data"])
+
+
+def test_exports_leave_nothing_patient_derived_behind(tmp_path):
+    """An export is one zip, written into Gradio's cache and served from there as it stands: no working copy
+    stays in the data folder, a zip whose download time is up goes at the next export, and closing the
+    server leaves none."""
+    import os
+    import time
+    import zipfile
+
+    import httpx
+
+    from app.services.export_downloads import DOWNLOAD_RETENTION_S, downloads_dir
+    from db import UserRepository
+    from orapo_core.data import load_dataset
+    from orapo_core.data.phantom import write_dataset
+    from test_rounds_service import seed_study
+
+    settings, db = make_env(tmp_path)
+    write_dataset(tmp_path / "phantom", 1, seed=3, size=64)
+    seed_study(db, settings, load_dataset(tmp_path / "phantom")[0], author=UserRepository(db).get_by_username("rita"))
+    data = settings.resolved_data_dir
+
+    def files() -> set[Path]:
+        return {p for p in data.rglob("*") if p.is_file() and not p.name.startswith("orapo.sqlite3")}
+
+    with launched_app(settings, db) as (url, demo):
+        before = files()
+        boss = client(url, "boss", "admin-pass-1")
+        _, pairs = boss.predict(["trl-dpo", "trl-grpo"], api_name="/export_pairs")
+        _, fhir = boss.predict(api_name="/export_fhir")
+        pairs_zip, fhir_zip = Path(pairs["path"]), Path(fhir["path"])
+        assert files() - before == {pairs_zip, fhir_zip}  # no export folder, no second copy made by Gradio
+        assert pairs_zip.parent.parent == fhir_zip.parent.parent == downloads_dir(settings)
+        assert pairs_zip.parent != fhir_zip.parent and len(pairs_zip.parent.name) >= 32  # a folder nobody guesses
+
+        with httpx.Client(base_url=url, timeout=30) as http:
+            assert http.post("/login", data={"username": "boss", "password": "admin-pass-1"}).status_code == 200
+            response = http.get(pairs["url"])
+            assert response.status_code == 200 and response.content == pairs_zip.read_bytes()
+        with zipfile.ZipFile(pairs_zip) as archive:
+            assert {"trl-dpo/dataset_info.json", "trl-grpo/dataset_info.json"} <= set(archive.namelist())
+
+        expired = time.time() - DOWNLOAD_RETENTION_S - 60
+        for path in (pairs_zip, pairs_zip.parent):
+            os.utime(path, (expired, expired))
+        _, again = boss.predict(api_name="/export_fhir")
+        assert not pairs_zip.parent.exists() and fhir_zip.is_file() and Path(again["path"]).is_file()
+    assert not [p for p in downloads_dir(settings).rglob("*") if p.is_file()]  # Gradio's sweep at close

@@ -185,6 +185,9 @@ def test_highlights_before_and_after_editing(app_env):
     assert set(reports.COLOR_MAP) >= {"entailed", "contradicted", "unsupported", "high confidence", "low confidence"}
     rows = reports.sentence_facts(draft.text, 0, "No pleural effusion.")
     assert rows == [["pleural effusion", "Pleural Effusion", "positive", "laterality=right, severity=small", "contradicted"]]
+    # the Read tab's rescore, by the stored draft's id: the same highlights as from the record
+    assert reports.rescore(db, draft.id, draft.text) == before
+    assert reports.rescore(db, draft.id, "No pleural effusion. No pneumothorax. Consolidation in the left lower lobe.") == after
 
 
 def test_worklist_scopes_and_filters(app_env):

@@ -2,7 +2,9 @@
 
 Checked twice: statically over every module's import statements (so a lazy
 import inside a function is caught too), and dynamically by importing every
-engine package in a fresh interpreter and looking at sys.modules.
+engine package in a fresh interpreter and looking at sys.modules. The same
+static walk holds the app's tabs to translating clicks: they call services,
+never a repository or the engine, and app modules stay small enough to read.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 ENGINE = Path(__file__).resolve().parents[1] / "orapo_core"
+APP = ENGINE.parent / "app"
 FORBIDDEN = ("gradio", "sqlalchemy", "alembic", "app", "db")
 
 
@@ -40,6 +43,23 @@ def test_the_static_check_catches_a_forbidden_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from db.repositories import StudyRepository\n    import gradio as gr\n")
     assert {"db.repositories", "gradio"} <= _imported_modules(bad)
+
+
+def test_tabs_reach_the_database_and_the_engine_only_through_services() -> None:
+    offenders = []
+    for path in sorted((APP / "tabs").glob("*.py")):
+        for name in _imported_modules(path):
+            top = name.split(".")[0]
+            if top in ("db", "sqlalchemy") or (top == "orapo_core" and name != "orapo_core.errors"):
+                offenders.append(f"{path.relative_to(APP.parent)} imports {name}")
+    assert not offenders, offenders
+    assert len(list((APP / "tabs").glob("*.py"))) >= 6
+
+
+def test_app_modules_stay_under_400_lines() -> None:
+    long = {str(p.relative_to(APP.parent)): n for p in sorted(APP.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, f"split these by what changes them together: {long}"
 
 
 def test_importing_the_engine_loads_no_app_layer() -> None:

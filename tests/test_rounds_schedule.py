@@ -118,3 +118,26 @@ def test_threshold_fires_at_the_count_and_a_busy_refusal_is_audited(database):
         assert refusal.actor_name == "scheduler" and refusal.details["code"] == "round_active"
     finally:
         scheduler.shutdown()
+
+
+def test_schedule_status_says_when_the_next_round_comes_and_what_waits(database):
+    """The Rounds tab's schedule panel, as data: stored settings, the next cron run, the untrained backlog."""
+    from app.services.rounds_schedule import CRON_JOB, RoundScheduler, next_run, schedule_status, set_schedule
+
+    _seed_untrained(database, 2)
+    off = schedule_status(database)
+    assert (off.next_run, off.untrained, off.scheduler_running) == (None, 2, False)
+
+    set_schedule(database, cron="0 2 * * *", schedule_enabled=True, corrections_threshold=5, threshold_enabled=True)
+    stopped = schedule_status(database, RoundScheduler(database, service=FakeRounds(), timezone=UTC))
+    assert stopped.settings.corrections_threshold == 5 and not stopped.scheduler_running
+    assert stopped.next_run == next_run("0 2 * * *")  # no running scheduler: computed from the cron line
+
+    scheduler = RoundScheduler(database, service=FakeRounds(), timezone=UTC, threshold_check_s=3600).start()
+    try:
+        running = schedule_status(database, scheduler)
+        assert running.scheduler_running and running.next_run == scheduler.jobs()[CRON_JOB]
+        set_schedule(database, schedule_enabled=False, scheduler=scheduler)
+        assert schedule_status(database, scheduler).next_run is None
+    finally:
+        scheduler.shutdown()

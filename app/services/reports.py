@@ -63,6 +63,13 @@ def highlights_for(draft: DraftRecord, edited_text: str | None) -> Highlights:
     return facts_highlights(draft.text, edited_text)
 
 
+def rescore(db, draft_id: int, edited_text: str | None) -> Highlights:
+    """A stored draft's highlights against the report as the clinician is editing it."""
+    from db import DraftRepository
+
+    return highlights_for(DraftRepository(db).get(int(draft_id)), edited_text)
+
+
 def sentence_choices(draft_text: str) -> list[tuple[str, int]]:
     """(label, index) for each sentence of the draft, for a dropdown."""
     from orapo_core.facts import extract_facts

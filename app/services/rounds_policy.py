@@ -21,6 +21,11 @@ DEFAULT_RECIPE = RECIPES_DIR / "phantomcxr.yaml"
 MANAGED_KEYS = frozenset({"model_name_or_path", "train_csv", "output_dir", "metrics_jsonl"})
 
 
+def recipe_names() -> list[str]:
+    """The shipped training recipes a round may be started with (the accelerate launcher configs are not recipes)."""
+    return [p.name for p in sorted(RECIPES_DIR.glob("*.yaml")) if not p.name.startswith("accelerate")]
+
+
 @dataclass(frozen=True)
 class RoundPolicy:
     """How rounds choose data and judge candidates; every field can be set per round with `--set key=value`."""

@@ -11,7 +11,9 @@ and the refusal is written to the audit log rather than queued behind it.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from orapo_core.errors import OrapoError
 
@@ -56,6 +58,28 @@ def set_schedule(db, *, actor=None, scheduler: RoundScheduler | None = None, **c
     if scheduler is not None:
         scheduler.reload()
     return saved
+
+
+@dataclass(frozen=True)
+class ScheduleStatus:
+    """What the Rounds tab shows about the schedule: the stored settings and what they mean now."""
+
+    settings: Any  # db.records.ScheduleRecord
+    next_run: datetime | None  # when the cron next requests a round; None while scheduled rounds are off
+    untrained: int  # signed corrections of training studies that no round has used yet
+    scheduler_running: bool  # False: this process starts rounds only by hand
+
+
+def schedule_status(db, scheduler: RoundScheduler | None = None) -> ScheduleStatus:
+    """The stored schedule, when its cron fires next (as the running scheduler has it, else computed) and the backlog."""
+    from db import CorrectionRepository
+
+    settings = get_schedule(db)
+    running = scheduler is not None and scheduler.running
+    when = None
+    if settings.schedule_enabled and settings.cron:
+        when = (scheduler.jobs().get(CRON_JOB) if running else None) or next_run(settings.cron)
+    return ScheduleStatus(settings, when, CorrectionRepository(db).count_untrained(), running)
 
 
 class RoundScheduler:

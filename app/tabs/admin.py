@@ -3,23 +3,19 @@
 Every handler asks for the admin role itself (through the services), so the tab
 being hidden from radiologists is a convenience, not the protection.
 Training rounds, the schedule and the version charts are the Rounds tab
-(`app.tabs.rounds`). Exports are written to `<data>/exports/<timestamp>/`,
-where they stay, and offered as one zip to download; each is audited.
+(`app.tabs.rounds`). An export is offered as one zip that lives only long
+enough to be downloaded (`app.services.export_downloads`); each is audited.
 """
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 
 import gradio as gr
 
-from app.server import AppContext, shown_to_user, upload_cache_dir
-from app.services import auth
+from app.server import AppContext, shown_to_user
+from app.services import auth, export_downloads
 from app.services.export import PAIR_FORMATS
-from orapo_core.errors import OrapoError
 
 USER_COLUMNS = ["Username", "Role", "Active", "Must change password", "Created", "Last sign-in"]
 AUDIT_COLUMNS = ["When", "Who", "Action", "Object", "Details"]
@@ -41,25 +37,8 @@ def _audit_rows(entries) -> list[list]:
              f"{e.object_type or ''} {e.object_id or ''}".strip(), str(e.details)] for e in entries]
 
 
-def export_folder(settings) -> Path:
-    """A new `<data>/exports/<UTC timestamp>/` (a suffix when two exports share a second)."""
-    root = settings.resolved_data_dir / "exports"
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    folder, n = root / stamp, 1
-    while folder.exists():
-        n += 1
-        folder = root / f"{stamp}-{n}"
-    folder.mkdir(parents=True)
-    return folder
-
-
-def zipped(settings, folder: Path, kind: str) -> Path:
-    """The export folder as one zip, kept beside it and copied where Gradio may serve it to this admin."""
-    archive = Path(shutil.make_archive(str(folder.parent / f"{folder.name}-{kind}"), "zip", folder))
-    offered = upload_cache_dir(settings) / "exports" / archive.name
-    offered.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(archive, offered)
-    return offered
+def _kept_for() -> str:
+    return f"{export_downloads.DOWNLOAD_RETENTION_S // 60} minutes"
 
 
 def build(ctx: AppContext) -> AdminUI:
@@ -127,33 +106,18 @@ def build(ctx: AppContext) -> AdminUI:
             return _audit_rows(auth.audit_log(ctx.database, actor, action=action_value, actor_name=who_value))
 
     def export_pairs(chosen, request: gr.Request):
-        from app.services.export import export_pairs as write_pairs
-        from db import AuditRepository
-
         with shown_to_user():
-            actor = ctx.user(request, role="admin")
-            if not chosen:
-                raise OrapoError("no_format", "Choose at least one format to export.")
-            folder = export_folder(ctx.settings)
-            summaries = [write_pairs(ctx.database, ctx.settings, folder / fmt, format=fmt) for fmt in chosen]
-            AuditRepository(ctx.database).append("export.pairs", actor=actor, object_type="export", object_id=folder.name,
-                                                 details={s.format: s.rows for s in summaries})
+            download = export_downloads.download_training_data(ctx.database, ctx.settings,
+                                                               ctx.user(request, role="admin"), chosen)
             lines = [f"- **{s.format}**: {s.rows} rows" + (f" ({s.skipped} skipped: no image)" if s.skipped else "")
-                     for s in summaries]
-            return f"Written to `{folder}`:\n" + "\n".join(lines), str(zipped(ctx.settings, folder, "training-data"))
+                     for s in download.summaries]
+            return (f"Ready to download for the next {_kept_for()}:\n" + "\n".join(lines), str(download.archive))
 
     def export_fhir(request: gr.Request):
-        from app.services.export import export_fhir as write_fhir
-        from db import AuditRepository
-
         with shown_to_user():
-            actor = ctx.user(request, role="admin")
-            folder = export_folder(ctx.settings)
-            written = write_fhir(ctx.database, folder / "fhir")
-            AuditRepository(ctx.database).append("export.fhir", actor=actor, object_type="export", object_id=folder.name,
-                                                 details={"bundles": len(written)})
-            return (f"{len(written)} FHIR R4 Bundles (DiagnosticReport + Provenance per study) written to `{folder}`.",
-                    str(zipped(ctx.settings, folder, "fhir")))
+            download = export_downloads.download_fhir(ctx.database, ctx.settings, ctx.user(request, role="admin"))
+            return (f"{download.bundles} FHIR R4 Bundles (DiagnosticReport + Provenance per study), ready to download "
+                    f"for the next {_kept_for()}.", str(download.archive))
 
     users_refresh.click(list_users, outputs=users, api_name="list_users")
     create_btn.click(create_user, inputs=[username, role], outputs=[users, users_result], api_name="create_user")

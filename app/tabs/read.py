@@ -201,9 +201,7 @@ def build(ctx: AppContext) -> ReadUI:
             ctx.user(request)
             if not session.get("draft_text"):
                 return [], ""
-            from db import DraftRepository
-
-            hl = reports.highlights_for(DraftRepository(ctx.database).get(int(session["draft_id"])), text)
+            hl = reports.rescore(ctx.database, session["draft_id"], text)
             return hl.spans, _missed_md(hl)
 
     # .change, not .input: it also fires when a draft or a reopened report fills the box

@@ -17,8 +17,8 @@ import gradio as gr
 
 from app.server import AppContext, shown_to_user
 from app.services import auth, round_charts
-from app.services.rounds import RECIPES_DIR, parse_settings
-from app.services.rounds_schedule import CRON_JOB, get_schedule, next_run, set_schedule
+from app.services.rounds_policy import parse_settings, recipe_names
+from app.services.rounds_schedule import schedule_status, set_schedule
 from orapo_core.errors import OrapoError
 
 ROUND_COLUMNS = ["Round", "Status", "Trigger", "Progress", "Started by", "Requested", "Started", "Finished", "Error"]
@@ -47,8 +47,7 @@ def _when(value) -> str:
 
 
 def _recipes() -> list[tuple[str, str]]:
-    return [("policy default", "")] + [(p.name, p.name) for p in sorted(RECIPES_DIR.glob("*.yaml"))
-                                       if not p.name.startswith("accelerate")]
+    return [("policy default", "")] + [(name, name) for name in recipe_names()]
 
 
 def parse_overrides(text: str | None) -> dict:
@@ -111,23 +110,19 @@ def log_text(details) -> str:
     return f"{events}\n\n--- worker output (last lines) ---\n{worker}" if worker.strip() else events
 
 
-def schedule_markdown(ctx: AppContext, schedule) -> str:
-    from db import CorrectionRepository
-
-    lines = []
-    jobs = ctx.rounds.jobs() if ctx.rounds is not None else {}
-    if schedule.schedule_enabled and schedule.cron:
-        when = jobs.get(CRON_JOB) or next_run(schedule.cron)
-        lines.append(f"Next scheduled round: **{when:%Y-%m-%d %H:%M %Z}** (`{schedule.cron}`).")
+def schedule_markdown(status) -> str:
+    """The schedule's state in words (a `ScheduleStatus`)."""
+    schedule, lines = status.settings, []
+    if status.next_run is not None:
+        lines.append(f"Next scheduled round: **{status.next_run:%Y-%m-%d %H:%M %Z}** (`{schedule.cron}`).")
     else:
         lines.append("Scheduled rounds are **off**.")
-    untrained = CorrectionRepository(ctx.database).count_untrained()
     if schedule.threshold_enabled and schedule.corrections_threshold:
         lines.append(f"A round starts once **{schedule.corrections_threshold}** new signed corrections wait "
-                     f"(now {untrained}).")
+                     f"(now {status.untrained}).")
     else:
-        lines.append(f"The new-corrections trigger is **off** ({untrained} signed corrections wait for a round).")
-    if ctx.rounds is None or not ctx.rounds.running:
+        lines.append(f"The new-corrections trigger is **off** ({status.untrained} signed corrections wait for a round).")
+    if not status.scheduler_running:
         lines.append("_The scheduler is not running in this process: rounds start only by hand._")
     return "  \n".join(lines)
 
@@ -222,8 +217,9 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
                 *round_charts.live_figures(details.metrics_history), rounds_view(actor), gr.Timer(active=active)]
 
     def schedule_view():
-        s = get_schedule(ctx.database)
-        return [s.cron or "", s.schedule_enabled, s.corrections_threshold, s.threshold_enabled, schedule_markdown(ctx, s)]
+        status = schedule_status(ctx.database, ctx.rounds)
+        s = status.settings
+        return [s.cron or "", s.schedule_enabled, s.corrections_threshold, s.threshold_enabled, schedule_markdown(status)]
 
     def overview(rid, request: gr.Request):
         """Everything on the tab, fresh (on opening the tab and on Refresh)."""

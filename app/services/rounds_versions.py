@@ -1,0 +1,99 @@
+"""Model versions: which one drafts the reports, promoting and rolling back by hand, and where versions are stored.
+
+A version's paths are stored relative to the data folder when they lie inside
+it, so a data folder moved to another machine keeps its versions; a round
+installs its candidate under `<data>/models/versions/round-<id>/` before the
+version is recorded, so a version never points into a round folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from orapo_core.errors import OrapoError
+
+
+def list_versions(db, *, status: str | None = None):
+    from db import ModelVersionRepository
+
+    return ModelVersionRepository(db).list(status=status)
+
+
+def served_version(db):
+    from db import ModelVersionRepository
+
+    return ModelVersionRepository(db).promoted()
+
+
+def promote_version(db, version_id: int, *, actor=None, reason: str | None = None):
+    from db import ModelVersionRepository
+
+    return ModelVersionRepository(db).promote(version_id, reason=reason or "promoted by hand", actor=actor)
+
+
+def rollback(db, version_id: int | None = None, *, actor=None, reason: str | None = None):
+    """Serve an earlier version again (default: the served version's parent); one action, audited as `version.rollback`."""
+    from db import AuditRepository, ModelVersionRepository
+
+    with db.session() as session:
+        versions = ModelVersionRepository(session)
+        current = versions.promoted()
+        if version_id is None:
+            if current is None or current.parent_id is None:
+                raise OrapoError("no_rollback_target", "The served model has no earlier version; name one to roll back to.")
+            version_id = current.parent_id
+        target = versions.get(version_id)
+        if target.status == "rejected":
+            raise OrapoError("version_rejected", f"Model version {version_id} was rejected by the gate; it cannot be served.")
+        if current is not None and current.id == version_id:
+            raise OrapoError("already_served", f"Model version {version_id} is already the served model.")
+        promoted = versions.promote(version_id, reason=reason or "rollback", actor=actor)
+        AuditRepository(session).append("version.rollback", actor=actor, object_type="model_version", object_id=version_id,
+                                        details={"from": current.id if current else None, "to": version_id,
+                                                 **({"reason": reason} if reason else {})})
+        return promoted
+
+
+def resolve_path(settings, path: str | None) -> str | None:
+    """A stored version path as an absolute one (relative paths are inside the data folder)."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    return str(p if p.is_absolute() else settings.resolved_data_dir / p)
+
+
+def stored_path(settings, path: Path) -> str:
+    """The path to store for a version: relative to the data folder when inside it."""
+    try:
+        return path.resolve().relative_to(settings.resolved_data_dir).as_posix()
+    except ValueError:
+        return str(path.resolve())
+
+
+def served_model(db, settings) -> dict[str, Any]:
+    """What drafts now: {"version_id", "name", "base", "adapter"} (the configured model when no version is promoted)."""
+    from orapo_core.models.loading import resolve_model_dir
+
+    version = served_version(db)
+    if version is not None:
+        return {"version_id": version.id, "name": version.name, "base": resolve_path(settings, version.base_model_path),
+                "adapter": resolve_path(settings, version.adapter_path)}
+    return {"version_id": None, "name": None, "base": str(resolve_model_dir(settings=settings)), "adapter": None}
+
+
+def install_candidate(settings, round_id: int, candidate: dict[str, Any]) -> dict[str, str | None]:
+    """Copy the candidate (adapter, or whole model) out of the round folder into `<data>/models/versions/round-<id>/`."""
+    source = Path(candidate["adapter"] or candidate["base"])
+    target = settings.models_dir / "versions" / f"round-{round_id}"
+    if target.exists():
+        shutil.rmtree(target)
+    tmp = target.with_name(target.name + ".part")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("checkpoint-*", "metrics.jsonl", "*.part"))
+    tmp.rename(target)
+    if candidate["adapter"]:
+        return {"base": stored_path(settings, Path(candidate["base"])), "adapter": stored_path(settings, target)}
+    return {"base": stored_path(settings, target), "adapter": None}
