@@ -9,6 +9,11 @@ weights; the first `--warmup` steps of each run are dropped, and the step time
 is the wall time of an optimizer step (generation, reward, loss, backward and
 update) from the Trainer's step callbacks. The ratio is of the medians.
 
+Each step's CPU time (`time.process_time`) is recorded beside its wall time,
+and its ratio printed too: with one torch thread a step's CPU time is the
+work it did, which others' load on a shared machine barely changes, while its
+wall time also holds the time the step waited for a core.
+
 The model is the starter (`<ORAPO_DATA_DIR>/models/starter`, else the shipped
 `assets/starter`) unless `--model` names another; both trainers do full
 fine-tuning with beta = 0 (no KL), so OraPO's extra cost is all its own: pair
@@ -57,17 +62,19 @@ def make_trainer(kind: str, model_dir: Path, dataset, args: dict, out: Path):
                         train_dataset=dataset, processing_class=processor)
 
 
-def timed_run(trainer) -> tuple[list[float], dict]:
+def timed_run(trainer) -> tuple[list[float], list[float], dict]:
     from transformers import TrainerCallback
 
     times: list[float] = []
+    cpu_times: list[float] = []
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *a, **k):
-            self.start = time.perf_counter()
+            self.start, self.cpu_start = time.perf_counter(), time.process_time()
 
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.start)
+            cpu_times.append(time.process_time() - self.cpu_start)
 
     trainer.add_callback(Clock())
     trainer.train()
@@ -75,7 +82,7 @@ def timed_run(trainer) -> tuple[list[float], dict]:
     extra = {"pairs_per_step": statistics.fmean(h["orapo/pairs"] for h in logged)} if logged else {}
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     extra["mean_completion_length"] = statistics.fmean(lengths) if lengths else None
-    return times, extra
+    return times, cpu_times, extra
 
 
 def main() -> int:
@@ -119,32 +126,40 @@ def main() -> int:
         disable_tqdm=True,
     )
     measured: dict[str, list[float]] = {"grpo": [], "orapo": []}
+    measured_cpu: dict[str, list[float]] = {"grpo": [], "orapo": []}
     extras: dict[str, list[dict]] = {"grpo": [], "orapo": []}
     order = []
     for r in range(opts.rounds):
         order += ["grpo", "orapo"] if r % 2 == 0 else ["orapo", "grpo"]
     for i, kind in enumerate(order):
         trainer = make_trainer(kind, model_dir, dataset, args, work / f"{kind}-{i}")
-        times, extra = timed_run(trainer)
+        times, cpu_times, extra = timed_run(trainer)
         measured[kind] += times[opts.warmup:]
+        measured_cpu[kind] += cpu_times[opts.warmup:]
         extras[kind].append(extra)
-        print(f"run {i + 1}/{len(order)} {kind:5s}: steps {', '.join(f'{t:.2f}' for t in times)} s  {json.dumps(extra)}")
+        print(f"run {i + 1}/{len(order)} {kind:5s}: steps {', '.join(f'{t:.2f}' for t in times)} s "
+              f"(CPU {', '.join(f'{t:.2f}' for t in cpu_times)} s)  {json.dumps(extra)}")
         del trainer
 
     grpo, orapo = statistics.median(measured["grpo"]), statistics.median(measured["orapo"])
+    grpo_cpu, orapo_cpu = statistics.median(measured_cpu["grpo"]), statistics.median(measured_cpu["orapo"])
     result = {
         "command": " ".join([os.path.relpath(sys.executable), *sys.argv]),
         "model": str(model_dir), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch threads "
         f"{torch.get_num_threads()}", "settings": {k: args[k] for k in ("per_device_train_batch_size", "num_generations",
                                                                           "max_completion_length", "max_steps")},
         "grpo_median_s": grpo, "orapo_median_s": orapo, "ratio": orapo / grpo,
-        "grpo_steps_s": measured["grpo"], "orapo_steps_s": measured["orapo"], "runs": extras,
+        "grpo_cpu_median_s": grpo_cpu, "orapo_cpu_median_s": orapo_cpu, "cpu_ratio": orapo_cpu / grpo_cpu,
+        "grpo_steps_s": measured["grpo"], "orapo_steps_s": measured["orapo"],
+        "grpo_steps_cpu_s": measured_cpu["grpo"], "orapo_steps_cpu_s": measured_cpu["orapo"], "runs": extras,
     }
     print(f"\ncommand: {result['command']}")
     print(f"model: {model_dir}; {result['machine']}; batch {opts.prompts} studies x K={opts.k}, "
           f"max_completion_length {opts.max_completion_length}; {len(measured['grpo'])} timed steps each "
           f"({opts.rounds} runs x ({opts.steps} - {opts.warmup} warm-up))")
     print(f"median step time: TRL GRPOTrainer {grpo:.3f} s, OraPOTrainer {orapo:.3f} s, ratio {orapo / grpo:.2f}x")
+    print(f"median step CPU time: TRL GRPOTrainer {grpo_cpu:.3f} s, OraPOTrainer {orapo_cpu:.3f} s, "
+          f"ratio {orapo_cpu / grpo_cpu:.2f}x")
     if opts.json:
         Path(opts.json).write_text(json.dumps(result, indent=2))
     return 0

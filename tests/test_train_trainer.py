@@ -100,6 +100,19 @@ def _count_forward_rows(trainer) -> list[int]:
     return calls
 
 
+def _count_model_rows(model) -> list[int]:
+    """Record the number of rows of every call of ``model`` from now on (TRL's helper and the shared-prompt path)."""
+    calls = []
+    original = model.forward
+
+    def counting(*args, input_ids=None, **kwargs):
+        calls.append(input_ids.size(0))
+        return original(*args, input_ids=input_ids, **kwargs)
+
+    model.forward = counting
+    return calls
+
+
 def test_combined_loss_matches_a_hand_computation(tiny_vlm, dataset, tmp_path):
     import math
 
@@ -170,16 +183,20 @@ def test_with_a_kl_term_the_reference_log_probs_of_rejected_rollouts_are_trls_ow
             p.add_(0.05 * torch.randn_like(p))
     trainer.model.train()
     forwards = _count_forward_rows(trainer)
+    reference = _count_model_rows(trainer.ref_model)
     batch = trainer._generate_and_score_completions([dataset[i] for i in (0, 0, 1, 1)])
+    reference = list(reference)  # the calls of the generation step, before this test's own forwards below
     paired = [r for r in range(2 * K) if batch["orapo_coef"][r] > 0]
     assert paired and "ref_per_token_logps" in batch
     for row in paired:
         rejected = batch["completion_ids"][row][batch["completion_mask"][row].bool()]
         assert batch["orapo_ref_rejected_logps"][row].item() == pytest.approx(
             _answer_logps(trainer.ref_model, batch, row, rejected), abs=1e-4)
-    # TRL's reference forward over all rows, then one for the distinct oracles; none for the rejected rollouts
+    # TRL's reference forward over all rows; then each study's prompt once and its oracle after it (the shared-prompt
+    # path); none for the rejected rollouts
     studies = len({row // K for row in paired})
-    assert forwards == [2 * K, studies]
+    assert forwards == [2 * K]
+    assert reference == [2 * K, studies, studies]
 
 
 def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_vlm, dataset, tmp_path):

@@ -13,7 +13,9 @@ Where it hooks into TRL 1.16, and why there:
   oracle term as per-row tensors (``orapo_*``): they then travel through TRL's
   shuffle and split like any other column. The reference log-probs of the
   chosen/rejected answers are computed here too, once per generation, as TRL
-  does for its KL term (``ref_model``, or the PEFT model with adapters disabled).
+  does for its KL term (``ref_model``, or the PEFT model with adapters disabled):
+  each study's prompt and image run once and all its answers continue from that
+  prompt's cache (`shared_prompt`), for the families where that is checked.
 - `_compute_loss` (extended): TRL's GRPO loss plus `oracle_loss` on the same
   micro-batch, through the same forward helper TRL uses
   (`_get_per_token_logps_and_entropies`, images included for VLMs).
@@ -31,6 +33,7 @@ TRL's sampling temperature, for policy and reference alike.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -39,6 +42,7 @@ import zlib
 import torch
 from accelerate.utils import gather_object, is_peft_model
 from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, split_pixel_values_by_grid, unsplit_pixel_values_by_grid, use_adapter
 
 from orapo_core.train.config import OraPOConfig
@@ -46,6 +50,7 @@ from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps, sft_l
 from orapo_core.train.metrics_log import MetricsJsonlCallback
 from orapo_core.train.pairs import MinedGroup, OraclePairMiner, RolloutGroup
 from orapo_core.train.rewards import resolve_reward
+from orapo_core.train.shared_prompt import answer_logps_after_prompts, supports_shared_prompt
 
 MINER_STATE_FILE = "orapo_miner_state.json"
 
@@ -219,10 +224,7 @@ class OraPOTrainer(GRPOTrainer):
         All failed rollouts of a study share its oracle as the chosen answer, so its log-prob is computed once and
         shared (gradients add up exactly as if each row had its own forward).
         """
-        keys = batch["orapo_chosen_key"]
-        _, inverse = torch.unique(keys, return_inverse=True)
-        first = torch.full((int(inverse.max()) + 1,), keys.numel(), dtype=torch.long, device=keys.device)
-        first = first.scatter_reduce(0, inverse, torch.arange(keys.numel(), device=keys.device), reduce="amin")
+        first, inverse = self._first_of_each(batch["orapo_chosen_key"])
         distinct = self._select_rows(batch, first)
         if reference:
             logps = self._reference_sequence_logps(distinct, distinct["orapo_chosen_ids"], distinct["orapo_chosen_mask"])
@@ -290,12 +292,79 @@ class OraPOTrainer(GRPOTrainer):
         return sequence_logps(per_token.float(), mask, length_normalize=length_normalize)
 
     @torch.no_grad()
-    def _reference_sequence_logps(self, inputs, ids, mask) -> torch.Tensor:
+    def _reference_pair_logps(self, batch: dict, score_rejected: torch.Tensor, prompt_keys: torch.Tensor):
+        """Reference log-probs of each row's chosen answer, and of the rejected answers where ``score_rejected``.
+
+        Where the model's family allows (`shared_prompt`), each distinct prompt runs once and all its answers,
+        chosen and rejected, continue from it in one forward; else chosen and rejected are scored row by row.
+        Returns ``(chosen, rejected)``, ``rejected`` None when no row is scored.
+        """
+        if self._reference_shares_prompt() and batch["prompt_ids"].size(1) > 1:
+            return self._reference_pair_logps_shared(batch, score_rejected, prompt_keys)
+        chosen = self._chosen_logps(None, batch, reference=True)
+        text_rows = torch.nonzero(score_rejected).flatten()
+        discard = text_rows.numel() == 0 and self.accelerator.num_processes > 1
+        if discard:  # every rank runs the same forwards (ZeRO-3): one row, its result unused
+            text_rows = text_rows.new_zeros(1)
+        if text_rows.numel() == 0:
+            return chosen, None
+        texts = self._select_rows(batch, text_rows)
+        rejected = self._reference_sequence_logps(texts, texts["orapo_rejected_ids"], texts["orapo_rejected_mask"])
+        return chosen, (None if discard else rejected)
+
+    def _reference_shares_prompt(self) -> bool:
+        """Whether the reference scores a study's answers after one run of its prompt (see `shared_prompt`)."""
+        reference = self._unwrapped() if self.ref_model is None else self.accelerator.unwrap_model(self.ref_model)
+        return supports_shared_prompt(reference)
+
+    def _reference_pair_logps_shared(self, batch: dict, score_rejected: torch.Tensor, prompt_keys: torch.Tensor):
+        chosen_first, chosen_inverse = self._first_of_each(batch["orapo_chosen_key"])
+        prompt_first, prompt_index = self._first_of_each(prompt_keys)
+        rejected_rows = torch.nonzero(score_rejected).flatten()
+        answers = [(batch["orapo_chosen_ids"][chosen_first], batch["orapo_chosen_mask"][chosen_first])]
+        if rejected_rows.numel():
+            answers.append((batch["orapo_rejected_ids"][rejected_rows], batch["orapo_rejected_mask"][rejected_rows]))
+        width = max(ids.size(1) for ids, _ in answers)
+        pad_id = self._tokenizer.pad_token_id
+        ids = torch.cat([torch.nn.functional.pad(ids, (0, width - ids.size(1)), value=pad_id) for ids, _ in answers])
+        mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.size(1)), value=0) for _, m in answers])
+        owners = torch.cat([prompt_index[chosen_first], prompt_index[rejected_rows]])
+        prompts = self._select_rows(batch, prompt_first)
+        kwargs = {key: prompts[key] for key in _FORWARD_KEYS if prompts.get(key) is not None}
+        for key in ("token_type_ids", "mm_token_type_ids"):
+            if prompts.get(key) is not None:
+                kwargs[key] = prompts[key][:, : prompts["prompt_ids"].size(1)]
+        with self._reference_model() as model, self.accelerator.autocast():
+            unwrapped = self.accelerator.unwrap_model(model)
+            # A cache needs the layers run plainly: a checkpointed layer in training mode (the PEFT policy) drops it.
+            with disable_gradient_checkpointing(unwrapped, self.args.gradient_checkpointing_kwargs):
+                per_token = answer_logps_after_prompts(model, prompts, kwargs, owners, ids, mask, unwrapped=unwrapped)
+        logps = sequence_logps(per_token.float(), mask, length_normalize=self.args.dpo_length_normalize)
+        chosen = logps[: chosen_first.numel()][chosen_inverse]
+        return chosen, (logps[chosen_first.numel() :] if rejected_rows.numel() else None)
+
+    @contextlib.contextmanager
+    def _reference_model(self):
+        """The frozen reference: ``ref_model``, or the PEFT policy with its adapters disabled (or its "ref" adapter)."""
         if self.ref_model is not None:
-            return self._sequence_logps(self.ref_model, inputs, ids, mask)
+            yield self.ref_model
+            return
         model = self._unwrapped()
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return self._sequence_logps(self.model, inputs, ids, mask)
+            yield self.model
+
+    @torch.no_grad()
+    def _reference_sequence_logps(self, inputs, ids, mask) -> torch.Tensor:
+        with self._reference_model() as model:
+            return self._sequence_logps(model, inputs, ids, mask)
+
+    @staticmethod
+    def _first_of_each(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For each distinct key, the index of its first row; and for each row, its key's position in that list."""
+        _, inverse = torch.unique(keys, return_inverse=True)
+        first = torch.full((int(inverse.max()) + 1,), keys.numel(), dtype=torch.long, device=keys.device)
+        first = first.scatter_reduce(0, inverse, torch.arange(keys.numel(), device=keys.device), reduce="amin")
+        return first, inverse
 
     # ---------------------------------------------------------------- helpers
 
@@ -398,23 +467,20 @@ class OraPOTrainer(GRPOTrainer):
         rows = self._paired_rows(torch.tensor([float(p) for p in is_pair[local]], device=device))
         if rows is not None:  # the reference scores only the rows that carry a pair, like the policy in `oracle_loss`
             batch = self._select_rows(output, rows)
-            ref_chosen[rows] = self._chosen_logps(None, batch, reference=True)
-            text_rows = rows
+            score_rejected = torch.ones_like(rows, dtype=torch.bool)
             ref_tokens = output.get("ref_per_token_logps")  # TRL's own, when beta > 0: the rollouts under the reference
             if ref_tokens is not None:
                 rollout = batch["orapo_rejected_is_rollout"].bool()
                 mask = output["completion_mask"][rows]
                 scored = sequence_logps(ref_tokens[rows].float(), mask, length_normalize=self.args.dpo_length_normalize)
                 ref_rejected[rows[rollout]] = scored[rollout]
-                text_rows = rows[~rollout]
-            discard = text_rows.numel() == 0 and self.accelerator.num_processes > 1
-            if discard:  # every rank runs the same forwards (ZeRO-3): one row, its result unused
-                text_rows = rows[:1]
-            if text_rows.numel():
-                texts = self._select_rows(output, text_rows)
-                scored = self._reference_sequence_logps(texts, texts["orapo_rejected_ids"], texts["orapo_rejected_mask"])
-                if not discard:
-                    ref_rejected[text_rows] = scored
+                score_rejected = ~rollout
+            # All rows of a group share the prompt and image: TRL lays each prompt's K rollouts out contiguously.
+            prompt_keys = torch.div(rows + start, k, rounding_mode="floor")
+            chosen_logps, rejected_logps = self._reference_pair_logps(batch, score_rejected, prompt_keys)
+            ref_chosen[rows] = chosen_logps
+            if rejected_logps is not None:
+                ref_rejected[rows[score_rejected]] = rejected_logps
         output["orapo_ref_chosen_logps"], output["orapo_ref_rejected_logps"] = ref_chosen, ref_rejected
 
     @staticmethod
