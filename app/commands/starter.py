@@ -18,8 +18,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--out", default=None, metavar="DIR", help="folder to write (default <data>/models/starter)")
     build.add_argument("--seed", type=int, default=0, help="same seed, same model on the same machine (default 0)")
     build.add_argument("--n-train", type=int, default=None, metavar="N",
-                       help="PhantomCXR studies to warm-start on (default 1500)")
-    build.add_argument("--steps", type=int, default=None, metavar="N", help="training steps (default 150)")
+                       help="PhantomCXR studies to warm-start on (default 2000)")
+    build.add_argument("--steps", type=int, default=None, metavar="N", help="report training steps (default 300; after 1000 steps of the vision tower alone)")
     build.add_argument("--minutes", type=float, default=None, metavar="M",
                        help="stop training when the whole build has run this long (default 9)")
     build.add_argument("--if-missing", action="store_true",

@@ -4,19 +4,33 @@ Qwen2-VL because the product already loads the family (and its processor, via
 `compat`) and its vision tower takes patches at any grid, so nothing here is
 a custom layer: the saved folder is an ordinary `save_pretrained` checkpoint.
 
-Every image is resized to one 224x224 grid (min_pixels = max_pixels), which
-is 16x16 patches of 14 px, merged 2x2 into 64 visual tokens: enough to see a
-heart border, a costophrenic angle or a line, few enough that the text model,
-not the image, sets the cost of a draft. A radiograph that is not square keeps
-its aspect ratio within the same pixel budget (the processor's own
-`smart_resize`), so it gets about 64 tokens too.
+Every image is resized to one small square grid (min_pixels = max_pixels) of
+2x2 large patches, merged into ONE visual token. That is a choice about
+learning, measured on PhantomCXR (2026-11-30, `benchmarks/bench_starter.py` and
+the notes in `sft.py`): Qwen2-VL's tower has no absolute position embedding
+(only rotary, relative positions), so with the family's usual 14 px patches a
+token does not know where in the chest it sits, and a tiny tower trained for
+minutes on CPU could not learn cardiomegaly or effusion from a pooled readout
+(AUC ~0.6 after 200 steps), nor could the text model learn to read 64 tokens
+by position. Inside one patch the patch embedding *is* position-specific (one
+weight per pixel), and the merger concatenates the 2x2 patches in a fixed
+order, so the single token is a learned, position-aware function of the whole
+downsampled image, which is what separates PhantomCXR's findings (a ridge fit
+on 32x32 thumbnails does it almost perfectly). The same tower and a pooled
+multi-label head reach AUC 1.0 for cardiomegaly and edema and ~0.9 for
+effusion, consolidation and devices within 400 steps (30 s on one core).
+The cost is detail: rare, small findings (a pneumothorax line, a rib fracture,
+a nodule) are barely visible at this size, which is where the starter is meant
+to be weak anyway (the RL rounds have something to learn). A radiograph that is
+not square is fitted into the same pixel budget by the processor's own
+`smart_resize`, so it becomes one token too (checked up to 3:1).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-IMAGE_SIDE = 224
+IMAGE_SIDE = 96
 # Qwen2-VL's CLIP normalisation; a grey radiograph simply has equal channels.
 IMAGE_MEAN = (0.48145466, 0.4578275, 0.40821073)
 IMAGE_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -36,6 +50,7 @@ class StarterArchitecture:
     text_intermediate: int = 768
     max_positions: int = 1024
     image_side: int = IMAGE_SIDE
+    patch_size: int = IMAGE_SIDE // 2  # 2x2 patches, merged 2x2: one visual token per square image
     # Low, unlike Qwen's 10000: mrope gives the image's width the lowest rotary frequencies and its
     # height the next ones, and at 10000 they turn by under 0.03 (width) and 0.7 (height) radians across
     # the 8x8 token grid, so the text model cannot tell a left base from a right apex. At 10 they turn
@@ -65,7 +80,7 @@ def build_config(arch: StarterArchitecture, tokenizer):
         tie_word_embeddings=True,
     )
     vision = dict(depth=arch.vision_depth, embed_dim=arch.vision_embed_dim, hidden_size=arch.text_hidden,
-                  num_heads=arch.vision_heads, mlp_ratio=4, patch_size=14, spatial_merge_size=2,
+                  num_heads=arch.vision_heads, mlp_ratio=4, patch_size=arch.patch_size, spatial_merge_size=2,
                   temporal_patch_size=2)
     return Qwen2VLConfig(
         text_config=text, vision_config=vision, tie_word_embeddings=True,
@@ -84,10 +99,15 @@ def build_processor(arch: StarterArchitecture, tokenizer):
     pixels = arch.image_side * arch.image_side
     image_processor = Qwen2VLImageProcessorPil(
         size={"shortest_edge": pixels, "longest_edge": pixels}, min_pixels=pixels, max_pixels=pixels,
-        patch_size=14, temporal_patch_size=2, merge_size=2, image_mean=list(IMAGE_MEAN), image_std=list(IMAGE_STD),
+        patch_size=arch.patch_size, temporal_patch_size=2, merge_size=2, image_mean=list(IMAGE_MEAN), image_std=list(IMAGE_STD),
     )
     processor_class = without_video_processor(Qwen2VLProcessor)
     return processor_class(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
+
+
+def visual_tokens(arch: StarterArchitecture) -> int:
+    """How many visual tokens a square image becomes."""
+    return (arch.image_side // (2 * arch.patch_size)) ** 2
 
 
 def build_generation_config(tokenizer, max_new_tokens: int = 160):
@@ -104,7 +124,7 @@ def structured_vision_init(model, n_freq: int = 8) -> int:
     """Make the untrained vision tower pass each patch's low-frequency content to the text model from step 0.
 
     The patch embedding's first `n_freq`**2 channels compute orthonormal 2-D DCT
-    coefficients of the 14x14 patch (mean over the three grey channels and the two
+    coefficients of each patch (mean over the three grey channels and the two
     temporal copies, lowest frequencies first); the other channels start at zero.
     Each vision block's output projections (attention and MLP) start at zero, so
     the blocks begin as the identity and the merger sees those coefficients of
@@ -116,7 +136,7 @@ def structured_vision_init(model, n_freq: int = 8) -> int:
     import torch
 
     visual = model.model.visual
-    weight = visual.patch_embed.proj.weight  # (embed_dim, channels, temporal, 14, 14)
+    weight = visual.patch_embed.proj.weight  # (embed_dim, channels, temporal, patch, patch)
     embed_dim, channels, temporal, size, _ = weight.shape
     grid = torch.arange(size, dtype=torch.float32) + 0.5
     with torch.no_grad():

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from orapo_core.models.starter.architecture import (StarterArchitecture, build_config, build_generation_config,
-                                                   build_processor, structured_vision_init)
+                                                   build_processor, structured_vision_init, visual_tokens)
 from orapo_core.models.starter.sft import WarmStart, WarmStartPlan, make_training_set, training_prevalence
 from orapo_core.models.starter.tokenizer import train_report_tokenizer
 
@@ -57,7 +57,17 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
             data = make_training_set(plan, tokenizer, arch.image_side, progress=lambda done, _n: bar.update(1))
         prepared = time.perf_counter()
         torch.manual_seed(plan.seed)  # the probe's weights do not depend on how long data preparation took
-        warm_start = WarmStart(model, processor, plan, n_kinds=len(FINDING_KINDS), side=arch.image_side)
+        warm_start = WarmStart(model, processor, plan, n_kinds=len(FINDING_KINDS), side=arch.image_side,
+                               n_tokens=visual_tokens(arch))
+        deadline = started + plan.max_minutes * 60  # the cap is on the whole build
+        vision_result = {}
+        if plan.vision_steps:
+            with tqdm(total=plan.vision_steps, desc="starter: vision", unit="step", disable=not show_progress) as bar:
+                def on_vision_step(_step: int, record: dict) -> None:
+                    bar.set_postfix(findings=f"{record['vision_loss']:.3f}", refresh=False)
+                    bar.update(1)
+
+                vision_result = warm_start.pretrain_vision(data, deadline=deadline, on_step=on_vision_step)
         with tqdm(total=plan.steps, desc="starter: training", unit="step", disable=not show_progress) as bar:
             def on_step(_step: int, record: dict) -> None:
                 bar.set_postfix(report=f"{record['report_loss']:.3f}", probe=f"{record['probe_loss']:.3f}",
@@ -65,7 +75,7 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
                 bar.update(1)
 
             # The cap is on the whole build, so data preparation on a slow machine shortens training.
-            result = warm_start.run(data, deadline=started + plan.max_minutes * 60, on_step=on_step)
+            result = {**vision_result, **warm_start.run(data, deadline=deadline, on_step=on_step)}
 
         staging = out.with_name(out.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
@@ -109,7 +119,7 @@ def copy_shipped_starter(out_dir: str | Path, plan: WarmStartPlan | None = None,
     """Copy the shipped starter into `out_dir` if it was built, to the last step, with `plan`; else None."""
     plan = plan or WarmStartPlan()
     card = read_card(shipped_dir) if shipped_dir.is_dir() else None
-    if card is None or card.get("stopped_by") != "steps":
+    if card is None or "steps" != card.get("stopped_by") or "steps" != card.get("vision_stopped_by", "steps"):
         return None
     wanted = {k: v for k, v in plan.to_dict().items() if k not in _NOT_IN_RESULT}
     if any(card["plan"].get(k) != v for k, v in wanted.items()):
