@@ -205,3 +205,17 @@ def test_a_single_draft_is_a_batch_of_one(drafter):
     (many,) = drafter.draft_many([xray()], samples=2, max_new_tokens=8, seed=3)
     assert (one.text, one.samples, one.sampling) == (many.text, many.samples, many.sampling)
     assert "batch_size" not in one.sampling
+
+
+def test_greedy_rows_keep_only_their_arg_max_and_leave_the_sampled_rows_alone():
+    import torch
+
+    from orapo_core.models.draft import _GreedyRows
+
+    scores = torch.randn(6, 10)  # two images x (greedy row + 2 sampled rows)
+    out = _GreedyRows(3)(torch.zeros(6, 1, dtype=torch.long), scores)
+    for row in (0, 3):
+        assert torch.isfinite(out[row]).sum() == 1 and out[row].argmax() == scores[row].argmax()
+        assert out[row, scores[row].argmax()] == scores[row].max()
+    for row in (1, 2, 4, 5):
+        assert torch.equal(out[row], scores[row])

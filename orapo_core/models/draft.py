@@ -171,21 +171,48 @@ class Drafter:
         common = dict(max_new_tokens=max_new_tokens, use_cache=True,
                       pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
         with torch.inference_mode():
-            greedy_ids = model.generate(**inputs, do_sample=False, **common)
-            greedy = [t.strip() for t in processor.batch_decode(greedy_ids[:, prompt_len:], skip_special_tokens=True)]
             if samples == 0:
-                return [(text, []) for text in greedy]
+                greedy_ids = model.generate(**inputs, do_sample=False, **common)
+                return [(t.strip(), []) for t in processor.batch_decode(greedy_ids[:, prompt_len:],
+                                                                        skip_special_tokens=True)]
+            # One generate for the greedy draft and its K samples: each image's rows are its greedy row, then
+            # its K sampled rows (num_return_sequences repeats rows in place), and `_GreedyRows` keeps only
+            # the arg-max token on the greedy rows, so sampling them is greedy decoding. Half the decoding
+            # steps of a greedy generate followed by a sampled one, for the same texts.
             # top_k=0: checkpoints such as Qwen2-VL ship top_k=1 in generation_config.json,
             # which would make every "sample" the greedy draft and the agreement meaningless.
-            sampling = dict(do_sample=True, num_return_sequences=samples, temperature=temperature, top_p=top_p,
-                            top_k=0, **common)
+            from transformers import LogitsProcessorList
+
+            rows = samples + 1
+            sampling = dict(do_sample=True, num_return_sequences=rows, temperature=temperature, top_p=top_p,
+                            top_k=0, logits_processor=LogitsProcessorList([_GreedyRows(rows)]), **common)
             with torch.random.fork_rng(devices=[self.loaded.device] if self.loaded.device.startswith("cuda") else []):
                 if seed is not None:
                     torch.manual_seed(seed)
-                sample_ids = model.generate(**inputs, **sampling)
-        # num_return_sequences repeats each row in place: image 0's K samples, then image 1's, ...
-        sampled = [s.strip() for s in processor.batch_decode(sample_ids[:, prompt_len:], skip_special_tokens=True)]
-        return [(text, sampled[i * samples:(i + 1) * samples]) for i, text in enumerate(greedy)]
+                ids = model.generate(**inputs, **sampling)
+        texts = [t.strip() for t in processor.batch_decode(ids[:, prompt_len:], skip_special_tokens=True)]
+        return [(texts[i * rows], texts[i * rows + 1:(i + 1) * rows]) for i in range(len(pictures))]
+
+
+class _GreedyRows:
+    """A logits processor that leaves only the arg-max token on every `rows`-th row (rows 0, rows, 2*rows...).
+
+    It runs before the sampling warpers (temperature and top-p keep a lone token), so those rows decode
+    exactly as greedy search would.
+    """
+
+    def __init__(self, rows: int):
+        self.rows = rows
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        greedy = scores[::self.rows]
+        keep = torch.full_like(greedy, float("-inf"))
+        keep.scatter_(1, greedy.argmax(dim=-1, keepdim=True), 0.0)
+        scores = scores.clone()
+        scores[::self.rows] = greedy + keep
+        return scores
 
 
 def to_rgb_image(image, *, max_side: int | None = DEFAULT_MAX_SIDE):
