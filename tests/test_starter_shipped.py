@@ -60,3 +60,29 @@ def test_a_normal_phantom_gets_a_normal_draft(drafter):
     labels = _drafted_labels(drafter, None)
     normal = sum(lab.get("No Finding") == 1 for lab in labels)
     assert normal > STUDIES_PER_FINDING // 2, f"no finding in only {normal} of {STUDIES_PER_FINDING} drafts"
+
+
+def test_make_run_copies_the_shipped_starter_instead_of_building_it(drafter, tmp_path):
+    # The shipped card must match the default plan, or `orapo serve` on a fresh clone would spend minutes building.
+    from orapo_core.models.starter.build import ensure_starter, read_card
+
+    out = ensure_starter(tmp_path / "models" / "starter", show_progress=False)
+    assert read_card(out) == read_card(SHIPPED_DIR)
+    assert (out / "model.safetensors").read_bytes() == (SHIPPED_DIR / "model.safetensors").read_bytes()
+
+
+def test_the_shipped_starter_drafts_a_real_radiograph_and_a_png(drafter, tmp_path, data_dir, capsys):
+    from conftest import pydicom_data_file
+    from PIL import Image
+
+    from app.cli import main
+    from orapo_core.data.phantom import generate_study
+    from orapo_core.facts import label_report
+
+    png = tmp_path / "phantom.png"
+    Image.fromarray(np.round(generate_study(11, size=300).image * 255).astype(np.uint8)).save(png)
+    for path in (pydicom_data_file("RG1_UNCI.dcm"), png):
+        assert main(["draft", str(path), "--model", str(SHIPPED_DIR), "--samples", "0"]) == 0
+        text = capsys.readouterr().out
+        assert "FINDINGS:" in text and "IMPRESSION:" in text, text
+        assert label_report(text), text  # a report FactS can read, not token soup
