@@ -119,12 +119,15 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
     """Keyword arguments for `demo.launch`: sign-in against the users table and the session middleware."""
     from starlette.middleware import Middleware
 
-    from app.services.auth import check_credentials
+    from app.services.auth import check_credentials, is_admin
+    from app.services.export_downloads import downloads_dir
 
     return dict(
         auth=lambda username, password: check_credentials(database, username, password),
         auth_message="OraPO: sign in with your account. Ask an administrator if you have none.",
-        app_kwargs={"middleware": [Middleware(RequireSession)], "lifespan": rounds_lifespan},
+        app_kwargs={"middleware": [Middleware(RequireSession, is_admin=lambda name: is_admin(database, name),
+                                              admin_files=downloads_dir(settings))],
+                    "lifespan": rounds_lifespan},
         ssr_mode=False,
         show_error=False,
         share=False,
@@ -147,27 +150,50 @@ async def rounds_lifespan(app):
 
 
 class RequireSession:
-    """ASGI middleware: anything but the sign-in page needs a valid Gradio session cookie."""
+    """ASGI middleware: anything but the sign-in page needs a valid Gradio session cookie, and the files
+    of admin exports (Gradio serves them by path to any session) need an administrator's."""
 
-    def __init__(self, app):
+    def __init__(self, app, is_admin=None, admin_files=None):
         self.app = app
+        self.is_admin = is_admin
+        self.admin_files = os.path.normpath(admin_files) if admin_files is not None else None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] not in ("http", "websocket") or _public(scope.get("path", "")) or _has_session(scope):
-            await self.app(scope, receive, send)
-            return
         from starlette.responses import JSONResponse
 
-        response = JSONResponse({"detail": {"error": "Not authenticated", "auth_message": "Sign in first."}},
-                                status_code=401)
+        path = scope.get("path", "")
+        if scope["type"] not in ("http", "websocket") or _public(path):
+            await self.app(scope, receive, send)
+            return
+        username = _session_user(scope)
+        if username is None:
+            response = JSONResponse({"detail": {"error": "Not authenticated", "auth_message": "Sign in first."}},
+                                    status_code=401)
+        elif self._admin_only(path) and not (self.is_admin is not None and self.is_admin(username)):
+            response = JSONResponse({"detail": {"error": "Forbidden", "message": "Exports are for administrators."}},
+                                    status_code=403)
+        else:
+            await self.app(scope, receive, send)
+            return
         await response(scope, receive, send)
+
+
+    def _admin_only(self, path: str) -> bool:
+        """A request for a file under `admin_files` (Gradio's file routes carry the absolute path after `file=`)."""
+        from urllib.parse import unquote
+
+        if self.admin_files is None or "file=" not in path:
+            return False
+        target = os.path.normpath(unquote(path.split("file=", 1)[1]))
+        return target == self.admin_files or target.startswith(self.admin_files + os.sep)
 
 
 def _public(path: str) -> bool:
     return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
-def _has_session(scope) -> bool:
+def _session_user(scope) -> str | None:
+    """The username of the request's Gradio session, or None without a valid one."""
     from starlette.requests import HTTPConnection
 
     conn = HTTPConnection(scope)
@@ -175,6 +201,6 @@ def _has_session(scope) -> bool:
     tokens = getattr(app, "tokens", None)
     cookie_id = getattr(app, "cookie_id", None)
     if tokens is None or cookie_id is None:
-        return False
+        return None
     token = conn.cookies.get(f"access-token-{cookie_id}") or conn.cookies.get(f"access-token-unsecure-{cookie_id}")
-    return token is not None and token in tokens
+    return tokens.get(token) if token is not None else None

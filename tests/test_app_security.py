@@ -218,6 +218,11 @@ def test_exports_leave_nothing_patient_derived_behind(tmp_path):
             assert http.post("/login", data={"username": "boss", "password": "admin-pass-1"}).status_code == 200
             response = http.get(pairs["url"])
             assert response.status_code == 200 and response.content == pairs_zip.read_bytes()
+        with httpx.Client(base_url=url, timeout=30) as http:  # Gradio serves cached files to any session
+            assert http.post("/login", data={"username": "rita", "password": "rita-pass-1"}).status_code == 200
+            assert http.get(pairs["url"]).status_code == 403
+            sneaky = pairs["url"].replace("/exports/", "/exports/../exports/")
+            assert http.get(sneaky).status_code == 403
         with zipfile.ZipFile(pairs_zip) as archive:
             assert {"trl-dpo/dataset_info.json", "trl-grpo/dataset_info.json"} <= set(archive.namelist())
 

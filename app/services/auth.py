@@ -28,6 +28,17 @@ def check_credentials(db, username: str, password: str) -> bool:
     return True
 
 
+def is_admin(db, username: str) -> bool:
+    """Whether `username` is an active administrator now (the session middleware asks, for admin-only files)."""
+    from db import UserRepository
+
+    try:
+        user = UserRepository(db).get_by_username(username)
+    except OrapoError:
+        return False
+    return user.active and user.role == "admin"
+
+
 def signed_in(db, username: str | None, *, role: str | None = None, allow_password_change: bool = False) -> UserRecord:
     """The signed-in user, checked now: active, password changed if required, and holding `role` if given."""
     from db import UserRepository
