@@ -94,6 +94,12 @@ def test_if_missing_copies_a_shipped_build_only_when_it_was_made_with_the_same_s
     assert copy_shipped_starter(tmp_path / "a", plan, shipped_dir=tmp_path / "nothing") is None
     copied = copy_shipped_starter(tmp_path / "a", replace(plan, max_minutes=1.0), shipped_dir=built)
     assert (copied / "model.safetensors").read_bytes() == (built / "model.safetensors").read_bytes()
+    other_shape = tmp_path / "other-shape"  # same plan, another architecture: not the default starter
+    shutil.copytree(built, other_shape)
+    card = json.loads((other_shape / "starter_card.json").read_text())
+    card["architecture"]["image_side"] = 224
+    (other_shape / "starter_card.json").write_text(json.dumps(card))
+    assert copy_shipped_starter(tmp_path / "b", plan, shipped_dir=other_shape) is None
 
 
 def test_orapo_starter_build_if_missing_and_info(built, data_dir, capsys):

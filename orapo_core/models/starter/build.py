@@ -119,10 +119,12 @@ def copy_shipped_starter(out_dir: str | Path, plan: WarmStartPlan | None = None,
     """Copy the shipped starter into `out_dir` if it was built, to the last step, with `plan`; else None."""
     plan = plan or WarmStartPlan()
     card = read_card(shipped_dir) if shipped_dir.is_dir() else None
-    if card is None or "steps" != card.get("stopped_by") or "steps" != card.get("vision_stopped_by", "steps"):
+    if card is None or card.get("stopped_by") != "steps" or card.get("vision_stopped_by", "steps") != "steps":
         return None
     wanted = {k: v for k, v in plan.to_dict().items() if k not in _NOT_IN_RESULT}
     if any(card["plan"].get(k) != v for k, v in wanted.items()):
+        return None
+    if card.get("architecture") != StarterArchitecture().to_dict():
         return None
     out = Path(out_dir).expanduser()
     staging = out.with_name(out.name + ".partial")
