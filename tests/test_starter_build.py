@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -103,8 +104,6 @@ def test_if_missing_copies_a_shipped_build_only_when_it_was_made_with_the_same_s
 
 
 def test_orapo_starter_build_if_missing_and_info(built, data_dir, capsys):
-    import shutil
-
     from app.cli import main
 
     target = data_dir / "models" / "starter"
