@@ -355,7 +355,9 @@ def _by_step(rows: list[list[dict]], key: str) -> tuple[list[int], list[float]]:
     return steps, [statistics.fmean(values[s]) for s in steps]
 
 
-def write_outputs(results: dict, out: Path) -> None:
+def write_outputs(results: dict, out: Path, *, include_plotlyjs: bool | str = True) -> None:
+    """results.json, results.md and the two plots; `include_plotlyjs="directory"` shares one plotly.min.js
+    beside the plots instead of inlining it in each (as the published results in `benchmarks/results/` do)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (out / "results.md").write_text(markdown_table(results))
@@ -376,8 +378,8 @@ def write_outputs(results: dict, out: Path) -> None:
                          xaxis_title="training studies seen (steps x studies per step)", yaxis_title="macro-F1")
     zeros.update_layout(title="Fraction of all-zero-reward groups per step (mean over seeds, moving average of 5)",
                         xaxis_title="optimizer step", yaxis_title="fraction of groups whose K rollouts all score 0")
-    curves.write_html(out / "macro_f1_vs_studies.html", include_plotlyjs=True)
-    zeros.write_html(out / "all_zero_groups.html", include_plotlyjs=True)
+    curves.write_html(out / "macro_f1_vs_studies.html", include_plotlyjs=include_plotlyjs)
+    zeros.write_html(out / "all_zero_groups.html", include_plotlyjs=include_plotlyjs)
 
 
 def _smooth(values: list[float], window: int = 5) -> list[float]:
