@@ -123,25 +123,3 @@ def test_orapo_starter_refuses_bad_options_and_a_missing_model(data_dir, capsys)
     assert capsys.readouterr().err.startswith("bad_option: ")
     assert main(["starter", "info"]) == 2
     assert "orapo starter build" in capsys.readouterr().err
-
-
-def test_the_structured_vision_init_passes_each_patch_s_low_frequencies_through():
-    import torch
-    from transformers import Qwen2VLForConditionalGeneration
-
-    from orapo_core.models.starter import StarterArchitecture
-    from orapo_core.models.starter.architecture import build_config, structured_vision_init
-    from orapo_core.models.starter.tokenizer import train_report_tokenizer
-
-    arch = StarterArchitecture()
-    model = Qwen2VLForConditionalGeneration(build_config(arch, train_report_tokenizer(n_reports=50)))
-    assert structured_vision_init(model) == 64
-    embed, p = model.model.visual.patch_embed, arch.patch_size
-    flat = torch.ones(1, 3 * 2 * p * p)  # a uniform patch has a mean and no other frequency
-    out = embed(flat)[0]
-    assert out[0] > 0 and out[1:].abs().max() < 1e-4
-    ramp = torch.linspace(-1, 1, p).repeat(p, 1).expand(3, 2, p, p).reshape(1, -1)  # left to right
-    out = embed(ramp)[0]
-    assert abs(out[0]) < 1e-5 and out[1:3].abs().max() > 0.5  # one of the two first-order channels
-    for block in model.model.visual.blocks:  # blocks start as the identity
-        assert not block.attn.proj.weight.any() and not block.mlp.fc2.weight.any()

@@ -51,10 +51,9 @@ class StarterArchitecture:
     max_positions: int = 1024
     image_side: int = IMAGE_SIDE
     patch_size: int = IMAGE_SIDE // 2  # 2x2 patches, merged 2x2: one visual token per square image
-    # Low, unlike Qwen's 10000: mrope gives the image's width the lowest rotary frequencies and its
-    # height the next ones, and at 10000 they turn by under 0.03 (width) and 0.7 (height) radians across
-    # the 8x8 token grid, so the text model cannot tell a left base from a right apex. At 10 they turn
-    # 0.75-1.7 and 1.2-3.3 radians: where a token sits is visible to attention.
+    # Low, unlike Qwen's 10000: chosen when the image was an 8x8 token grid, so that mrope turned visibly
+    # across it. With one visual token it only sets the text positions' frequencies; kept because the
+    # shipped build was made and measured with it.
     rope_theta: float = 10.0
 
     def to_dict(self) -> dict:
@@ -118,41 +117,3 @@ def build_generation_config(tokenizer, max_new_tokens: int = 160):
         max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.pad_token_id,
     )
-
-
-def structured_vision_init(model, n_freq: int = 8) -> int:
-    """Make the untrained vision tower pass each patch's low-frequency content to the text model from step 0.
-
-    The patch embedding's first `n_freq`**2 channels compute orthonormal 2-D DCT
-    coefficients of each patch (mean over the three grey channels and the two
-    temporal copies, lowest frequencies first); the other channels start at zero.
-    Each vision block's output projections (attention and MLP) start at zero, so
-    the blocks begin as the identity and the merger sees those coefficients of
-    its 2x2 patches directly. Deterministic (no random draws); returns the number
-    of DCT channels set. The tower still trains: this only decides where it starts.
-    """
-    import math
-
-    import torch
-
-    visual = model.model.visual
-    weight = visual.patch_embed.proj.weight  # (embed_dim, channels, temporal, patch, patch)
-    embed_dim, channels, temporal, size, _ = weight.shape
-    grid = torch.arange(size, dtype=torch.float32) + 0.5
-    with torch.no_grad():
-        weight.zero_()
-        channel = 0
-        for total in range(2 * n_freq - 1):  # by total frequency, so the lowest come first
-            for u in range(total + 1):
-                v = total - u
-                if u >= n_freq or v >= n_freq or channel >= embed_dim:
-                    continue
-                basis = torch.outer(torch.cos(math.pi * grid * u / size), torch.cos(math.pi * grid * v / size))
-                weight[channel] = (basis / basis.norm() / (channels * temporal)).to(weight.dtype)
-                channel += 1
-        for block in visual.blocks:
-            for layer in (block.attn.proj, block.mlp.fc2):
-                layer.weight.zero_()
-                if layer.bias is not None:
-                    layer.bias.zero_()
-    return channel

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from orapo_core.models.starter.architecture import (StarterArchitecture, build_config, build_generation_config,
-                                                   build_processor, structured_vision_init, visual_tokens)
+                                                   build_processor, visual_tokens)
 from orapo_core.models.starter.sft import WarmStart, WarmStartPlan, make_training_set, training_prevalence
 from orapo_core.models.starter.tokenizer import train_report_tokenizer
 
@@ -49,8 +49,6 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
         torch.manual_seed(plan.seed)
         tokenizer = train_report_tokenizer(seed=plan.seed)
         model = Qwen2VLForConditionalGeneration(build_config(arch, tokenizer))
-        if plan.structured_init:
-            structured_vision_init(model)
         processor = build_processor(arch, tokenizer)
 
         with tqdm(total=plan.n_train, desc="starter: studies", unit="study", disable=not show_progress) as bar:

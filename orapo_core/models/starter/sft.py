@@ -74,12 +74,9 @@ class WarmStartPlan:
     warmup_steps: int = 20
     weight_decay: float = 0.01
     aux_weight: float = 0.5
-    aux_final: float = 1.0  # the auxiliary weight at the last step, as a fraction of aux_weight (linear decay)
     rare_fraction: float = 0.25
     common_prevalence: float = 0.3  # if above 0, the common findings' training prevalence (never below default)
-    structured_init: bool = False  # `architecture.structured_vision_init` before training
     probe_lr: float = 2e-4  # if above 0, the probes' own learning rate
-    separate_clip: bool = False  # clip the probes' gradients apart from the model's (each to norm 1)
     vision_steps: int = 1000  # steps of the vision tower alone on the findings (multi-label) before the report run
     vision_batch: int = 32
     vision_pretrain_lr: float = 1e-3
@@ -141,6 +138,14 @@ def augment(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.round(x * 255).astype(np.uint8)
 
 
+def warmup_cosine(step: int, warmup: int, total: int) -> float:
+    """The learning-rate factor at `step`: linear warm-up over `warmup` steps, then cosine to a tenth of the peak."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(total - warmup, 1)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
 def _picture(array: np.ndarray):
     """An 8-bit grey array as the RGB picture the processor takes."""
     from PIL import Image
@@ -194,12 +199,7 @@ class WarmStart:
         return list(groups.values())
 
     def lr_factor(self, step: int) -> float:
-        """Linear warm-up, then cosine to a tenth of the peak."""
-        plan = self.plan
-        if step < plan.warmup_steps:
-            return (step + 1) / plan.warmup_steps
-        progress = (step - plan.warmup_steps) / max(plan.steps - plan.warmup_steps, 1)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+        return warmup_cosine(step, self.plan.warmup_steps, self.plan.steps)
 
     def batch(self, data: TrainingSet, indices: np.ndarray, rng: np.random.Generator) -> dict:
         import torch
@@ -251,10 +251,8 @@ class WarmStart:
             indices = rng.choice(len(data.images), size=min(plan.vision_batch, len(data.images)), replace=False)
             pictures = [_picture(augment(data.images[i], rng)) for i in indices]
             vision = self.processor.image_processor(images=pictures, return_tensors="pt")
-            factor = (step + 1) / warmup if step < warmup else \
-                0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(plan.vision_steps - warmup, 1)))
             for group in optimizer.param_groups:
-                group["lr"] = plan.vision_pretrain_lr * factor
+                group["lr"] = plan.vision_pretrain_lr * warmup_cosine(step, warmup, plan.vision_steps)
             self._visual.clear()
             visual(vision["pixel_values"], grid_thw=vision["image_grid_thw"])
             logits = self.probe["visual"](self._visual[0].reshape(len(indices), -1))
@@ -308,16 +306,10 @@ class WarmStart:
                                reduction="none").mean(-1)
             answer_loss = (per_position * mask).sum() / mask.sum()
             probe_loss = bce(self.probe["visual"](tokens), target) + answer_loss
-            progress = step / max(plan.steps - 1, 1)
-            aux_weight = plan.aux_weight * (1.0 - (1.0 - plan.aux_final) * progress)
-            loss = report_loss + aux_weight * probe_loss
+            loss = report_loss + plan.aux_weight * probe_loss
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            if plan.separate_clip:
-                torch.nn.utils.clip_grad_norm_(list(self.model.parameters()), 1.0)
-                torch.nn.utils.clip_grad_norm_(list(self.probe.parameters()), 1.0)
-            else:
-                torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], 1.0)
+            torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]], 1.0)
             self.optimizer.step()
             record = {"report_loss": report_loss.item(), "probe_loss": probe_loss.item()}
             losses.append(record)
