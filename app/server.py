@@ -88,10 +88,10 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None) -> gr
             with gr.Tab("Dashboard", id="dashboard", visible=False) as dashboard_tab:
                 dashboard_ui = dashboard.build(ctx)
             with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
-                admin_ui = admin.build(ctx)
+                admin.build(ctx)
             with gr.Tab("Rounds", id="rounds", visible=False) as rounds_tab:
                 rounds_tab_module.build(ctx, rounds_tab)
-            with gr.Tab("Account", id="account") as account_tab:
+            with gr.Tab("Account", id="account"):
                 account_ui = account.build(ctx)
         worklist.wire_open(ctx, worklist_ui, read_ui, tabs)
         dashboard.wire_select(dashboard_ui, dashboard_tab)

@@ -105,7 +105,8 @@ def _spawn_supervisor(settings, round_id: int) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from app.runtime import open_database
-    from app.services.rounds import RoundService, parse_settings
+    from app.services.rounds import RoundService
+    from app.services.rounds_policy import parse_settings
     from app.services.rounds_schedule import get_schedule, next_run, set_schedule
     from orapo_core.config import Settings
 

@@ -31,15 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from app.services import rounds_versions
-from app.services.rounds_policy import (  # noqa: F401 - re-exported: the CLI and the tests import them from here
-    DEFAULT_RECIPE,
-    MANAGED_KEYS,
-    POLICY_KEYS,
-    RECIPES_DIR,
-    RoundPolicy,
-    estimate_steps,
-    parse_settings,
-)
+from app.services.rounds_policy import MANAGED_KEYS, POLICY_KEYS, RECIPES_DIR, RoundPolicy
 from app.services.rounds_runner import RoundRunner, RunningRound, round_folder
 from app.services.rounds_worker import JsonlTail, pid_alive, stop_process, tail_text
 from orapo_core.config import Settings

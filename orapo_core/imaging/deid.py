@@ -22,7 +22,6 @@ import uuid
 
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
-from pydicom.uid import UID
 from pydicom._uid_dict import UID_dictionary
 
 # Attributes of PS3.15 Table E.1-1 that a radiograph can carry, removed
