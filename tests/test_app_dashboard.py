@@ -33,7 +33,7 @@ def seed(db) -> tuple:
     missed, d1 = drafted(rita, "The lungs are clear. No pneumothorax.")
     reports.save_report(db, rita, missed.id, d1.id, "Small left pleural effusion. No pneumothorax.", sign=True)
     accepted, d2 = drafted(rita, "Heart size is normal. No pleural effusion.")
-    reports.accept_draft(db, rita, accepted.id, d2.id)
+    reports.accept_draft(db, rita, accepted.id, d2.id, d2.text)
     drafted(rita, "No acute cardiopulmonary process.", sampling={"model_version": "starter"})
 
     overcalled, d4 = drafted(omar, "Moderate cardiomegaly. Small right pleural effusion.")

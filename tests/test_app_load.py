@@ -58,7 +58,7 @@ def make_readers(db, count: int, prefix: str = "reader") -> list[tuple[str, str]
 
 def read_one_study(url: str, username: str, password: str, image: Path, text: str, start: threading.Barrier | None = None
                    ) -> ReaderResult:
-    """One radiologist's session: sign in, upload, draft, then save and sign a corrected report."""
+    """One radiologist's session: sign in, upload, draft, then save and sign a corrected report (and confirm it)."""
     from gradio_client import Client, handle_file
 
     result = ReaderResult(username, text=text)
@@ -80,7 +80,9 @@ def read_one_study(url: str, username: str, password: str, image: Path, text: st
         result.upload_s = time.perf_counter() - began
         client.predict(api_name="/draft_report")
         result.upload_to_draft_s = time.perf_counter() - began
-        status = client.predict(text, api_name="/sign_report")[1]
+        client.predict(text, api_name="/sign_report")  # shows the exact text to sign and asks
+        status = next(o for o in client.predict(text, api_name="/confirm_report")
+                      if isinstance(o, str) and o.startswith("Report version"))
         if "signed by " + username not in status:
             raise AssertionError(f"not signed: {status}")
         result.total_s = time.perf_counter() - began

@@ -135,7 +135,7 @@ def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
         drafting.draft_study(db, settings, registry, other, outcome.study_id)
     assert foreign.value.code == "forbidden"
 
-    signed = reports.accept_draft(db, rad, outcome.study_id, draft.id)
+    signed = reports.accept_draft(db, rad, outcome.study_id, draft.id, draft.text)
     assert signed.accepted_unchanged and signed.signed_at is not None and signed.version == 1
     assert PairRepository(db).count() == 0  # nothing to learn from an accepted draft
     assert CorrectionRepository(db).latest_for_study(outcome.study_id).author_id == rad.id
@@ -169,6 +169,65 @@ def test_an_edit_becomes_a_pair_and_an_amendment_a_new_version(app_env):
     with pytest.raises(OrapoError) as empty:
         reports.save_report(db, rad, study.id, draft.id, "   ", sign=True)
     assert empty.value.code == "empty_report"
+
+
+def test_accepting_an_edited_report_is_refused_and_the_signed_text_is_the_text_given(app_env):
+    from app.services import reports
+    from db import AuditRepository, CorrectionRepository
+
+    settings, db, admin, rad, other = app_env
+    study, draft = _train_study(db, rad)
+    edited = "No pleural effusion. No pneumothorax."
+    with pytest.raises(OrapoError) as direct:  # the text on screen is not the draft: never sign the draft instead
+        reports.accept_draft(db, rad, study.id, draft.id, edited)
+    assert direct.value.code == "draft_edited"
+    with pytest.raises(OrapoError) as asked:
+        reports.prepare_report(db, rad, study.id, draft.id, edited, sign=True, accept=True)
+    assert asked.value.code == "draft_edited"
+    assert CorrectionRepository(db).history(study.id) == []  # nothing was stored, nothing was signed
+    assert not AuditRepository(db).query(action="correction.sign", object_type="study", object_id=study.id)
+
+    with pytest.raises(OrapoError) as foreign:  # someone else's study: refused before the draft is compared
+        reports.prepare_report(db, other, study.id, draft.id, draft.text, sign=True, accept=True)
+    assert foreign.value.code == "forbidden"
+
+    on_screen = f"  {edited}\n"
+    pending = reports.prepare_report(db, rad, study.id, draft.id, on_screen, sign=True)
+    assert (pending.text, pending.sign, pending.accept, pending.base_version, pending.base_signed) == \
+        (edited, True, False, 0, False)
+    assert pending.needs_confirmation and "amendment" not in pending.question()
+    with pytest.raises(OrapoError) as changed:  # the report changed under the confirmation: store nothing
+        reports.store_report(db, rad, pending, edited + " Heart size is normal.")
+    assert changed.value.code == "report_changed"
+    signed = reports.store_report(db, rad, pending, on_screen)
+    assert (signed.text, signed.signed_at is not None, signed.accepted_unchanged, signed.previous_id) == \
+        (edited, True, False, None)
+    assert CorrectionRepository(db).latest_for_study(study.id).text == edited
+    with pytest.raises(OrapoError) as twice:  # a second click on the same confirmation amends nothing
+        reports.store_report(db, rad, pending, on_screen)
+    assert twice.value.code == "stale_correction"
+
+    # the draft back on screen, with different spacing, may be accepted: the signed text is the one given
+    spaced = draft.text.replace(". ", ".  ")
+    again = reports.prepare_report(db, rad, study.id, draft.id, spaced, sign=True, accept=True)
+    assert again.base_signed and "This creates an amendment of the signed report" in again.question()
+    amended = reports.store_report(db, rad, again, spaced)
+    assert (amended.text, amended.accepted_unchanged, amended.version, amended.previous_id) == \
+        (spaced, True, 2, signed.id)
+
+
+def test_an_unsigned_save_that_amends_a_signed_report_asks_first(app_env):
+    from app.services import reports
+
+    settings, db, admin, rad, other = app_env
+    study, draft = _train_study(db, rad)
+    first = reports.save_report(db, rad, study.id, draft.id, "No pleural effusion.", sign=False)
+    plain = reports.prepare_report(db, rad, study.id, draft.id, "No pleural effusion. No pneumothorax.", sign=False)
+    assert (plain.base_version, plain.base_signed, plain.needs_confirmation) == (1, False, False)
+    reports.save_report(db, rad, study.id, draft.id, first.text, sign=True)
+    amending = reports.prepare_report(db, rad, study.id, draft.id, "No pleural effusion. No pneumothorax.", sign=False)
+    assert (amending.base_version, amending.base_signed, amending.needs_confirmation) == (1, True, True)
+    assert "amendment of the signed report" in amending.question()
 
 
 def test_highlights_before_and_after_editing(app_env):

@@ -86,6 +86,7 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         expect(status_of("There is a small right pleural effusion.")).to_have_text("low confidence", timeout=60_000)
         expect(status_of("Heart size is normal.")).to_have_text("high confidence")  # every sample agrees
         expect(page.locator("#orapo-report textarea")).to_have_value(GREEDY)
+        expect(page.locator("#orapo-accept")).to_be_enabled(timeout=30_000)  # the report is the draft
         shot("4-drafted")
 
         edited = GREEDY.replace("There is a small right pleural effusion.", "No pleural effusion.") + \
@@ -97,10 +98,14 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         page.locator("#orapo-highlights .token", has_text="There is a small right pleural effusion.").click()
         expect(page.locator("#orapo-facts")).to_contain_text("Pleural Effusion")
         expect(page.locator("#orapo-facts")).to_contain_text("contradicted")
+        expect(page.locator("#orapo-accept")).to_be_disabled(timeout=30_000)  # edited: no longer the draft
         shot("5-edited")
 
         page.locator("#orapo-sign").click()
-        expect(page.locator("#orapo-status")).to_contain_text("Report version 1 corrected and signed by rita")
+        expect(page.locator("#orapo-confirm-text textarea")).to_have_value(edited, timeout=30_000)
+        page.locator("#orapo-confirm-sign").click()
+        expect(page.locator("#orapo-status")).to_contain_text("Report version 1 corrected and signed by rita",
+                                                              timeout=30_000)
         shot("6-signed")
 
         page.get_by_role("tab", name="Worklist").click()
@@ -115,7 +120,11 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         expect(page.locator("#orapo-status")).to_contain_text("saving now makes an amendment")
         page.locator("#orapo-report textarea").fill(edited + " Heart size is normal.")
         page.locator("#orapo-sign").click()
-        expect(page.locator("#orapo-status")).to_contain_text("Report version 2 corrected and signed by rita")
+        expect(page.locator("#orapo-confirm-question")).to_contain_text(
+            "This creates an amendment of the signed report", timeout=30_000)
+        page.locator("#orapo-confirm-sign").click()
+        expect(page.locator("#orapo-status")).to_contain_text(
+            "Report version 2 (an amendment of signed version 1) corrected and signed by rita", timeout=30_000)
         shot("8-amended")
 
     study = StudyRepository(db).list()[0]
@@ -124,6 +133,94 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
     assert (amended.version, amended.previous_id, amended.text) == (2, first.id, edited + " Heart size is normal.")
     if study.study.split == "train":
         assert edited in [p.chosen for p in PairRepository(db).list()]
+
+
+def test_what_is_signed_is_exactly_the_report_on_screen(browser, tmp_path):
+    """Edit the draft: accepting it is no longer offered; signing shows the exact text first, and stores it;
+    amending the signed report from the Read tab says so before anything is saved."""
+    from playwright.sync_api import expect
+
+    from db import CorrectionRepository, StudyRepository
+    from test_app_load import phantom_png
+    from test_app_security import launched_app, make_env
+    from tiny_vlms import build_tiny_vlm
+
+    wait = 30_000  # every wait is explicit: the app drafts on 2 busy cores
+    settings, db = make_env(tmp_path, build_tiny_vlm(tmp_path / "model", family="qwen2_vl"))
+    ARTIFACTS.mkdir(exist_ok=True)
+    upload = phantom_png(tmp_path / "chest.png", seed=7)
+    with launched_app(settings, db, scripted_registry(settings, db)) as (url, _):
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.set_default_timeout(wait)
+        shot = lambda name: page.screenshot(path=str(ARTIFACTS / f"signing-{name}.png"), full_page=True)  # noqa: E731
+        page.goto(url, timeout=wait)
+        page.get_by_label("username").fill("rita")
+        page.get_by_label("password").fill("rita-pass-1")
+        page.get_by_role("button", name="Login").click()
+        expect(page.locator("#orapo-whoami")).to_contain_text("Signed in as rita", timeout=wait)
+        page.locator("input[type=file]").first.set_input_files(str(upload))
+        expect(page.locator("#orapo-upload-status")).to_contain_text("Stored chest.png: study", timeout=60_000)
+
+        report, accept = page.locator("#orapo-report textarea"), page.locator("#orapo-accept")
+        confirm_panel, confirm_text = page.locator("#orapo-confirm"), page.locator("#orapo-confirm-text textarea")
+        expect(accept).to_be_disabled(timeout=wait)  # nothing to accept before a draft
+        page.locator("#orapo-draft").click()
+        expect(report).to_have_value(GREEDY, timeout=60_000)
+        expect(accept).to_be_enabled(timeout=wait)
+
+        edited = GREEDY.replace("There is a small right pleural effusion.", "No pleural effusion.")
+        report.fill(edited)
+        expect(accept).to_be_disabled(timeout=wait)
+        report.fill(GREEDY.replace(". ", ".\n"))  # the draft again, only re-spaced: accepting is offered again
+        expect(accept).to_be_enabled(timeout=wait)
+        report.fill(edited)
+        expect(accept).to_be_disabled(timeout=wait)
+        shot("1-edited")
+
+        page.locator("#orapo-sign").click()
+        expect(confirm_panel).to_be_visible(timeout=wait)
+        expect(confirm_text).to_have_value(edited, timeout=wait)
+        expect(page.locator("#orapo-confirm-question")).to_contain_text("Sign this report?", timeout=wait)
+        expect(page.locator("#orapo-confirm-question")).not_to_contain_text("amendment", timeout=wait)
+        expect(report).to_be_disabled(timeout=wait)  # locked while the confirmation is open
+        shot("2-confirm")
+        page.locator("#orapo-confirm-back").click()  # go back: nothing stored, the report editable again
+        expect(confirm_panel).to_be_hidden(timeout=wait)
+        expect(report).to_be_editable(timeout=wait)
+        assert CorrectionRepository(db).latest_for_study(StudyRepository(db).list()[0].study.id) is None
+
+        final = edited + " Mild bibasal atelectasis."
+        report.fill(final)
+        page.locator("#orapo-sign").click()
+        expect(confirm_text).to_have_value(final, timeout=wait)
+        shown = confirm_text.input_value()
+        page.locator("#orapo-confirm-sign").click()
+        expect(page.locator("#orapo-status")).to_contain_text("Report version 1 corrected and signed by rita",
+                                                              timeout=wait)
+        expect(confirm_panel).to_be_hidden(timeout=wait)
+        on_screen = report.input_value()
+        study_id = StudyRepository(db).list()[0].study.id
+        signed = CorrectionRepository(db).latest_for_study(study_id)
+        assert signed.signed_at is not None and not signed.accepted_unchanged
+        assert signed.text == on_screen == shown == final  # the stored signed text is the text on screen
+        shot("3-signed")
+
+        # amend the signed report from the Read tab itself: it says so before anything is saved
+        report.fill(final + " No pneumothorax.")
+        page.locator("#orapo-save").click()
+        expect(page.locator("#orapo-confirm-question")).to_contain_text(
+            "This creates an amendment of the signed report", timeout=wait)
+        expect(page.locator("#orapo-confirm-sign")).to_have_text("Save amendment", timeout=wait)
+        assert len(CorrectionRepository(db).history(study_id)) == 1  # asked, not yet saved
+        shot("4-amendment-warning")
+        page.locator("#orapo-confirm-sign").click()
+        expect(page.locator("#orapo-status")).to_contain_text(
+            "Report version 2 (an amendment of signed version 1) corrected and saved, not signed", timeout=wait)
+
+    first, amendment = CorrectionRepository(db).history(study_id)
+    assert (first.text, first.signed_at is not None) == (final, True)
+    assert (amendment.text, amendment.version, amendment.previous_id, amendment.signed_at) == \
+        (final + " No pneumothorax.", 2, first.id, None)
 
 
 def test_admin_creates_a_user_who_must_change_the_password_first(browser, tmp_path):

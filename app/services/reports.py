@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from db.records import CorrectionRecord, DraftRecord, StudyOverview, UserRecord
+from db.repositories.reports import same_text
 from orapo_core.errors import OrapoError
 
 CONFIDENCE_COLORS = {"high confidence": "#2e7d32", "medium confidence": "#f9a825", "low confidence": "#c62828"}
@@ -58,7 +59,7 @@ def facts_highlights(draft_text: str, corrected_text: str) -> Highlights:
 
 
 def highlights_for(draft: DraftRecord, edited_text: str | None) -> Highlights:
-    if edited_text is None or " ".join(edited_text.split()) == " ".join(draft.text.split()):
+    if edited_text is None or same_text(edited_text, draft.text):
         return confidence_highlights(draft)
     return facts_highlights(draft.text, edited_text)
 
@@ -97,6 +98,87 @@ def _attrs(attributes: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted((attributes or {}).items()))
 
 
+@dataclass(frozen=True)
+class PendingReport:
+    """What Save, Sign or Accept is about to store, shown to the clinician before anything is stored.
+
+    The text is exactly what will be stored; `base_version` and `base_signed` are the study's
+    latest report version (0: none yet) and whether it was signed when the question was asked,
+    so a report changed meanwhile is refused rather than amended unseen.
+    """
+
+    study_id: int
+    draft_id: int | None
+    text: str
+    sign: bool
+    accept: bool  # the draft, unchanged
+    base_version: int
+    base_signed: bool  # the latest version is signed: storing makes an amendment of a signed report
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Signing always asks; so does an unsigned save that amends a signed report."""
+        return self.sign or self.base_signed
+
+    def question(self) -> str:
+        what = ("Accept the draft unchanged and sign this report?" if self.accept
+                else "Sign this report?" if self.sign else "Save this report without signing it?")
+        if self.base_signed:
+            what += (f" This creates an amendment of the signed report: version {self.base_version + 1} "
+                     f"replaces signed version {self.base_version}, which is kept.")
+        return what
+
+
+def prepare_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool,
+                   accept: bool = False) -> PendingReport:
+    """Check what the clinician asked to store, and say what storing it will do, before anything is stored.
+
+    Accepting is refused once the text differs from the draft (whitespace aside): an edited
+    report is signed as written, never swapped for the draft behind the clinician's back.
+    """
+    from app.services.drafting import open_study
+    from db import DraftRepository
+
+    text = (text or "").strip()
+    if not text:
+        raise OrapoError("empty_report", "The report is empty; write or accept a report before saving.")
+    overview = open_study(db, user, study_id)
+    if accept:
+        if draft_id is None:
+            raise OrapoError("no_draft", "There is no draft to accept; press Draft report first.")
+        _check_unchanged(DraftRepository(db).get(int(draft_id)), overview.study.id, text)
+    latest = overview.latest_correction
+    return PendingReport(study_id=overview.study.id, draft_id=draft_id, text=text, sign=sign or accept, accept=accept,
+                         base_version=latest.version if latest else 0,
+                         base_signed=latest is not None and latest.signed_at is not None)
+
+
+def store_report(db, user: UserRecord, pending: PendingReport, current_text: str) -> CorrectionRecord:
+    """Store what the confirmation showed, provided the report on screen is still exactly that text
+    and the study's report is still the version the confirmation spoke of."""
+    from app.services.drafting import open_study
+
+    if (current_text or "").strip() != pending.text:
+        raise OrapoError("report_changed", "The report on screen is not the text you were asked to confirm; "
+                                           "nothing was saved. Review it and save or sign again.")
+    latest = open_study(db, user, pending.study_id).latest_correction
+    if (latest.version if latest else 0, latest is not None and latest.signed_at is not None) != \
+            (pending.base_version, pending.base_signed):
+        raise OrapoError("stale_correction", "This report has been changed since you asked to store it; nothing was "
+                                             "saved. Reopen it from the worklist to see the latest version.")
+    if pending.accept:
+        return accept_draft(db, user, pending.study_id, pending.draft_id, pending.text)
+    return save_report(db, user, pending.study_id, pending.draft_id, pending.text, sign=pending.sign)
+
+
+def _check_unchanged(draft: DraftRecord, study_id: int, text: str) -> None:
+    if draft.study_id != study_id:
+        raise OrapoError("draft_not_found", "That draft belongs to another study.")
+    if not same_text(text, draft.text):
+        raise OrapoError("draft_edited", "The report differs from the draft, so it cannot be accepted unchanged; "
+                                         "nothing was signed. Sign it as written with Save and sign.")
+
+
 def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool) -> CorrectionRecord:
     """Store the clinician's report (version 1, or an amendment of the latest), and its preference pair if edited."""
     from app.services.drafting import open_study
@@ -113,7 +195,7 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
     labels = label_report(text)
     corrections = CorrectionRepository(db)
     latest = overview.latest_correction
-    if latest is not None and latest.signed_at is None and sign and " ".join(latest.text.split()) == " ".join(text.split()):
+    if latest is not None and latest.signed_at is None and sign and same_text(latest.text, text):
         record = corrections.sign(latest.id)  # signing the saved text adds no version and no second pair
         AuditRepository(db).append("correction.sign", actor=user, object_type="study", object_id=overview.study.id,
                                    details={"correction_id": record.id, "version": record.version})
@@ -144,12 +226,18 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
     return record
 
 
-def accept_draft(db, user: UserRecord, study_id: int, draft_id: int) -> CorrectionRecord:
-    """The draft, unchanged, as the signed report."""
+def accept_draft(db, user: UserRecord, study_id: int, draft_id: int, text: str) -> CorrectionRecord:
+    """The draft, unchanged, as the signed report; `text` is the report the clinician sees.
+
+    Refused when `text` is not the draft (whitespace aside): what is signed is the text on
+    screen, so an edited report is never signed as the draft.
+    """
+    from app.services.drafting import open_study
     from db import DraftRepository
 
-    draft = DraftRepository(db).get(int(draft_id))
-    return save_report(db, user, study_id, draft.id, draft.text, sign=True)
+    overview = open_study(db, user, study_id)
+    _check_unchanged(DraftRepository(db).get(int(draft_id)), overview.study.id, text or "")
+    return save_report(db, user, study_id, int(draft_id), text, sign=True)
 
 
 def worklist(db, user: UserRecord, *, status: str | None = None, everyone: bool = False, limit: int = 200) -> list[StudyOverview]:

@@ -4,6 +4,11 @@ Image viewer on the left, report on the right, as on a reading workstation.
 What this session is reading (study, image, draft) lives in a `gr.State`, so two
 radiologists never see each other's study; every handler still re-checks the
 user and their right to the study through the services.
+
+What is signed is exactly what is on screen: accepting the draft is possible only
+while the report still is the draft, and signing (or amending a signed report)
+first shows the exact text to be stored, with the report locked, and stores that
+text only if the report on screen is still the same.
 """
 
 from __future__ import annotations
@@ -25,6 +30,15 @@ VIEW_MAX_SIDE = 1400  # the browser scales further; more pixels only cost encodi
 class ReadUI:
     state: gr.State
     study_outputs: list[Any]
+
+
+def _accept_allowed(text: str | None, session: dict) -> gr.Button:
+    return gr.Button(interactive=bool(session.get("draft_text")) and reports.same_text(text, session["draft_text"]))
+
+
+def _editing() -> tuple:
+    """No confirmation pending: the panel hidden, the actions shown (outputs: pending, panel, actions)."""
+    return None, gr.Column(visible=False), gr.Row(visible=True)
 
 
 def _empty_state() -> dict:
@@ -78,6 +92,8 @@ def load_study(ctx: AppContext, user, study_id: int) -> tuple:
         status += " · saving now makes an amendment (a new version)"
     header = [[k, str(v)] for k, v in sorted(image.header.items())]
     return (
+        *_editing(),
+        _accept_allowed(report_text, state),
         state,
         _view_image(view, center, width, 1.0),
         gr.Slider(minimum=lo - span, maximum=hi + span, value=center),
@@ -90,7 +106,7 @@ def load_study(ctx: AppContext, user, study_id: int) -> tuple:
         missed,
         gr.Dropdown(choices=choices, value=None),
         [],
-        report_text,
+        gr.Textbox(value=report_text, interactive=True),
         status,
     )
 
@@ -132,14 +148,23 @@ def build(ctx: AppContext) -> ReadUI:
             facts = gr.Dataframe(headers=["Mention", "Finding", "Polarity", "Attributes", "Verdict"],
                                  interactive=False, wrap=True, elem_id="orapo-facts")
             report = gr.Textbox(label="Report (edit in place)", lines=8, max_lines=20, elem_id="orapo-report")
-            with gr.Row():
-                accept_btn = gr.Button("Accept draft unchanged and sign", elem_id="orapo-accept")
+            with gr.Row() as actions:
+                accept_btn = gr.Button("Accept draft unchanged and sign", interactive=False, elem_id="orapo-accept")
                 save_btn = gr.Button("Save correction", elem_id="orapo-save")
                 sign_btn = gr.Button("Save and sign", variant="primary", elem_id="orapo-sign")
+            with gr.Column(visible=False, elem_id="orapo-confirm") as confirm_panel:
+                question = gr.Markdown(elem_id="orapo-confirm-question")
+                confirm_text = gr.Textbox(label="Exactly this text will be stored", interactive=False, lines=6,
+                                          max_lines=20, elem_id="orapo-confirm-text")
+                with gr.Row():
+                    confirm_btn = gr.Button("Sign", variant="primary", elem_id="orapo-confirm-sign")
+                    back_btn = gr.Button("Go back", elem_id="orapo-confirm-back")
             status = gr.Markdown(elem_id="orapo-status")
+    pending = gr.State(None)  # the PendingReport the confirmation shows, until stored or abandoned
 
-    study_outputs = [state, viewer, center, width, preset, zoom, header, study_info, highlights, missed,
-                     sentence, facts, report, status]
+    closing = [pending, confirm_panel, actions]
+    study_outputs = [*closing, accept_btn, state, viewer, center, width, preset, zoom, header, study_info, highlights,
+                     missed, sentence, facts, report, status]
 
     def upload(paths, request: gr.Request):
         with shown_to_user():
@@ -186,14 +211,17 @@ def build(ctx: AppContext) -> ReadUI:
                                           progress=progress)
             session = {**session, "draft_id": record.id, "draft_text": record.text}
             hl = reports.confidence_highlights(record)
-            return (session, hl.spans, _missed_md(hl), gr.Dropdown(choices=reports.sentence_choices(record.text), value=None),
-                    [], record.text,
+            return (*_editing(), gr.Button(interactive=True), session, hl.spans, _missed_md(hl),
+                    gr.Dropdown(choices=reports.sentence_choices(record.text), value=None),
+                    [], gr.Textbox(value=record.text, interactive=True),
                     f"Draft {record.id} by **{record.model_name}** in {record.latency_ms / 1000:.1f} s",
                     _study_info(ctx, user, session))
 
     # 8 drafts may wait at once: the registry's DraftBatcher, not Gradio, bounds the compute (one batched
     # generate at a time), and drafts waiting together are drafted together
-    draft_btn.click(draft, inputs=state, outputs=[state, highlights, missed, sentence, facts, report, status, study_info],
+    draft_btn.click(draft, inputs=state,
+                    outputs=[*closing, accept_btn, state, highlights, missed, sentence, facts, report, status,
+                             study_info],
                     api_name="draft_report", concurrency_limit=drafting.DRAFT_MAX_BATCH)
 
     def rescore(text, session, request: gr.Request):
@@ -207,13 +235,16 @@ def build(ctx: AppContext) -> ReadUI:
     # .change, not .input: it also fires when a draft or a reopened report fills the box
     report.change(rescore, inputs=[report, state], outputs=[highlights, missed], api_name="rescore_report",
                  trigger_mode="always_last", show_progress="hidden")
+    # the button follows the text; the server still refuses an accept whose text is not the draft
+    report.change(_accept_allowed, inputs=[report, state], outputs=accept_btn, api_visibility="private",
+                  trigger_mode="always_last", show_progress="hidden")
 
     def show_facts(index, text, session, request: gr.Request):
         with shown_to_user():
             ctx.user(request)
             if index is None or not session.get("draft_text"):
                 return []
-            edited = text if " ".join((text or "").split()) != " ".join(session["draft_text"].split()) else None
+            edited = None if reports.same_text(text, session["draft_text"]) else text
             return reports.sentence_facts(session["draft_text"], int(index), edited)
 
     sentence.change(show_facts, inputs=[sentence, report, state], outputs=facts, api_name="sentence_facts")
@@ -225,28 +256,51 @@ def build(ctx: AppContext) -> ReadUI:
 
     highlights.select(pick_sentence, inputs=state, outputs=sentence, api_visibility="private")
 
-    def finish(kind: str):
+    def stored(record, ahead: reports.PendingReport, user, session) -> tuple:
+        """After storing: the report shows the stored text, unlocked; the status says what was stored."""
+        what = "accepted unchanged" if record.accepted_unchanged else "corrected"
+        signed = "signed" if record.signed_at else "saved, not signed"
+        amended = ""
+        if record.previous_id is not None:
+            amended = f" (an amendment of {'signed ' if ahead.base_signed else ''}version {record.version - 1})"
+        return (*_editing(), gr.Textbox(value=record.text, interactive=True),
+                f"Report version {record.version}{amended} {what} and {signed} by {user.username}.",
+                _study_info(ctx, user, session))
+
+    def ask(kind: str):
         def handler(text, session, request: gr.Request):
             with shown_to_user():
                 user = ctx.user(request)
                 if not session.get("study_id"):
                     raise OrapoError("no_study", "Upload or open a study first.")
-                if kind == "accept":
-                    if not session.get("draft_id"):
-                        raise OrapoError("no_draft", "There is no draft to accept; press Draft report first.")
-                    record = reports.accept_draft(ctx.database, user, session["study_id"], session["draft_id"])
-                else:
-                    record = reports.save_report(ctx.database, user, session["study_id"], session.get("draft_id"), text,
-                                                 sign=kind == "sign")
-                what = "accepted unchanged" if record.accepted_unchanged else "corrected"
-                signed = "signed" if record.signed_at else "saved, not signed"
-                return (record.text, f"Report version {record.version} {what} and {signed} by {user.username}.",
-                        _study_info(ctx, user, session))
+                ahead = reports.prepare_report(ctx.database, user, session["study_id"], session.get("draft_id"), text,
+                                               sign=kind != "save", accept=kind == "accept")
+                if not ahead.needs_confirmation:  # an unsigned save that amends no signed report
+                    record = reports.store_report(ctx.database, user, ahead, text)
+                    return (*stored(record, ahead, user, session), gr.skip(), gr.skip(), gr.skip())
+                # the report is locked while the confirmation shows the exact text to be stored
+                return (ahead, gr.Column(visible=True), gr.Row(visible=False), gr.Textbox(interactive=False),
+                        gr.skip(), gr.skip(), f"**{ahead.question()}**", ahead.text,
+                        gr.Button(value="Sign" if ahead.sign else "Save amendment"))
         return handler
 
-    accept_btn.click(finish("accept"), inputs=[report, state], outputs=[report, status, study_info], api_name="accept_draft")
-    save_btn.click(finish("save"), inputs=[report, state], outputs=[report, status, study_info], api_name="save_correction")
-    sign_btn.click(finish("sign"), inputs=[report, state], outputs=[report, status, study_info], api_name="sign_report")
+    asking = [*closing, report, status, study_info, question, confirm_text, confirm_btn]
+    accept_btn.click(ask("accept"), inputs=[report, state], outputs=asking, api_name="accept_draft")
+    save_btn.click(ask("save"), inputs=[report, state], outputs=asking, api_name="save_correction")
+    sign_btn.click(ask("sign"), inputs=[report, state], outputs=asking, api_name="sign_report")
+
+    def confirm(ahead, text, session, request: gr.Request):
+        with shown_to_user():
+            user = ctx.user(request)
+            if ahead is None or ahead.study_id != session.get("study_id"):
+                raise OrapoError("nothing_to_confirm",
+                                 "There is nothing waiting to be stored; save or sign the report again.")
+            return stored(reports.store_report(ctx.database, user, ahead, text), ahead, user, session)
+
+    confirm_btn.click(confirm, inputs=[pending, report, state], outputs=[*closing, report, status, study_info],
+                      api_name="confirm_report")
+    back_btn.click(lambda: (*_editing(), gr.Textbox(interactive=True)), outputs=[*closing, report],
+                   api_visibility="private")
     return ReadUI(state=state, study_outputs=study_outputs)
 
 

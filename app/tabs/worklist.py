@@ -32,7 +32,8 @@ def rows(overviews) -> list[list]:
 def history_rows(h: reports.StudyHistory) -> list[list]:
     out = [[f"draft {d.id}", d.created_at.strftime("%Y-%m-%d %H:%M"), d.model_name, "", d.text] for d in h.drafts]
     out += [[f"report v{c.version}", c.created_at.strftime("%Y-%m-%d %H:%M"), f"author {c.author_id}",
-             ("signed" if c.signed_at else "unsigned") + (", accepted unchanged" if c.accepted_unchanged else ""), c.text]
+             ("signed" if c.signed_at else "unsigned") + (", accepted unchanged" if c.accepted_unchanged else "")
+             + (f", amends v{c.version - 1}" if c.previous_id is not None else ""), c.text]
             for c in h.corrections]
     return out
 

@@ -62,8 +62,9 @@ def _study(session: Session, study_id: int) -> Study:
     return study
 
 
-def _same_text(a: str, b: str) -> bool:
-    return " ".join(a.split()) == " ".join(b.split())
+def same_text(a: str | None, b: str | None) -> bool:
+    """Two report texts are the same report when they differ only in whitespace."""
+    return " ".join((a or "").split()) == " ".join((b or "").split())
 
 
 def _latest_versions():
@@ -173,7 +174,7 @@ class CorrectionRepository(Repository):
             if draft is None or draft.study_id != study_id:
                 raise OrapoError("draft_not_found", f"Draft {draft_id} does not belong to study {study_id}.")
         if accepted_unchanged is None:
-            accepted_unchanged = draft is not None and _same_text(draft.text, text)
+            accepted_unchanged = draft is not None and same_text(draft.text, text)
         correction = Correction(
             study_id=study_id,
             draft_id=draft_id,
