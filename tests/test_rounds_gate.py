@@ -50,3 +50,33 @@ def test_heldout_falls_back_to_phantom_validation_and_never_uses_training_studie
     assert [s.study_id for s in again.studies] == [s.study_id for s in heldout.studies]
     record = heldout.records()[0]
     assert record.image_paths[0].is_file() and record.split == "holdout"
+
+
+def test_an_untrusted_heldout_set_holds_the_candidate_for_an_administrator():
+    better = {"macro_f1_14": 0.9, "facts_reward_mean": 0.9}
+    decision = decide(better, SERVED, GatePolicy(), untrusted="only 3 signed held-out studies")
+    assert not decision.promote and decision.hold
+    assert "promote by hand" in decision.reason and "only 3 signed" in decision.reason
+    assert decision.candidate["macro_f1_14"] == 0.9  # the numbers are still shown
+    assert not decide(better, SERVED, GatePolicy()).hold
+
+
+def test_phantom_stands_in_for_the_gate_only_for_the_phantomcxr_starter(tmp_path):
+    import json as _json
+
+    from app.services.rounds_data import HeldoutSet
+    from app.services.rounds_runner import untrusted_heldout
+
+    starter = tmp_path / "starter"
+    starter.mkdir()
+    (starter / "starter_card.json").write_text(_json.dumps({"name": "orapo-starter"}))
+    other = tmp_path / "hospital-model"
+    other.mkdir()
+    phantom = HeldoutSet("phantomcxr_valid", [], signed=3)
+    own = HeldoutSet("holdout_studies", [], signed=25)
+    assert untrusted_heldout(phantom, {"version_id": None, "base": str(starter), "adapter": None}, 20) is None
+    assert untrusted_heldout(own, {"version_id": 4, "base": str(other), "adapter": None}, 20) is None
+    for served in ({"version_id": None, "base": str(other), "adapter": None},
+                   {"version_id": 2, "base": str(starter), "adapter": str(tmp_path / "adapter")}):
+        reason = untrusted_heldout(phantom, served, 20)
+        assert reason and "only 3 signed held-out studies" in reason and "min_heldout=20" in reason

@@ -274,3 +274,27 @@ def test_round_csv_carries_labels_oracle_and_clinician_pairs_to_the_trainer(env)
     assert row["oracle_report"].startswith("Findings:") and row["clinician_rejected"].startswith("Findings: The lungs are clear")
     assert row["clinician_chosen"] == row["oracle_report"] and row["image"].size == (64, 64)
     assert any(v is not None for v in json.loads(row["labels"]).values())
+
+
+def test_a_bad_setting_is_refused_before_any_round_exists(env):
+    from db import RoundRepository
+
+    rounds = service(env)
+    with pytest.raises(OrapoError) as exc:
+        rounds.request_round(settings={"max_steps": "lots"})
+    assert exc.value.code == "invalid_setting" and "max_steps" in exc.value.message
+    assert RoundRepository(env.db).list() == []
+
+
+def test_too_few_corrections_for_one_optimizer_step_are_refused_before_training(env):
+    from db import RoundRepository
+
+    rounds = service(env)
+    # 3 signed training studies; a step of 8 completions with 2 rollouts each takes 4 studies.
+    with pytest.raises(OrapoError) as exc:
+        rounds.request_round(settings={**FAST_TRAINING, "per_device_train_batch_size": 8})
+    assert exc.value.code == "too_few_corrections" and "4 studies" in exc.value.message
+    assert RoundRepository(env.db).list() == []
+    with pytest.raises(OrapoError) as exc:
+        rounds.request_round(settings={**FAST_TRAINING, "min_new_corrections": 5})
+    assert exc.value.code == "too_few_corrections" and "min_new_corrections is 5" in exc.value.message

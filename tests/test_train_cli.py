@@ -56,3 +56,20 @@ def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys):
 
     lora_b = [t for k, t in load_file(out / "adapter_model.safetensors").items() if "lora_B" in k]
     assert lora_b and any(t.abs().sum() > 0 for t in lora_b), "LoRA B starts at zero: training must have moved it"
+
+
+def test_a_run_that_takes_no_optimizer_step_fails_and_saves_nothing(tmp_path, capsys):
+    """transformers ends 'successfully' at step 0 when one study cannot fill a batch; `orapo train` must not."""
+    from tiny_vlms import build_tiny_vlm
+
+    model_dir = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
+    csv_path = write_chexpert_csv(tmp_path / "data", [
+        {"findings": "Right pneumothorax.", "impression": "Pneumothorax.", "positive": ["Pneumothorax"]},
+    ])
+    out = tmp_path / "round"
+    code = main(["train", "--config", SMOKE, "--model_name_or_path", str(model_dir), "--train_csv", str(csv_path),
+                 "--output_dir", str(out), "--max_steps", "-1", "--num_train_epochs", "1",
+                 "--per_device_train_batch_size", "8", "--num_generations", "2", "--max_completion_length", "4"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no_training_steps" in err, err
+    assert not (out / "config.json").exists() and not (out / "adapter_config.json").exists()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from app.services import rounds_versions
-from app.services.rounds_policy import MANAGED_KEYS, POLICY_KEYS, RECIPES_DIR, RoundPolicy
+from app.services.rounds_policy import MANAGED_KEYS, POLICY_KEYS, RECIPES_DIR, RoundPolicy, check_overrides
 from app.services.rounds_runner import RoundRunner, RunningRound, round_folder
 from app.services.rounds_worker import JsonlTail, pid_alive, stop_process, tail_text
 from orapo_core.config import Settings
@@ -120,10 +120,14 @@ class RoundService:
         recipe_path = self._resolve_recipe(recipe or policy.recipe)
         if resume_from is not None:
             overrides["resume_from_checkpoint"] = str(self._last_checkpoint(resume_from))
+        studies_per_step = check_overrides(recipe_path, overrides)
+        needed = max(policy.min_new_corrections, studies_per_step)
         untrained = CorrectionRepository(self.db).count_untrained()
-        if untrained < policy.min_new_corrections:
-            raise OrapoError("nothing_to_train", f"There are {untrained} signed, untrained corrections of training studies; "
-                                                 f"a round needs at least {policy.min_new_corrections}.")
+        if untrained < needed:
+            why = (f"one optimizer step of this recipe takes {studies_per_step} studies"
+                   if studies_per_step >= policy.min_new_corrections else f"min_new_corrections is {policy.min_new_corrections}")
+            raise OrapoError("too_few_corrections" if untrained else "nothing_to_train", f"There are {untrained} signed, untrained corrections of training "
+                                                    f"studies; a round needs at least {needed} ({why}).")
         config = {"recipe": str(recipe_path), "overrides": overrides, "policy": {**asdict(policy), "recipe": str(recipe_path)},
                   **({"resume_from": resume_from} if resume_from is not None else {})}
         record = rounds.create(trigger=trigger, config=config, started_by=_actor_id(actor), actor=actor or trigger)

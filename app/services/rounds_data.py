@@ -179,19 +179,23 @@ class HeldoutStudy:
 class HeldoutSet:
     source: str  # "holdout_studies" or "phantomcxr_valid"
     studies: list[HeldoutStudy]
+    signed: int = 0  # signed held-out studies of the clinic (all of `studies` when source is holdout_studies)
 
     def summary(self) -> dict[str, Any]:
-        return {"source": self.source, "n": len(self.studies), "study_ids": [s.study_id for s in self.studies]}
+        return {"source": self.source, "n": len(self.studies), "signed_heldout": self.signed,
+                "study_ids": [s.study_id for s in self.studies]}
 
     def write(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"source": self.source, "studies": [asdict(s) for s in self.studies]}, indent=1))
+        path.write_text(json.dumps({"source": self.source, "signed": self.signed,
+                                    "studies": [asdict(s) for s in self.studies]}, indent=1))
         return path
 
     @classmethod
     def read(cls, path: Path) -> HeldoutSet:
         data = json.loads(Path(path).read_text())
-        return cls(source=data["source"], studies=[HeldoutStudy(**s) for s in data["studies"]])
+        return cls(source=data["source"], studies=[HeldoutStudy(**s) for s in data["studies"]],
+                   signed=int(data.get("signed", 0)))
 
     def records(self):
         """As `orapo_core.data.StudyRecord`s, which `evaluate_drafter` reads."""
@@ -237,11 +241,14 @@ def phantom_validation(settings, *, studies: int = 200, size: int = 256, seed: i
 
 def select_heldout(db, settings, *, min_heldout: int = 20, max_heldout: int | None = 200,
                    phantom_studies: int = 200, phantom_size: int = 256) -> HeldoutSet:
-    """The held-out studies with a signed report, or PhantomCXR's validation split while there are too few."""
+    """The held-out studies with a signed report, or PhantomCXR's validation split while there are too few.
+
+    `HeldoutSet.signed` says how many signed held-out studies there were, so the gate can tell whether the
+    PhantomCXR stand-in may decide (only for the PhantomCXR starter: see `rounds_runner`)."""
     own = heldout_from_database(db, settings, limit=max_heldout)
     if len(own) >= max(1, min_heldout):
-        return HeldoutSet("holdout_studies", own)
+        return HeldoutSet("holdout_studies", own, signed=len(own))
     phantom = phantom_validation(settings, studies=phantom_studies, size=phantom_size)
     if not phantom:
         raise OrapoError("no_heldout", "There is no held-out set: no signed held-out studies and no PhantomCXR validation studies.")
-    return HeldoutSet("phantomcxr_valid", phantom[:max_heldout] if max_heldout else phantom)
+    return HeldoutSet("phantomcxr_valid", phantom[:max_heldout] if max_heldout else phantom, signed=len(own))

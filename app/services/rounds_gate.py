@@ -38,6 +38,7 @@ class GateDecision:
     reason: str
     candidate: dict[str, Any]
     served: dict[str, Any]
+    hold: bool = False  # neither promoted nor rejected: kept as a candidate for an administrator to judge
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -47,11 +48,19 @@ def _gate_numbers(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: metrics.get(k) for k in (GATE_METRIC_F1, GATE_METRIC_REWARD, "n_reports")}
 
 
-def decide(candidate: dict[str, Any], served: dict[str, Any], policy: GatePolicy = GatePolicy()) -> GateDecision:
-    """The gate: macro-F1 not worse beyond the tolerance AND FactS reward better, both on the held-out set."""
+def decide(candidate: dict[str, Any], served: dict[str, Any], policy: GatePolicy = GatePolicy(), *,
+           untrusted: str | None = None) -> GateDecision:
+    """The gate: macro-F1 not worse beyond the tolerance AND FactS reward better, both on the held-out set.
+
+    `untrusted` is why the held-out set cannot speak for the served model's patients (e.g. too few signed
+    held-out studies, and a model other than the PhantomCXR starter): then nothing is promoted or rejected
+    automatically, the numbers are still shown, and the candidate waits for an administrator.
+    """
     c_f1, s_f1 = candidate.get(GATE_METRIC_F1), served.get(GATE_METRIC_F1)
     c_r, s_r = candidate.get(GATE_METRIC_REWARD), served.get(GATE_METRIC_REWARD)
     numbers = dict(candidate=_gate_numbers(candidate), served=_gate_numbers(served))
+    if untrusted:
+        return GateDecision(False, f"kept for an administrator to promote by hand: {untrusted}", hold=True, **numbers)
     if None in (c_f1, s_f1, c_r, s_r):
         return GateDecision(False, "the held-out evaluation produced no macro-F1 or FactS reward to compare", **numbers)
     reasons = []

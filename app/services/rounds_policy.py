@@ -86,6 +86,32 @@ def parse_settings(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def check_overrides(recipe: str | Path, overrides: dict[str, Any]) -> int:
+    """Parse the recipe with the round's overrides as `orapo train` will, before any round exists.
+
+    Returns how many studies one optimizer step takes; a bad value is an `invalid_setting` error that names
+    it (argparse's own sentence), never a round that crashes later with a raw ValueError."""
+    import contextlib
+    import io
+
+    from app.services.rounds_worker import override_argv
+    from orapo_core.train.config import parse_recipe
+
+    placeholders = {"model_name_or_path": "served-model", "train_csv": "round.csv", "output_dir": "round-output"}
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            _script, training, _model = parse_recipe(recipe, override_argv({**overrides, **placeholders}))
+    except SystemExit:
+        lines = [ln for ln in said.getvalue().splitlines() if ln.strip()]
+        detail = lines[-1].split("error:", 1)[-1].strip() if lines else "a setting has a wrong value"
+        raise OrapoError("invalid_setting", f"This round's settings do not parse: {detail}.") from None
+    except (ValueError, TypeError) as exc:
+        raise OrapoError("invalid_setting", f"This round's settings are refused: {exc}") from None
+    per_step = training.per_device_train_batch_size * training.gradient_accumulation_steps
+    return max(1, per_step // max(1, training.num_generations))
+
+
 def estimate_steps(values: dict[str, Any], n_studies: int) -> int:
     """Optimizer steps the trainer will take (for the progress bar): max_steps, else epochs over the studies."""
     max_steps = int(values.get("max_steps") or -1)

@@ -52,6 +52,7 @@ class RoundPlan:
     actor: Any
     started_by: int | None
     trigger: str = "manual"
+    gate_untrusted: str | None = None  # why the held-out set may not decide alone (see `decide`), or None
 
 
 @dataclass
@@ -66,6 +67,22 @@ class RunningRound:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%H:%M:%S")
+
+
+def untrusted_heldout(heldout, served: dict[str, Any], min_heldout: int) -> str | None:
+    """Why this round's held-out set may not promote or reject on its own, or None when it may.
+
+    PhantomCXR stands in for missing signed held-out studies, but no PhantomCXR number says anything about
+    patients: it may decide only for the PhantomCXR starter itself (a fresh install), never for a model the
+    clinic already serves in its place."""
+    from orapo_core.models.starter.build import read_card
+
+    if heldout.source != "phantomcxr_valid":
+        return None
+    if served.get("version_id") is None and served.get("adapter") is None and read_card(served["base"]) is not None:
+        return None
+    return (f"only {heldout.signed} signed held-out studies (fewer than min_heldout={min_heldout}), and the served "
+            f"model is not the PhantomCXR starter, so its PhantomCXR numbers say nothing about this clinic's patients")
 
 
 def round_folder(settings, round_id: int) -> Path:
@@ -109,6 +126,7 @@ class RoundRunner:
                                  phantom_studies=policy.phantom_studies, phantom_size=policy.phantom_size)
         heldout.write(folder / "heldout.json")
         served = served_model(self.db, self.settings)
+        gate_untrusted = untrusted_heldout(heldout, served, policy.min_heldout)
         recipe_values = yaml.safe_load(Path(config["recipe"]).read_text()) or {}
         overrides = dict(config.get("overrides", {}))
         merged_values = {**recipe_values, **overrides}
@@ -120,7 +138,8 @@ class RoundRunner:
         plan = RoundPlan(round_id=record.id, round_dir=folder, recipe=config["recipe"], overrides=overrides, policy=policy,
                          served=served, correction_ids=summary["correction_ids"], pair_ids=summary["pair_ids"],
                          study_ids=selection.study_ids, max_steps=estimate_steps(merged_values, len(selection.studies)),
-                         actor=actor or record.trigger, started_by=record.started_by, trigger=record.trigger)
+                         actor=actor or record.trigger, started_by=record.started_by, trigger=record.trigger,
+                         gate_untrusted=gate_untrusted)
         rounds = RoundRepository(self.db)
         rounds.transition(record.id, "running", actor=plan.actor, metrics={
             "phase": "preparing", "supervisor_pid": os.getpid(), "selection": summary, "heldout": heldout.summary(),
@@ -223,8 +242,10 @@ class RoundRunner:
         results = self._evaluate(run, candidate)
         if results is None:
             return
-        decision = decide(results["candidate"]["metrics"], results["served"]["metrics"], plan.policy.gate)
-        self._log(plan.round_id, f"gate: {'promote' if decision.promote else 'reject'} ({decision.reason})", progress=0.99)
+        decision = decide(results["candidate"]["metrics"], results["served"]["metrics"], plan.policy.gate,
+                          untrusted=plan.gate_untrusted)
+        verdict = "promote" if decision.promote else "hold" if decision.hold else "reject"
+        self._log(plan.round_id, f"gate: {verdict} ({decision.reason})", progress=0.99)
         self._finalize(run, candidate, results, decision)
 
     def _merged_base(self, run: RunningRound, log_path: Path) -> str | None:
@@ -302,7 +323,7 @@ class RoundRunner:
                     PairRepository(session).assign_to_round(plan.pair_ids, plan.round_id)
                 if decision.promote:
                     versions.promote(version.id, reason=decision.reason, actor=plan.actor)
-                else:
+                elif not decision.hold:
                     versions.reject(version.id, reason=decision.reason, actor=plan.actor)
         except OrapoError:
             if self._stopped(run):

@@ -27,15 +27,20 @@ def python_command(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def train_command(recipe: str | Path, overrides: dict[str, Any]) -> list[str]:
-    """The `orapo train` command line a user could type for the same round (lists become several values)."""
+def override_argv(overrides: dict[str, Any]) -> list[str]:
+    """Recipe overrides as `orapo train` arguments (lists become several values, booleans lower case)."""
     argv: list[str] = []
     for key, value in overrides.items():
         if value is None:
             continue
         values = value if isinstance(value, (list, tuple)) else [value]
         argv += [f"--{key}", *(str(v).lower() if isinstance(v, bool) else str(v) for v in values)]
-    return python_command("-m", "app.cli", "train", "--config", str(recipe), *argv)
+    return argv
+
+
+def train_command(recipe: str | Path, overrides: dict[str, Any]) -> list[str]:
+    """The `orapo train` command line a user could type for the same round."""
+    return python_command("-m", "app.cli", "train", "--config", str(recipe), *override_argv(overrides))
 
 
 def launch(argv: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None) -> subprocess.Popen:

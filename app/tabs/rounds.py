@@ -94,7 +94,8 @@ def round_html(details) -> str:
            f"<div class='muted'>{pct:.0f}% complete</div>"]
     gate = metrics.get("gate") or {}
     if gate.get("reason"):
-        out.append(f"<div>Gate: <b>{'promote' if gate.get('promote') else 'reject'}</b> · {html.escape(gate['reason'])}</div>")
+        verdict = "promote" if gate.get("promote") else "held for an administrator" if gate.get("hold") else "reject"
+        out.append(f"<div>Gate: <b>{verdict}</b> · {html.escape(gate['reason'])}</div>")
     if r.error:
         out.append(f"<div style='color:#cf222e'>{html.escape(r.error.splitlines()[0])}</div>")
     if details.version is not None:

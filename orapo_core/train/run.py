@@ -41,8 +41,15 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
     from orapo_core.train.dataset import load_round_dataset
     from orapo_core.train.trainer import MINER_STATE_FILE, OraPOTrainer
 
-    model, processor = load_policy(model_args)
     dataset = train_dataset if train_dataset is not None else load_round_dataset(script_args)
+    per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+    studies_per_step = max(1, per_step // max(1, training_args.num_generations))
+    no_step = OrapoError("no_training_steps", f"Training would take no optimizer step: {len(dataset)} studies, and one "
+                                              f"step takes {studies_per_step}. Nothing was saved; add studies or lower "
+                                              "per_device_train_batch_size.")
+    if len(dataset) < studies_per_step:
+        raise no_step
+    model, processor = load_policy(model_args)
     trainer = OraPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
@@ -52,6 +59,10 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
         peft_config=get_peft_config(model_args),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    if trainer.state.global_step == 0:
+        # transformers can end "successfully" at step 0: a model saved from that would be the untouched base,
+        # and a round would count its corrections as trained.
+        raise no_step
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
     if trainer.accelerator.is_main_process:
