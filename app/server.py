@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +113,23 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None) -> gr
         demo.load(session_start, outputs=outputs, api_name="session_start")
         account_ui.password_changed.then(session_start, outputs=outputs, api_visibility="private")
     demo.round_scheduler = ctx.rounds  # found by `rounds_lifespan` once the server runs
+    for block in demo.blocks.values():
+        if isinstance(block, (gr.File, gr.UploadButton)):
+            block._process_single_file = types.MethodType(_path_without_placeholder, block)
     return demo
+
+
+def _path_without_placeholder(component, f):
+    """Gradio's File and UploadButton (type "filepath", gradio 6.31 `_process_single_file`) create an empty
+    temporary file in the cache for every file they pass to a handler, never use it and never delete it: one
+    stray `tmp*` per upload. The handler gets the same path here, without that file; bytes and Gradio's own
+    refusal of a wrong file type still come from Gradio."""
+    from gradio.utils import NamedString
+    from gradio_client.utils import is_valid_file
+
+    if component.type != "filepath" or (component.file_types and not is_valid_file(f.path, component.file_types)):
+        return type(component)._process_single_file(component, f)
+    return NamedString(f.path)
 
 
 def launch_options(settings: Settings, database) -> dict[str, Any]:

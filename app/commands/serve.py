@@ -3,11 +3,26 @@
 The first start prepares everything a fresh machine lacks: the data folder, the
 database schema, the default model, and a first administrator whose one-time
 password is printed here once (it must be changed at first sign-in).
+
+Uploaded originals carry names and IDs, so the server cleans up after itself
+however it stops: before it listens it deletes what a killed run left in the
+upload cache and the storage folder (`app.services.cache_sweep`), and SIGTERM
+(what Docker and systemd send) stops it the way Ctrl-C does: Gradio closes
+(its lifespan deletes its cache files and stops the rounds scheduler), then the
+whole upload cache is emptied. Each sweep logs one line of counts on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+#: How long a stop waits for requests under way (an upload, a draft) before cancelling them.
+GRACEFUL_SHUTDOWN_S = 3
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +45,7 @@ def bootstrap_admin(database) -> tuple[str, str] | None:
 def run(args: argparse.Namespace) -> int:
     from app.runtime import open_database
     from app.server import build_app, launch_options
+    from app.services.cache_sweep import sweep_at_start, sweep_at_stop
     from orapo_core.config import Settings
 
     settings = Settings()
@@ -42,12 +58,51 @@ def run(args: argparse.Namespace) -> int:
         # The shipped starter is copied into the data folder; without one it is built here (minutes, once).
         ensure_starter(settings.models_dir / "starter")
     first_admin = bootstrap_admin(database)
+    print(sweep_at_start(settings, database).line("start-up sweep"), file=sys.stderr, flush=True)
     demo = build_app(settings=settings, database=database)
-    print(f"OraPO is ready: open http://{host}:{port}/ in a browser.", flush=True)
-    if first_admin:
-        name, password = first_admin
-        print(f"First sign-in: user '{name}', one-time password '{password}' (shown once; change it at first sign-in).", flush=True)
-    demo.queue(default_concurrency_limit=4).launch(
-        server_name=host, server_port=port, quiet=True, **launch_options(settings, database),
-    )
+    with stop_signals() as stop:
+        try:
+            demo.queue(default_concurrency_limit=4).launch(
+                server_name=host, server_port=port, quiet=True, prevent_thread_lock=True,
+                **launch_options(settings, database),
+            )
+            # uvicorn runs the lifespan's shutdown only once every open request ended, and Gradio's close waits
+            # 5 s for it: bound the wait, or one client stalled mid-upload would keep it from running.
+            demo.server.config.timeout_graceful_shutdown = GRACEFUL_SHUTDOWN_S
+            print(f"OraPO is ready: open http://{host}:{port}/ in a browser.", flush=True)
+            if first_admin:
+                name, password = first_admin
+                print(f"First sign-in: user '{name}', one-time password '{password}' (shown once; change it at first sign-in).", flush=True)
+            while not stop.wait(0.5):
+                pass
+        finally:
+            print("OraPO is stopping.", flush=True)
+            close(demo)
+            print(sweep_at_stop(settings).line("stop sweep"), file=sys.stderr, flush=True)
     return 0
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM or SIGINT; a signal that comes while stopping is ignored, so it cannot cut
+    the clean-up short (a kill -9 still stops the process, and the next start sweeps)."""
+    stop = threading.Event()
+
+    def handle(signum, frame) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def close(demo) -> None:
+    """Close the server as Gradio's Ctrl-C does, and make sure the rounds scheduler stopped even if uvicorn
+    could not reach its lifespan's shutdown within Gradio's wait (a client holding a request open)."""
+    demo.close()
+    scheduler = getattr(demo, "round_scheduler", None)
+    if scheduler is not None:
+        scheduler.shutdown()  # a no-op when the lifespan already stopped it

@@ -172,6 +172,13 @@ class StudyRepository(Repository):
                 raise OrapoError("image_not_found", f"There is no image with id {image_id}.")
             return image_record(image)
 
+    def stored_paths(self) -> set[str]:
+        """Every file of the storage folder an image row names (DICOM and display), storage-relative: what the
+        start-up sweep must keep."""
+        with self._session() as session:
+            return {path for row in session.execute(select(Image.dicom_path, Image.display_path)) for path in row
+                    if path}
+
     def set_status(self, study_id: int, status: str) -> StudyRecord:
         _check_status(status)
         with self._session() as session:
