@@ -1,62 +1,80 @@
 """De-identification of a DICOM header at ingest (DICOM PS3.15 Annex E).
 
-The Basic Application Level Confidentiality Profile, with the options
-"Retain Longitudinal Temporal Information with Modified Dates" (every date of
-a patient moves by one offset, so intervals between studies survive) and
-"Retain Patient Characteristics" (sex, age, size and weight matter to a chest
-report). Beyond the profile's list of named attributes, four safety nets catch
-what a vendor put where the list does not look: every person name is emptied,
-every free-text (LT/ST/UT) and AE value is removed, every non-standard UID is
-replaced, and private, overlay and unknown-VR elements are dropped, at every
-depth of every sequence. Pseudonyms, date offsets and UIDs are keyed HMACs of
-a secret, so they are stable across uploads and useless without the secret.
+Which attribute gets which action comes from one maintained source: Table
+E.1-1 of PS3.15 as shipped, per edition of the standard, by the
+`dicom-anonymizer` package (`dicomanonymizer.dicom_anonymization_databases`,
+edition `TABLE_EDITION`; one list of tags per Basic Profile action). Only its
+table is used, loaded lazily on the first de-identification: its anonymizer
+draws random UIDs and fixed dummy dates, where this project needs keyed,
+repeatable ones. `dicom-anonymizer` was preferred over `deid` (pydicom/deid),
+whose shipped recipes are a pixel-cleaning filter plus a few dozen header
+actions, not the table, and over `dicognito`, which has anonymizer classes by
+VR and element name but no per-attribute table; `dicom-anonymizer` ships the
+whole table (about 650 attributes), regenerated from the standard for each new
+edition. A test fails when the installed package ships a newer edition than
+`TABLE_EDITION`.
+
+The Basic Application Level Confidentiality Profile is applied with:
+
+- the Retain Longitudinal Temporal Information with Modified Dates Option:
+  every date (DA, DT) of the table, except the birth date, moves by one keyed
+  offset per patient (whole days, so intervals between studies survive and a
+  time of day (TM) keeps its value);
+- the Retain Patient Characteristics Option for sex, sex neutered, age, size,
+  weight, pregnancy and smoking status (what a chest report uses; ages over 89
+  become 090Y). Ethnic group and the free-text characteristics the option
+  would have cleaned (allergies, patient state, pre-medication, special
+  needs) are removed.
+
+Not applied: Clean Descriptors (descriptions and comments are removed, not
+cleaned: nothing can vouch for free text), Retain Device or Institution
+Identity, Retain UIDs, Retain Safe Private. The profile's actions become: X,
+and the compound X/Z, X/D, X/Z/D, X/Z/U* remove; Z, Z/D and D empty the value
+(a dummy is only needed for Type 1 conformance of IODs this project never
+writes; the patient's name and ID get pseudonyms); U and a UID under D become
+a keyed hash. Software Versions, not in the table, is removed as well.
+
+Beyond the table, four safety nets catch what a vendor put where the table
+does not look: every person name is emptied, every free-text (LT/ST/UT) and AE
+value is removed, every non-standard UID is replaced, and private, overlay,
+curve and unknown-VR or unknown-tag elements are dropped, at every depth of
+every sequence; other dates are shifted like those of the table. Pseudonyms,
+date offsets and UIDs are keyed HMACs of a secret, so they are stable across
+uploads and useless without the secret.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import hashlib
 import hmac
+import importlib
 import uuid
 
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
 from pydicom._uid_dict import UID_dictionary
 
-# Attributes of PS3.15 Table E.1-1 that a radiograph can carry, removed
-# (action X) unless listed in _EMPTIED (action Z: kept, empty, for type 2).
-_REMOVED = frozenset("""
-    OtherPatientIDs OtherPatientIDsSequence OtherPatientNames PatientBirthName PatientMotherBirthName
-    PatientAddress PatientTelephoneNumbers PatientTelecomInformation PatientBirthTime MedicalRecordLocator
-    MilitaryRank BranchOfService Occupation PatientComments AdditionalPatientHistory PatientInsurancePlanCodeSequence
-    PatientPrimaryLanguageCodeSequence PatientReligiousPreference EthnicGroup RegionOfResidence CountryOfResidence
-    CurrentPatientLocation PatientInstitutionResidence ResponsibleOrganization ResponsiblePerson IssuerOfPatientID
-    IssuerOfPatientIDQualifiersSequence MedicalAlerts Allergies LastMenstrualDate SpecialNeeds PatientState
-    IssuerOfAccessionNumberSequence StudyDescription SeriesDescription ReferringPhysicianAddress
-    ReferringPhysicianTelephoneNumbers ReferringPhysicianIdentificationSequence PhysiciansOfRecord
-    PhysiciansOfRecordIdentificationSequence NameOfPhysiciansReadingStudy PhysiciansReadingStudyIdentificationSequence
-    RequestingPhysician RequestingPhysicianIdentificationSequence RequestingService RequestedProcedureDescription
-    RequestedProcedureID ReasonForStudy ReasonForTheRequestedProcedure RequestAttributesSequence
-    AdmittingDiagnosesDescription AdmittingDiagnosesCodeSequence AdmissionID IssuerOfAdmissionIDSequence
-    ServiceEpisodeID ServiceEpisodeDescription VisitComments StudyComments ReferencedPatientSequence
-    ReferencedStudySequence ReferencedPerformedProcedureStepSequence ConsultingPhysicianName
-    InstitutionName InstitutionAddress InstitutionalDepartmentName InstitutionCodeSequence
-    InstitutionalDepartmentTypeCodeSequence StationName DeviceSerialNumber DeviceUID PlateID DetectorID GantryID
-    CassetteID ProtocolName PerformingPhysicianName PerformingPhysicianIdentificationSequence OperatorsName
-    OperatorIdentificationSequence PerformedProcedureStepDescription PerformedProcedureStepID PerformedStationAETitle
-    PerformedStationName PerformedLocation ScheduledProcedureStepDescription ScheduledProcedureStepID
-    ScheduledPerformingPhysicianName ScheduledStationName ScheduledStationAETitle ScheduledProcedureStepLocation
-    CommentsOnThePerformedProcedureStep AcquisitionComments ImageComments DerivationDescription FrameComments
-    ContentCreatorName DigitalSignaturesSequence OriginalAttributesSequence ContributingEquipmentSequence
-    OrderEnteredBy OrderEntererLocation OrderCallbackPhoneNumber PlacerOrderNumberImagingServiceRequest
-    FillerOrderNumberImagingServiceRequest StorageMediaFileSetID StorageMediaFileSetUID InstanceCreatorUID
-    SourceApplicationEntityTitle SendingApplicationEntityTitle ReceivingApplicationEntityTitle
-    PrivateInformationCreatorUID PrivateInformation TimezoneOffsetFromUTC InstanceCreationDate InstanceCreationTime
-    ReferencedImageSequence SourceImageSequence DeviceDescription PerformedProcedureStepStartTime
-    PerformedProcedureStepEndTime ClinicalTrialSponsorName ClinicalTrialSiteName ClinicalTrialSubjectID
-""".split())
-_EMPTIED = frozenset({"AccessionNumber", "StudyID", "PatientBirthDate", "ReferringPhysicianName"})
+# The edition of PS3.15 Table E.1-1 used, a module of dicomanonymizer.dicom_anonymization_databases
+# (dicom-anonymizer 2.1.0 ships 2023, 2024b and 2026c).
+TABLE_EDITION = "dicomfields_2026c"
+
+# The table's lists, one per Basic Profile action.
+_TABLE_LISTS = {
+    "D_TAGS": "D", "Z_TAGS": "Z", "X_TAGS": "X", "U_TAGS": "U", "Z_D_TAGS": "Z/D",
+    "X_Z_TAGS": "X/Z", "X_D_TAGS": "X/D", "X_Z_D_TAGS": "X/Z/D", "X_Z_U_STAR_TAGS": "X/Z/U*",
+}
+
+# Retain Patient Characteristics Option, as applied here (see the module docstring).
+_RETAINED = frozenset({
+    "PatientSex", "PatientSexNeutered", "PatientAge", "PatientSize", "PatientWeight", "PregnancyStatus", "SmokingStatus",
+})
+# Dates of the table that the Modified Dates Option does not cover: they keep the profile's action.
+_NOT_SHIFTED = frozenset({"PatientBirthDate", "PatientBirthTime"})
+# Not in Table E.1-1, removed all the same.
+_ALSO_REMOVED = frozenset({"SoftwareVersions"})
 
 # UIDs that name a kind of thing (a SOP class, an encoding, a code scheme), not a patient's instance.
 _UID_KEPT = frozenset({"TransferSyntaxUID", "ImplementationClassUID", "CodingSchemeUID", "ContextUID"})
@@ -66,7 +84,61 @@ _OPTIONS = (
     ("113107", "Retain Longitudinal Temporal Information Modified Dates Option"),
     ("113108", "Retain Patient Characteristics Option"),
 )
-METHOD = ("PS3.15 Basic Application Confidentiality Profile", "dates shifted per patient; UIDs HMAC-hashed")
+METHOD = (
+    "PS3.15 Basic Application Confidentiality Profile",
+    f"Table E.1-1 {TABLE_EDITION.removeprefix('dicomfields_')}; dates shifted per patient; UIDs HMAC-hashed",
+)
+
+
+@functools.cache
+def profile_table() -> tuple[dict[int, str], tuple[tuple[int, int, str], ...]]:
+    """Table E.1-1: {tag: Basic Profile action} and the masked rows as (value, mask, action).
+
+    The masked rows are the repeating groups (curves 50xx, overlays 60xx).
+    Imported here, not at module level, so that importing the imaging package
+    stays light.
+    """
+    module = importlib.import_module(f"dicomanonymizer.dicom_anonymization_databases.{TABLE_EDITION}")
+    exact: dict[int, str] = {}
+    masked: list[tuple[int, int, str]] = []
+    for name, action in _TABLE_LISTS.items():
+        for row in getattr(module, name):
+            if len(row) == 2:
+                exact[(row[0] << 16) | row[1]] = action
+            else:
+                masked.append(((row[0] << 16) | row[1], (row[2] << 16) | row[3], action))
+    if len(exact) < 600:  # a truncated table would silently let attributes through
+        raise RuntimeError(f"PS3.15 Table E.1-1 ({TABLE_EDITION}) has only {len(exact)} attributes")
+    return exact, tuple(masked)
+
+
+def basic_action(tag: int) -> str | None:
+    """The Basic Profile action of Table E.1-1 for `tag` (e.g. 'X', 'Z/D', 'U'); None if the table omits it."""
+    exact, masked = profile_table()
+    action = exact.get(tag)
+    if action is None:
+        action = next((a for value, mask, a in masked if tag & mask == value), None)
+    return action
+
+
+@functools.lru_cache(maxsize=4096)
+def action(tag: int, vr: str, keyword: str) -> str | None:
+    """What this project does to an attribute of the table, options applied; None if it is not in the table.
+
+    'K' keep, 'C' shift the date, 'U' keyed hash, 'Z' empty, 'X' remove.
+    """
+    basic = basic_action(tag)
+    if basic is None:
+        return "X" if keyword in _ALSO_REMOVED else None
+    if keyword in _RETAINED:
+        return "K"
+    if vr in ("DA", "DT", "TM") and keyword not in _NOT_SHIFTED:
+        return "C"
+    if basic == "U" or (basic == "D" and vr == "UI"):
+        return "U"
+    if basic in ("Z", "Z/D", "D"):
+        return "Z"
+    return "X"
 
 
 def _digest(secret: str, purpose: str, value: str) -> bytes:
@@ -128,20 +200,24 @@ class _Scrubber:
                 or 0x5000 <= tag.group <= 0x50FF  # curves
                 or 0x6000 <= tag.group <= 0x60FF  # overlays can hold burned-in text
                 or vr in ("UN", "LT", "ST", "UT", "AE")
-                or keyword in _REMOVED
                 or not keyword  # public tags unknown to the dictionary: nobody can vouch for them
             ):
                 del ds[tag]
-            elif keyword in _EMPTIED or vr == "PN":
-                elem.value = None
-            elif keyword == "PatientID":
+                continue
+            if keyword == "PatientID":  # Z/D in the table: a pseudonym, so studies of one patient still group
                 elem.value = pseudonym(self.secret, "id:" + str(elem.value)) if elem.value else elem.value
-            elif vr == "SQ":
+                continue
+            todo = action(int(tag), vr, keyword)
+            if todo == "X" or (todo == "U" and vr != "UI"):
+                del ds[tag]
+            elif todo == "Z" or (todo is None and vr == "PN"):
+                elem.value = Sequence() if vr == "SQ" else None
+            elif vr == "SQ":  # kept by an option or outside the table: clean every item
                 for item in elem.value:
                     self.scrub(item)
-            elif vr == "UI" and not _is_class_uid(keyword):
+            elif vr == "UI" and (todo == "U" or (todo is None and not _is_class_uid(keyword))):
                 elem.value = [self.uid(str(v)) for v in elem.value] if elem.VM > 1 else self.uid(str(elem.value or ""))
-            elif vr in ("DA", "DT") and elem.value:
+            elif vr in ("DA", "DT") and elem.value and todo in ("C", None):
                 values = elem.value if elem.VM > 1 else [elem.value]
                 shifted = [_shift_date(str(v), self.days) for v in values]
                 elem.value = shifted if elem.VM > 1 else shifted[0]
