@@ -9,6 +9,7 @@ on PostgreSQL when the URL says so.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,17 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any, *, in_memory: bool) 
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     finally:
         cursor.close()
+
+
+def _create_private(path: Path) -> None:
+    """A new SQLite file is made 0600 (it holds password hashes and reports) in a new folder made 0700, before
+    SQLite opens it; SQLite gives its -wal and -shm files the database file's mode. Existing ones are left as
+    they are."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # an empty file is an empty database
+    except FileExistsError:
+        pass
 
 
 class Database:
@@ -87,7 +99,8 @@ class Database:
                 url, echo=self._echo, poolclass=StaticPool, connect_args={"check_same_thread": False}
             )
         else:
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            if not database.startswith("file:"):
+                _create_private(Path(database).expanduser())
             engine = create_engine(url, echo=self._echo, connect_args={"check_same_thread": False})
         event.listen(engine, "connect", lambda c, r: _on_sqlite_connect(c, r, in_memory=in_memory))
         return engine

@@ -100,9 +100,16 @@ class Study(Base):
 
 class Image(Base):
     __tablename__ = "images"
+    __table_args__ = (
+        # One row per instance of a study, whoever uploads it and however many upload it at once. A unique index
+        # (not a table constraint) so that SQLite adds it without rebuilding a table other rows point at; NULL is
+        # a duplicate stored before revision 0002 (kept: a pair may name it) or a row added without the UID.
+        Index("uq_images_study_id_sop_instance_uid_hash", "study_id", "sop_instance_uid_hash", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    sop_instance_uid_hash: Mapped[str | None] = mapped_column(String(128))
     dicom_path: Mapped[str | None] = mapped_column(String(512))
     display_path: Mapped[str] = mapped_column(String(512))
     width: Mapped[int]
@@ -232,7 +239,8 @@ class ScheduleSetting(Base):
 
 
 class AuditLog(Base):
-    """Append-only: the repository has no update or delete, and migrations add triggers refusing both."""
+    """Append-only: the repository has no update or delete, and migrations add triggers refusing both, and
+    refusing an insert over an existing id (SQLite's INSERT OR REPLACE) and TRUNCATE (PostgreSQL)."""
 
     __tablename__ = "audit_log"
 

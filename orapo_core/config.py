@@ -47,18 +47,31 @@ class Settings(BaseSettings):
         return f"sqlite:///{self.resolved_data_dir / 'orapo.sqlite3'}"
 
     def ensure_dirs(self) -> None:
-        for d in (self.resolved_data_dir, self.storage_dir, self.models_dir, self.rounds_dir):
+        """The data folder (0700 when new: it holds the database, the secret and the images) and its subfolders."""
+        self.resolved_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for d in (self.storage_dir, self.models_dir, self.rounds_dir):
             d.mkdir(parents=True, exist_ok=True)
-    
+
     def secret(self) -> str:
         """The de-identification secret: configured, or generated once and kept (0600) in the data folder."""
         if self.deid_secret:
             return self.deid_secret
+        import os
         import secrets
+        import tempfile
 
-        self.resolved_data_dir.mkdir(parents=True, exist_ok=True)
+        self.resolved_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.resolved_data_dir / ".deid_secret"
         if not path.exists():
-            path.write_text(secrets.token_hex(32))
-            path.chmod(0o600)
+            # Written 0600 from the start (mkstemp), and put in place only complete: a second process starting at
+            # the same moment keeps the first one's secret instead of overwriting it.
+            fd, tmp = tempfile.mkstemp(dir=self.resolved_data_dir, prefix=".deid_secret-")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(secrets.token_hex(32))
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
         return path.read_text().strip()

@@ -39,6 +39,5 @@ def run(args: argparse.Namespace) -> int:
 
     if (args.study is None) == (not args.all):
         raise OrapoError("study_or_all", "Name one study id, or give --all: `orapo export fhir 12 OUT` or `orapo export fhir --all OUT`.")
-    written = export_fhir(database, args.out, study_ids=None if args.all else [args.study])
-    print(f"{len(written)} FHIR bundle(s) written to {args.out}")
+    print(export_fhir(database, args.out, study_ids=None if args.all else [args.study]))  # with what was skipped, and why
     return 0

@@ -273,14 +273,16 @@ def draft_study(db, settings: Settings, registry: ModelRegistry, user: UserRecor
     step(0.35, "Drafting the report and its samples")
     draft = batcher.draft(view.pixels, samples=samples)  # with whoever else is drafting now
     step(0.9, "Storing the draft")
-    record = DraftRepository(db).create(
-        overview.study.id, model_name=draft.model_name, prompt=draft.prompt, text=draft.text,
-        sampling={**draft.sampling, "prompt_version": draft.prompt_version, "model_version": served.name},
-        facts={"flagged": draft.flagged}, sentence_scores=draft.sentences, latency_ms=int(draft.latency_ms),
-        model_version_id=served.version_id, created_by=user.id,
-    )
-    AuditRepository(db).append("draft.create", actor=user, object_type="study", object_id=overview.study.id,
-                               details={"draft_id": record.id, "model": served.name, "latency_ms": record.latency_ms})
+    with db.session() as session:  # the draft and its audit entry stand or fall together
+        record = DraftRepository(session).create(
+            overview.study.id, model_name=draft.model_name, prompt=draft.prompt, text=draft.text,
+            sampling={**draft.sampling, "prompt_version": draft.prompt_version, "model_version": served.name},
+            facts={"flagged": draft.flagged}, sentence_scores=draft.sentences, latency_ms=int(draft.latency_ms),
+            model_version_id=served.version_id, created_by=user.id,
+        )
+        AuditRepository(session).append("draft.create", actor=user, object_type="study", object_id=overview.study.id,
+                                        details={"draft_id": record.id, "model": served.name,
+                                                 "latency_ms": record.latency_ms})
     return record
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -237,8 +237,37 @@ def fhir_bundle(db, study_id: int) -> dict[str, Any]:
         raise OrapoError("fhir_invalid", f"The FHIR export of study {study_id} did not validate: {exc}") from exc
 
 
-def export_fhir(db, out: str | Path, *, study_ids: list[int] | None = None) -> list[Path]:
-    """One `study-<id>.json` Bundle per study (all studies with a report when `study_ids` is None)."""
+@dataclass(frozen=True)
+class SkippedStudy:
+    """A study an export left out, and why (an error code and its sentence)."""
+
+    study_id: int
+    error: str
+    message: str
+
+
+@dataclass(frozen=True)
+class FhirExport:
+    """What `export_fhir` wrote, and the studies it could not export (each with its reason)."""
+
+    out: Path
+    written: tuple[Path, ...]
+    skipped: tuple[SkippedStudy, ...] = ()
+
+    def __str__(self) -> str:
+        text = f"{len(self.written)} FHIR bundle(s) written to {self.out}"
+        if self.skipped:
+            text += f"; {len(self.skipped)} study(ies) skipped:" + "".join(
+                f"\n  study {s.study_id}: {s.error}: {s.message}" for s in self.skipped)
+        return text
+
+
+def export_fhir(db, out: str | Path, *, study_ids: list[int] | None = None) -> FhirExport:
+    """One `study-<id>.json` Bundle per study (all studies with a draft or a report when `study_ids` is None).
+
+    A study that cannot be exported (say, an unsigned report and no draft) is skipped, with its reason, and
+    the others are still written; the skipped ones are listed in `skipped.json` next to the bundles. Only when
+    nothing at all could be written is that an error (the single study's own, when one was asked for)."""
     from db import StudyRepository
 
     out = Path(out)
@@ -247,10 +276,24 @@ def export_fhir(db, out: str | Path, *, study_ids: list[int] | None = None) -> l
                      if o.latest_draft is not None or o.latest_correction is not None]
         if not study_ids:
             raise OrapoError("nothing_to_export", "There are no studies with a draft or a report to export yet.")
+    bundles: list[tuple[int, dict[str, Any]]] = []
+    skipped: list[SkippedStudy] = []
+    for study_id in study_ids:
+        try:
+            bundles.append((study_id, fhir_bundle(db, study_id)))
+        except OrapoError as exc:
+            if len(study_ids) == 1:
+                raise
+            skipped.append(SkippedStudy(study_id, exc.code, exc.message))
+    if not bundles:
+        reasons = "; ".join(f"study {s.study_id}: {s.message}" for s in skipped)
+        raise OrapoError("nothing_to_export", f"None of the {len(skipped)} studies could be exported ({reasons}).")
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for study_id in study_ids:
+    for study_id, bundle in bundles:
         path = out / f"study-{study_id}.json"
-        path.write_text(json.dumps(fhir_bundle(db, study_id), indent=1))
+        path.write_text(json.dumps(bundle, indent=1))
         written.append(path)
-    return written
+    if skipped:
+        (out / "skipped.json").write_text(json.dumps([asdict(s) for s in skipped], indent=1))
+    return FhirExport(out, tuple(written), tuple(skipped))

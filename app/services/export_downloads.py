@@ -26,7 +26,7 @@ from pathlib import Path
 
 from app.runtime import upload_cache_dir
 from app.services.auth import require_role
-from app.services.export import ExportSummary, export_fhir, export_pairs
+from app.services.export import ExportSummary, SkippedStudy, export_fhir, export_pairs
 from orapo_core.errors import OrapoError
 
 DOWNLOAD_RETENTION_S = 15 * 60
@@ -39,6 +39,7 @@ class ExportDownload:
     archive: Path
     summaries: tuple[ExportSummary, ...] = ()  # training data: one per format
     bundles: int = 0  # FHIR: how many study bundles
+    skipped: tuple[SkippedStudy, ...] = ()  # FHIR: studies left out, with why (also `fhir/skipped.json` in the zip)
 
 
 def downloads_dir(settings) -> Path:
@@ -109,11 +110,13 @@ def download_training_data(db, settings, actor, formats) -> ExportDownload:
 
 
 def download_fhir(db, settings, actor) -> ExportDownload:
-    """Every reported study as a FHIR R4 Bundle (`fhir/study-<id>.json` inside the zip); audited."""
+    """Every reported study as a FHIR R4 Bundle (`fhir/study-<id>.json` inside the zip); audited. A study that
+    cannot be exported is left out and listed, with why, in `fhir/skipped.json` and in `skipped`."""
     from db import AuditRepository
 
     require_role(actor, "admin")
-    archive, written = _zip_export(settings, "fhir", lambda folder: export_fhir(db, folder / "fhir"))
+    archive, result = _zip_export(settings, "fhir", lambda folder: export_fhir(db, folder / "fhir"))
     AuditRepository(db).append("export.fhir", actor=actor, object_type="export", object_id=archive.stem,
-                               details={"bundles": len(written)})
-    return ExportDownload(archive, bundles=len(written))
+                               details={"bundles": len(result.written),
+                                        "skipped": {str(s.study_id): s.error for s in result.skipped}})
+    return ExportDownload(archive, bundles=len(result.written), skipped=result.skipped)

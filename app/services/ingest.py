@@ -7,6 +7,13 @@ hashed StudyInstanceUID, so the PA and lateral of one study land together and a
 second upload of the same instance is recognised as a duplicate, not stored
 twice. The caller's original file is never copied; the app's upload cache is
 cleared by the app after this returns.
+
+A study someone else uploaded is refused before anything is written (a reused
+StudyInstanceUID must not slip an image into another radiologist's study). The
+study, its image row and the audit entry are one transaction, and the files are
+moved into place inside it; the database's unique (study, SOP instance) index
+decides between simultaneous uploads of one file, and the losers are answered as
+the duplicates they are.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
@@ -43,80 +51,152 @@ class IngestOutcome:
         return json.dumps({k: v for k, v in asdict(self).items() if v not in (None, [], False) or k == "ok"})
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
+def _stage(final: Path, data: bytes) -> Path:
+    """Write `data` next to `final` under a `.part-` name (what the start-up sweep deletes if we die here)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".part-")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)
 
 
 def _short(uid: str) -> str:
     return hashlib.sha256(uid.encode()).hexdigest()[:24]
 
 
+#: Refusals that mean "a concurrent upload stored this study or image first": look again, as if it had come first.
+_LOST_RACE = ("study_exists", "image_exists")
+
+
+@dataclass(frozen=True)
+class _Upload:
+    """One decoded file and where it goes."""
+
+    name: str
+    image: Any  # orapo_core.imaging.IngestedImage
+    study_uid: str
+    instance_uid: str
+    dicom_rel: Path
+    display_rel: Path
+
+
 def ingest_bytes(data: bytes, filename: str, *, db, settings: Settings, user=None, actor: str = "cli") -> IngestOutcome:
-    """De-identify one file and store it; refusals come back as an outcome, never as an exception."""
-    from db import AuditRepository, StudyRepository
+    """De-identify one file and store it; refusals come back as an outcome, never as an exception.
+
+    Nothing is written before the study is known to be the uploader's to add to (or new), and the
+    study, the image row, its audit entry and its two files are stored all together or not at all.
+    """
     from orapo_core.imaging import ingest_bytes as decode
 
-    uploaded_by = user.id if user is not None else None
     display_name = Path(filename).name
     try:
         image = decode(data, filename, secret=settings.secret(), max_pixels=settings.max_pixels)
     except OrapoError as exc:
         return IngestOutcome(file=display_name, ok=False, error=exc.code, message=exc.message)
 
-    meta = image.meta
-    study_uid = meta["study_uid"]
-    instance_uid = meta.get("sop_instance_uid") or study_uid
-    pseudonym = meta.get("patient_pseudonym") or "ANON-" + _short(study_uid)[:10]
+    study_uid = image.meta["study_uid"]
+    instance_uid = image.meta.get("sop_instance_uid") or study_uid
     folder = Path(_short(study_uid)[:2]) / _short(study_uid)
-    dicom_rel = folder / f"{_short(instance_uid)}.dcm"
-    display_rel = folder / f"{_short(instance_uid)}.png"
+    upload = _Upload(display_name, image, study_uid, instance_uid,
+                     folder / f"{_short(instance_uid)}.dcm", folder / f"{_short(instance_uid)}.png")
+
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for _ in range(3):  # a lost race is settled by the next look: the winner's rows are committed by then
+            study_id, outcome = _look(db, settings, upload, user)
+            if outcome is not None:
+                return outcome
+            if not staged:
+                staged = [(_stage(settings.storage_dir / rel, payload()), settings.storage_dir / rel)
+                          for rel, payload in ((upload.dicom_rel, image.to_dicom_bytes),
+                                               (upload.display_rel, image.display_png_bytes))]
+            try:
+                return _store(db, upload, study_id, staged, user=user, actor=actor)
+            except OrapoError as exc:
+                if exc.code not in _LOST_RACE:
+                    raise
+        return IngestOutcome(file=display_name, ok=False, error="ingest_busy",
+                             message="This file is being uploaded by others right now; try again in a moment.")
+    finally:
+        for tmp, _final in staged:
+            tmp.unlink(missing_ok=True)  # gone already when stored
+
+
+def _look(db, settings: Settings, upload: _Upload, user) -> tuple[int | None, IngestOutcome | None]:
+    """Before anything is written: (the existing study's id or None, and the outcome if the upload ends here)."""
+    from db import StudyRepository
 
     studies = StudyRepository(db)
-    study = studies.find_by_uid_hash(study_uid)
-    if study is not None and (settings.storage_dir / dicom_rel).exists():
-        existing = next((im for im in studies.images(study.id) if im.dicom_path == dicom_rel.as_posix()), None)
-        if existing is not None:
-            return IngestOutcome(file=display_name, ok=True, study_id=study.id, image_id=existing.id,
-                                 duplicate=True, warnings=list(image.warnings))
+    study = studies.find_by_uid_hash(upload.study_uid)
+    if study is None:
+        return None, None
+    if user is not None:  # the CLI runs as the operator; a signed-in user adds only to a study they may open
+        from app.services.drafting import open_study
 
-    written = [settings.storage_dir / dicom_rel, settings.storage_dir / display_rel]
-    _write_atomic(written[0], image.to_dicom_bytes())
-    _write_atomic(written[1], image.display_png_bytes())
+        try:
+            open_study(db, user, study.id)
+        except OrapoError as exc:
+            return study.id, IngestOutcome(file=upload.name, ok=False, error=exc.code,
+                                           message=f"{exc.message} Nothing was stored.")
+    existing = studies.find_image(study.id, sop_instance_uid_hash=upload.instance_uid,
+                                  dicom_path=upload.dicom_rel.as_posix())
+    if existing is None:
+        return study.id, None
+    _restore_missing_files(settings, existing, upload)
+    return study.id, IngestOutcome(file=upload.name, ok=True, study_id=study.id, image_id=existing.id,
+                                   duplicate=True, warnings=list(upload.image.warnings))
+
+
+def _restore_missing_files(settings: Settings, existing, upload: _Upload) -> None:
+    """A duplicate whose stored files went missing puts them back, as a first upload would have."""
+    image = upload.image
+    for rel, payload in ((existing.dicom_path, image.to_dicom_bytes), (existing.display_path, image.display_png_bytes)):
+        if rel and not (settings.storage_dir / rel).exists():
+            final = settings.storage_dir / rel
+            tmp = _stage(final, payload())
+            os.replace(tmp, final)
+
+
+def _store(db, upload: _Upload, study_id: int | None, staged: list[tuple[Path, Path]], *, user, actor: str) -> IngestOutcome:
+    """One transaction: the study (when new), the image row, the audit entry; the files move into place before it
+    commits and are removed again if it does not."""
+    from db import AuditRepository, StudyRepository
+
+    image, meta = upload.image, upload.image.meta
+    moved: list[Path] = []
     try:
-        if study is None:
-            try:
-                study = studies.create(
-                    study_uid, pseudonym,
+        with db.session() as session:
+            studies = StudyRepository(session)
+            if study_id is None:
+                pseudonym = meta.get("patient_pseudonym") or "ANON-" + _short(upload.study_uid)[:10]
+                study_id = studies.create(
+                    upload.study_uid, pseudonym,
                     view_position=meta.get("view_position"), modality=meta.get("modality"),
-                    laterality=meta.get("laterality"), body_part=meta.get("body_part"), uploaded_by=uploaded_by,
-                )
-            except OrapoError as exc:
-                if exc.code != "study_exists":  # else a concurrent upload of the same study won the race
-                    raise
-                study = studies.find_by_uid_hash(study_uid)
-        record = studies.add_image(
-            study.id, display_path=display_rel.as_posix(), dicom_path=dicom_rel.as_posix(),
-            width=int(image.display.shape[1]), height=int(image.display.shape[0]),
-            bits_stored=image.bits_stored, source_format=image.source_format,
-            warnings=image.warnings, header=dict(image.header_items()),
-        )
+                    laterality=meta.get("laterality"), body_part=meta.get("body_part"),
+                    uploaded_by=user.id if user is not None else None,
+                ).id
+            record = studies.add_image(
+                study_id, display_path=upload.display_rel.as_posix(), dicom_path=upload.dicom_rel.as_posix(),
+                width=int(image.display.shape[1]), height=int(image.display.shape[0]),
+                bits_stored=image.bits_stored, source_format=image.source_format,
+                warnings=image.warnings, header=dict(image.header_items()), sop_instance_uid_hash=upload.instance_uid,
+            )
+            AuditRepository(session).append(
+                "study.ingest", actor=user if user is not None else actor, object_type="study", object_id=study_id,
+                details={"image_id": record.id, "format": image.source_format, "warnings": len(image.warnings)},
+            )
+            for tmp, final in staged:
+                os.replace(tmp, final)
+                moved.append(final)
     except BaseException:
-        for path in written:  # no image file without its database row
-            path.unlink(missing_ok=True)
+        for final in moved:  # no image file without its database row
+            final.unlink(missing_ok=True)
         raise
-    AuditRepository(db).append(
-        "study.ingest", actor=user if user is not None else actor, object_type="study", object_id=study.id,
-        details={"image_id": record.id, "format": image.source_format, "warnings": len(image.warnings)},
-    )
-    return IngestOutcome(file=display_name, ok=True, study_id=study.id, image_id=record.id, warnings=list(image.warnings))
+    return IngestOutcome(file=upload.name, ok=True, study_id=study_id, image_id=record.id, warnings=list(image.warnings))
 
 
 def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:

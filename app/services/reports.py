@@ -180,7 +180,9 @@ def _check_unchanged(draft: DraftRecord, study_id: int, text: str) -> None:
 
 
 def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool) -> CorrectionRecord:
-    """Store the clinician's report (version 1, or an amendment of the latest), and its preference pair if edited."""
+    """Store the clinician's report (version 1, or an amendment of the latest), and its preference pair if edited.
+
+    The correction, its pair and its audit entries are one transaction: all of them are stored, or none."""
     from app.services.drafting import open_study
     from db import AuditRepository, CorrectionRepository, DraftRepository, PairRepository
     from orapo_core.facts import label_report
@@ -193,37 +195,39 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
     if draft is not None and draft.study_id != overview.study.id:
         raise OrapoError("draft_not_found", "That draft belongs to another study.")
     labels = label_report(text)
-    corrections = CorrectionRepository(db)
     latest = overview.latest_correction
-    if latest is not None and latest.signed_at is None and sign and same_text(latest.text, text):
-        record = corrections.sign(latest.id)  # signing the saved text adds no version and no second pair
-        AuditRepository(db).append("correction.sign", actor=user, object_type="study", object_id=overview.study.id,
-                                   details={"correction_id": record.id, "version": record.version})
-        return record
-    if latest is None:
-        record = corrections.create(overview.study.id, author_id=user.id, text=text,
-                                    draft_id=draft.id if draft else None, labels=labels, signed=sign)
-        action = "correction.create"
-    else:
-        record = corrections.amend(latest.id, author_id=user.id, text=text, labels=labels, signed=sign)
-        action = "correction.amend"
-    details: dict[str, Any] = {"correction_id": record.id, "version": record.version, "signed": sign,
-                               "accepted_unchanged": record.accepted_unchanged,
-                               "draft_id": draft.id if draft else None,
-                               "model_version_id": draft.model_version_id if draft else None}
-    if draft is not None and not record.accepted_unchanged:
-        if overview.study.split == "train":
-            pair = PairRepository(db).add(overview.study.id, prompt=draft.prompt, chosen=text, rejected=draft.text,
-                                          source="clinician_edit", image_id=overview.images[0].id if overview.images else None,
-                                          correction_id=record.id)
-            details["pair_id"] = pair.id
+    with db.session() as session:
+        corrections, audit = CorrectionRepository(session), AuditRepository(session)
+        if latest is not None and latest.signed_at is None and sign and same_text(latest.text, text):
+            record = corrections.sign(latest.id)  # signing the saved text adds no version and no second pair
+            audit.append("correction.sign", actor=user, object_type="study", object_id=overview.study.id,
+                         details={"correction_id": record.id, "version": record.version})
+            return record
+        if latest is None:
+            record = corrections.create(overview.study.id, author_id=user.id, text=text,
+                                        draft_id=draft.id if draft else None, labels=labels, signed=sign)
+            action = "correction.create"
         else:
-            details["pair_id"] = None  # held-out studies evaluate rounds; they never become training pairs
-    AuditRepository(db).append(action, actor=user, object_type="study", object_id=overview.study.id, details=details)
-    if sign:
-        AuditRepository(db).append("correction.sign", actor=user, object_type="study", object_id=overview.study.id,
-                                   details={"correction_id": record.id, "version": record.version})
-    return record
+            record = corrections.amend(latest.id, author_id=user.id, text=text, labels=labels, signed=sign)
+            action = "correction.amend"
+        details: dict[str, Any] = {"correction_id": record.id, "version": record.version, "signed": sign,
+                                   "accepted_unchanged": record.accepted_unchanged,
+                                   "draft_id": draft.id if draft else None,
+                                   "model_version_id": draft.model_version_id if draft else None}
+        if draft is not None and not record.accepted_unchanged:
+            if overview.study.split == "train":
+                pair = PairRepository(session).add(overview.study.id, prompt=draft.prompt, chosen=text,
+                                                   rejected=draft.text, source="clinician_edit",
+                                                   image_id=overview.images[0].id if overview.images else None,
+                                                   correction_id=record.id)
+                details["pair_id"] = pair.id
+            else:
+                details["pair_id"] = None  # held-out studies evaluate rounds; they never become training pairs
+        audit.append(action, actor=user, object_type="study", object_id=overview.study.id, details=details)
+        if sign:
+            audit.append("correction.sign", actor=user, object_type="study", object_id=overview.study.id,
+                         details={"correction_id": record.id, "version": record.version})
+        return record
 
 
 def accept_draft(db, user: UserRecord, study_id: int, draft_id: int, text: str) -> CorrectionRecord:

@@ -127,8 +127,12 @@ class StudyRepository(Repository):
         bits_stored: int | None = None,
         warnings: Iterable[str] = (),
         header: dict[str, Any] | None = None,
+        sop_instance_uid_hash: str | None = None,
     ) -> ImageRecord:
-        """Paths are relative to the storage folder (`Settings.storage_dir`), so the folder can move."""
+        """Paths are relative to the storage folder (`Settings.storage_dir`), so the folder can move.
+
+        A second row for the same (study, SOP instance) is refused ("image_exists"), also when two
+        sessions add it at once: the database's unique index decides, not a look-up beforehand."""
         display = storage_relative(display_path, "display_path")
         dicom = storage_relative(dicom_path, "dicom_path")
         with self._session() as session:
@@ -136,6 +140,7 @@ class StudyRepository(Repository):
                 raise OrapoError("study_not_found", f"There is no study with id {study_id}.")
             image = Image(
                 study_id=study_id,
+                sop_instance_uid_hash=sop_instance_uid_hash,
                 dicom_path=dicom,
                 display_path=display,
                 width=int(width),
@@ -146,8 +151,20 @@ class StudyRepository(Repository):
                 header=dict(header or {}),
             )
             session.add(image)
-            session.flush()
+            try:
+                session.flush()
+            except IntegrityError as exc:
+                raise OrapoError("image_exists", "This image has already been uploaded.") from exc
             return image_record(image)
+
+    def find_image(self, study_id: int, *, sop_instance_uid_hash: str, dicom_path: str | None = None) -> ImageRecord | None:
+        """The study's image of this instance; `dicom_path` also finds a row stored before instances were recorded."""
+        with self._session() as session:
+            same = Image.sop_instance_uid_hash == sop_instance_uid_hash
+            if dicom_path is not None:
+                same = same | (Image.dicom_path == storage_relative(dicom_path, "dicom_path"))
+            image = session.scalar(select(Image).where(Image.study_id == study_id, same).order_by(Image.id).limit(1))
+            return None if image is None else image_record(image)
 
     def get(self, study_id: int) -> StudyRecord:
         with self._session() as session:
