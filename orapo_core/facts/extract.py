@@ -93,6 +93,9 @@ _ATTRIBUTE_RES = {
     )
     for name, options in V.ATTRIBUTES.items()
 }
+# Attributes a reference report is checked against: read from the word nearest the mention, never across another finding.
+_NEAREST_ATTRIBUTES = frozenset({"laterality", "severity"})
+_DEVICE_RES = [(re.compile(r"(?<![\w-])(?:" + pattern + r")(?![\w-])"), kind) for pattern, kind in V.DEVICE_TYPES]
 
 
 class _Spans:
@@ -169,11 +172,16 @@ def _next_to(text: str, end: int, start: int) -> bool:
     return len(gap) <= 25 and "," not in gap
 
 
-def _attributes(text: str, left: int, right: int, start: int, end: int) -> dict[str, str]:
+def _attributes(text: str, left: int, right: int, start: int, end: int, barriers: list[tuple[int, int]] = ()) -> dict[str, str]:
     # Attributes live next to the mention: "small left pleural effusion", "effusion on the right".
     lo, hi = max(left, start - 40), min(right, end + 30)
     found: dict[str, str] = {}
     for name, (regex, values) in _ATTRIBUTE_RES.items():
+        if name in _NEAREST_ATTRIBUTES:
+            value = _nearest(regex, values, text, lo, hi, start, end, barriers)
+            if value is not None:
+                found[name] = value
+            continue
         best = None
         for m in regex.finditer(text, lo, hi):
             option = values[m.lastgroup]
@@ -182,6 +190,32 @@ def _attributes(text: str, left: int, right: int, start: int, end: int) -> dict[
         if best is not None:
             found[name] = best[1]
     return found
+
+
+def _nearest(regex, values, text, lo, hi, start, end, barriers) -> str | None:
+    """The value written inside the mention's span, else the nearest before it, else the nearest after it.
+
+    A word with another finding between it and the mention belongs to that finding: in "large right
+    effusion with atelectasis" the atelectasis has neither a side nor a size.
+    """
+    inside, before, after = None, None, None
+    for m in regex.finditer(text, lo, hi):
+        a, b = m.span()
+        if a >= start and b <= end:
+            inside = inside or m
+        elif b <= start:
+            if not any(b <= s and e <= start for s, e in barriers):
+                before = m
+        elif a >= end and after is None:
+            if not any(end <= s and e <= a for s, e in barriers):
+                after = m
+    m = inside or before or after
+    return values[m.lastgroup][1] if m is not None else None
+
+
+def _device(mention: str) -> str | None:
+    lower = mention.lower()
+    return next((kind for regex, kind in _DEVICE_RES if regex.search(lower)), None)
 
 
 def _sentence_at(starts: list[int], sentences: list[Sentence], pos: int) -> Sentence | None:
@@ -222,10 +256,15 @@ def _extract(text: str, attributes: bool) -> ReportFacts:
         mentions.append((m.start(), m.end(), _GROUP_TO_CONCEPT[m.lastgroup], sentence))
 
     facts: list[Fact] = []
+    barriers = [(m[0], m[1]) for m in mentions]
     for start, end, concept, sentence in mentions:
         clause = _clause(terms, sentence, start, end)
         polarity, certainty = _polarity(lower, spans, sentence, start, end, clause)
-        found = _attributes(lower, *clause, start, end) if attributes else {}
+        found = _attributes(lower, *clause, start, end, barriers) if attributes else {}
+        if attributes and concept == "Support Devices":
+            device = _device(text[start:end])
+            if device:
+                found["device"] = device
         if certainty:
             found["certainty"] = certainty
         facts.append(Fact(concept, polarity, found, sentence.index, start, end, text[start:end]))
@@ -238,6 +277,7 @@ def _extract(text: str, attributes: bool) -> ReportFacts:
 def _size_facts(text, lower, sentences, terms, spans, mentions, with_attributes=True) -> list[Fact]:
     """Facts read from an organ and its qualifier: "heart size is normal", "the mediastinum is widened"."""
     taken_starts = [m[0] for m in mentions]
+    barriers = [(m[0], m[1]) for m in mentions]
     facts: list[Fact] = []
     starts = [s.start for s in sentences]
     for m in _ANATOMY_RE.finditer(lower):
@@ -258,7 +298,7 @@ def _size_facts(text, lower, sentences, terms, spans, mentions, with_attributes=
             q = qualifier_re.search(lower, max(left, start - 30), start)
         if q is None:
             continue
-        attributes = _attributes(lower, left, right, start, q.end()) if with_attributes else {}
+        attributes = _attributes(lower, left, right, start, q.end(), barriers) if with_attributes else {}
         if q.group("normal"):
             polarity = NEGATIVE
         elif _HEDGED_SIZE.search(q.group()):

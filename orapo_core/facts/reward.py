@@ -16,6 +16,10 @@ from orapo_core.facts.extract import extract_facts, labels_from_facts
 from orapo_core.facts.labels import normalize_labels
 from orapo_core.facts.score import score_facts
 
+# Whether the reward checks side, severity and device type against the reference report by
+# default (OraPOConfig.facts_attribute_check); the measurement behind it is in the README's FactS section.
+ATTRIBUTE_CHECK_DEFAULT = True
+
 
 def completion_text(completion) -> str:
     """The report text of a completion: a plain string, or the last assistant turn of a conversation."""
@@ -34,11 +38,11 @@ def completion_text(completion) -> str:
     return ""
 
 
-def _reference(labels, reference_text) -> dict | None:
+def _reference(labels, reference_facts) -> dict | None:
     reference = normalize_labels(labels) if labels is not None else {}
     if not any(v is not None for v in reference.values()):
-        if reference_text:
-            return labels_from_facts(extract_facts(reference_text).facts, "chexpert")
+        if reference_facts is not None:
+            return labels_from_facts(reference_facts.facts, "chexpert")
         return None
     return reference
 
@@ -49,6 +53,7 @@ def make_facts_reward(
     precision_aware: bool = True,
     penalty: float = 0.5,
     reference_text_column: str | None = None,
+    attribute_check: bool = ATTRIBUTE_CHECK_DEFAULT,
     name: str | None = None,
 ):
     """A FactS reward with fixed parameters.
@@ -56,28 +61,41 @@ def make_facts_reward(
     beta > 1 favours recall, as the OraPO paper does; `precision_aware` charges
     contradicted and unsupported sentences (see `score_facts`). Rows without
     labels are scored against the report in `reference_text_column` when given,
-    otherwise they get None.
+    otherwise they get None. With `attribute_check` the reference report (the
+    `reference_text_column`, by default `reference_report`) also judges each
+    entailed finding's side, severity and device type, while the labels still
+    decide which findings are right; a row without a reference report is judged
+    per observation. Attribute contradictions change the reward only through the
+    precision-aware penalty: with `precision_aware=False` they change nothing.
     """
     if beta <= 0:
         raise OrapoError("bad_beta", f"beta must be positive (got {beta}); beta > 1 favours recall.")
     if not 0 <= penalty <= 1:
         raise OrapoError("bad_penalty", f"penalty must lie in [0, 1] (got {penalty}).")
+    text_column = reference_text_column or ("reference_report" if attribute_check else None)
 
     def facts_reward(completions, *, labels=None, log_metric=None, **kwargs) -> list[float | None]:
         n = len(completions)
         labels = list(labels) if labels is not None else [None] * n
-        references = kwargs.get(reference_text_column) if reference_text_column else None
+        references = kwargs.get(text_column) if text_column else None
         references = list(references) if references is not None else [None] * n
         if len(labels) != n or len(references) != n:
             raise OrapoError("reward_shape", f"{n} completions but {len(labels)} label sets were given.")
         rewards: list[float | None] = []
         precisions, recalls = [], []
+        extracted: dict[str, object] = {}  # a group's G completions share one reference: extract it once
         for completion, row_labels, row_reference in zip(completions, labels, references):
-            reference = _reference(row_labels, row_reference)
+            reference_facts = None
+            if row_reference and (attribute_check or reference_text_column):
+                if row_reference not in extracted:
+                    extracted[row_reference] = extract_facts(row_reference)
+                reference_facts = extracted[row_reference]
+            reference = _reference(row_labels, reference_facts if reference_text_column else None)
             if reference is None:
                 rewards.append(None)
                 continue
-            score = score_facts(extract_facts(completion_text(completion)), reference, beta=beta, precision_aware=precision_aware, penalty=penalty)
+            score = score_facts(extract_facts(completion_text(completion)), reference, beta=beta, precision_aware=precision_aware,
+                                penalty=penalty, reference_facts=reference_facts if attribute_check else None)
             rewards.append(score.facts_score)
             precisions.append(score.precision)
             recalls.append(score.recall)

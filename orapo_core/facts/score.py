@@ -5,12 +5,24 @@ falling back to a finer concept name when the reference has one (an "Emphysema"
 column). Uncertain findings count as asserted, as the clinical-efficacy
 convention does; a denial of a finding the reference never mentions is
 entailed, because CheXpert's blank means "not mentioned", not "unknown".
+
+When the reference is a report, not only labels, a fact that the labels entail
+is also held against the reference's own facts of the same observation: its
+side, severity and device type must agree with at least one of them, else it is
+contradicted with the reason ("side: left in the draft, right in the report").
+A "small left effusion" is not the "large right effusion" a radiologist signed,
+though both are a Pleural Effusion. Labels carry no attributes, so against
+labels alone the judgement stays per observation. The precision and recall of
+the score stay per observation either way (as in the paper); attribute
+contradictions reach the score through the sentences the precision-aware
+variant charges.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from orapo_core.facts import vocabulary as V
 from orapo_core.facts.extract import NEGATIVE, Fact, ReportFacts, extract_facts, labels_from_facts
 from orapo_core.facts.labels import normalize_labels, with_no_finding
 from orapo_core.facts.ontology import CHEXPERT_14, project
@@ -24,6 +36,7 @@ class FactJudgement:
     label: str | None  # the reference label the fact was judged against
     reference: int | None  # that label's reference value
     verdict: str  # entailed | contradicted | unsupported
+    reason: str | None = None  # why an attribute check contradicted it: "side: left in the draft, right in the report"
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,84 @@ def judge_fact(fact: Fact, reference: dict[str, int | None]) -> FactJudgement:
     return FactJudgement(fact, name, value, verdict)
 
 
+# The attributes a reference report is checked for, and how a reason names them.
+ATTRIBUTE_NAMES = {"laterality": "side", "severity": "severity", "device": "device"}
+
+
+def _compared(fact: Fact) -> dict[str, str]:
+    """The attributes of a fact that are checked: side and device for a device, side and severity otherwise."""
+    names = ("device", "laterality") if fact.observation == "Support Devices" else ("laterality", "severity")
+    return {n: fact.attributes[n] for n in names if (fact.attributes or {}).get(n)}
+
+
+def _agree(name: str, drafted: str, reported: str) -> bool:
+    if name == "severity":
+        a, b = V.SEVERITY_GRADES.get(drafted), V.SEVERITY_GRADES.get(reported)
+        if a is None or b is None:  # a value the vocabulary does not grade (an LLM extractor's own word)
+            return True
+        return max(a[0] - b[1], b[0] - a[1]) < V.SEVERITY_CONTRADICTION_GAP
+    return drafted.lower() == reported.lower()
+
+
+def _reason(name: str, drafted: str, reported) -> str:
+    values = sorted(set(reported)) if not isinstance(reported, str) else [reported]
+    return f"{ATTRIBUTE_NAMES[name]}: {drafted} in the draft, {' and '.join(values)} in the report"
+
+
+def attribute_conflicts(fact: Fact, reference: Fact) -> list[str]:
+    """Reasons `fact` disagrees with one reference fact of its observation; [] when they may be one finding.
+
+    An attribute only one of them states cannot disagree: "effusion" agrees with "small left effusion".
+    """
+    drafted, reported = _compared(fact), _compared(reference)
+    return [_reason(n, v, reported[n]) for n, v in drafted.items() if n in reported and not _agree(n, v, reported[n])]
+
+
+def _reference_facts(reference_facts: ReportFacts | None) -> dict[str, list[Fact]] | None:
+    """The reference report's asserted facts by the label they are judged under."""
+    if reference_facts is None:
+        return None
+    by_label: dict[str, list[Fact]] = {}
+    for fact in reference_facts.facts:
+        if fact.polarity != NEGATIVE:
+            by_label.setdefault(project(fact.observation, "chexpert") or fact.observation, []).append(fact)
+    return by_label
+
+
+def check_attributes(judgement: FactJudgement, by_label: dict[str, list[Fact]]) -> FactJudgement:
+    """An entailed assertion checked against the reference report's facts of the same observation.
+
+    Two rules, so that a report's impression restating a finding without its side ("Cardiomegaly.")
+    neither vouches for a wrong side nor hides one:
+    1. each attribute the draft states must agree with one of the values the report states for that
+       observation (devices: among the report's devices of the same type), when it states any;
+    2. one reference fact must agree on every attribute both state, among those that state any of the
+       draft's: "large left effusion" is neither of "small left effusion. Large right effusion."
+    A reference that states none of the draft's attributes leaves the verdict as it is.
+    """
+    fact = judgement.fact
+    drafted = _compared(fact)
+    if judgement.verdict != ENTAILED or fact.polarity == NEGATIVE or not drafted:
+        return judgement
+    candidates = by_label.get(project(fact.observation, "chexpert") or fact.observation) or []
+    if "device" in drafted:
+        types = {r.attributes["device"] for r in candidates if (r.attributes or {}).get("device")}
+        if types and drafted["device"] not in types:
+            return replace(judgement, verdict=CONTRADICTED, reason=_reason("device", drafted["device"], types))
+        candidates = [r for r in candidates if (r.attributes or {}).get("device") == drafted["device"]]
+    reasons = []
+    for name, value in drafted.items():
+        stated = {_compared(r).get(name) for r in candidates} - {None}
+        if stated and not any(_agree(name, value, v) for v in stated):
+            reasons.append(_reason(name, value, stated))
+    if not reasons:
+        conflicts = [attribute_conflicts(fact, r) for r in candidates if set(_compared(r)) & set(drafted)]
+        if not conflicts or not all(conflicts):
+            return judgement
+        reasons = min(conflicts, key=len)
+    return replace(judgement, verdict=CONTRADICTED, reason="; ".join(reasons))
+
+
 def fbeta(precision: float, recall: float, beta: float) -> float:
     b2 = beta * beta
     denominator = b2 * precision + recall
@@ -82,8 +173,13 @@ def score_facts(
     beta: float = 1.0,
     precision_aware: bool = False,
     penalty: float = 0.5,
+    reference_facts: ReportFacts | None = None,
 ) -> ReportScore:
-    """Score extracted facts against normalised reference labels (see `score_report`)."""
+    """Score extracted facts against normalised reference labels (see `score_report`).
+
+    With `reference_facts` (the reference report's extraction) entailed assertions are also checked
+    for side, severity and device type against the reference's facts of the same observation.
+    """
     if beta <= 0:
         from orapo_core.errors import OrapoError
 
@@ -96,9 +192,13 @@ def score_facts(
     recall = hits / len(held) if held else 1.0
     plain = fbeta(precision, recall, beta)
 
+    by_label = _reference_facts(reference_facts)
     by_sentence: dict[int, list[FactJudgement]] = {}
     for fact in report.facts:
-        by_sentence.setdefault(fact.sentence_index, []).append(judge_fact(fact, reference))
+        judgement = judge_fact(fact, reference)
+        if by_label is not None:
+            judgement = check_attributes(judgement, by_label)
+        by_sentence.setdefault(fact.sentence_index, []).append(judgement)
     sentences = []
     for s in report.sentences:
         judged = by_sentence.get(s.index, [])
@@ -128,9 +228,12 @@ def score_report(
     precision_aware: bool = False,
     penalty: float = 0.5,
     extractor=None,
+    attribute_check: bool = True,
 ) -> ReportScore:
     """FactS of one report against reference labels or a reference report labelled the same way.
 
+    Labels, when given, decide the observations; a reference report, when given, also decides
+    side, severity and device type (`attribute_check`, on by default: see `score_facts`).
     `extractor` is anything with `extract(text) -> ReportFacts` (the LLM extractor);
     the rule-based extractor is used when it is None.
     """
@@ -139,5 +242,7 @@ def score_report(
 
         raise OrapoError("no_reference", "score_report needs reference labels or a reference report.")
     extract = extractor.extract if extractor is not None else extract_facts
-    reference = normalize_labels(labels) if labels is not None else labels_from_facts(extract(reference_text).facts, "chexpert")
-    return score_facts(extract(text), reference, beta=beta, precision_aware=precision_aware, penalty=penalty)
+    reference_facts = extract(reference_text) if reference_text is not None else None
+    reference = normalize_labels(labels) if labels is not None else labels_from_facts(reference_facts.facts, "chexpert")
+    return score_facts(extract(text), reference, beta=beta, precision_aware=precision_aware, penalty=penalty,
+                       reference_facts=reference_facts if attribute_check else None)

@@ -114,9 +114,15 @@ MENTIONS: dict[str, tuple[str, ...]] = {
         r"pacer",
         r"(?:aicd|icd)",
         r"(?:cardiac )?defibrillator",
-        r"(?:endotracheal|et|tracheostomy|nasogastric|ng|og|orogastric|feeding|chest|enteric|dobhoff) tubes?",
+        r"(?:endotracheal|et|tracheostomy|trach|nasogastric|ng|og|orogastric|feeding|chest|enteric|dobhoff) tubes?",
         r"(?:picc|central venous|central|venous|midline|swan[\s-]ganz|dialysis|jugular|subclavian) (?:lines?|catheters?)",
+        r"(?:ij|internal jugular|subclavian|femoral) (?:central )?(?:venous )?(?:lines?|catheters?|cvc)",
         r"picc",
+        r"cvc",
+        r"ett",
+        r"ngt|ogt",
+        r"dobhoff",
+        r"swan[\s-]ganz",
         r"catheters?",
         r"port[\s-]?a[\s-]?cath",
         r"(?:chest |power |infusion )?port",
@@ -329,15 +335,20 @@ ASSERTION_OPENERS = (
     r"\d+(?:\.\d+)?",
     r"(?:tiny|trace|minimal|small|mild|mildly|moderate|moderately|large|severe|severely|extensive|marked|markedly)",
     r"(?:new|newly|increas\w*|enlarging|worse\w*|progressi\w*|persistent|persisting|stable|unchanged|chronic|residual|decreas\w*|improv\w*)",
-    r"(?:left|right|bilateral|bibasila\w*|bibasal|biapical)",
+    # "Effusions, right greater than left" goes on describing the effusions; it asserts nothing new.
+    r"(?:(?:left|right)(?! (?:greater|larger|more|worse) than)|bilateral|bibasila\w*|bibasal|biapical)",
 )
 
-# Attributes worth showing beside a highlighted fact.
+# Attributes worth showing beside a highlighted fact. Laterality and severity are read from the
+# word nearest the mention in its clause (see `extract._attributes`); location and change from the
+# first-listed value found near it.
+_NOT_HEART = r"(?![\s-]+(?:atri\w*|ventric\w*|heart|sided heart))"
 ATTRIBUTES: dict[str, tuple[tuple[str, str], ...]] = {
     "laterality": (
-        (r"bilateral(?:ly)?|both|bibasila\w*|bibasal", "bilateral"),
-        (r"right|rt", "right"),
-        (r"left|lt", "left"),
+        # "right greater than left" is both sides; "right atrium" is no side of the chest.
+        (r"bilateral(?:ly)?|both|bibasila\w*|bibasal|biapical|(?:right|left)[\s-]+(?:greater|larger|more|worse) than (?:the )?(?:left|right)", "bilateral"),
+        (r"right[\s-]sided|right" + _NOT_HEART + r"|rt", "right"),
+        (r"left[\s-]sided|left" + _NOT_HEART + r"|lt|lingula\w*", "left"),  # the lingula is the left lung's
     ),
     "location": (
         (r"upper lobes?|upper lung zones?|upper lungs?|apex|apices|apical", "upper"),
@@ -347,11 +358,18 @@ ATTRIBUTES: dict[str, tuple[tuple[str, str], ...]] = {
         (r"retrocardiac", "retrocardiac"),
         (r"costophrenic", "costophrenic"),
     ),
+    # A range ("small to moderate") is one value; "no significant change" is no severity.
     "severity": (
-        (r"tiny|trace|minimal|minimally|subtle|slight|small", "small"),
+        (r"(?:tiny|trace|minimal|small)(?:\s+to\s+|\s*-\s*)moderate(?:[\s-]sized?)?", "small to moderate"),
+        (r"mild(?:ly)?(?:\s+to\s+|\s*-\s*)moderate(?:ly)?", "mild to moderate"),
+        (r"moderate(?:\s+to\s+|\s*-\s*)large(?:[\s-]sized?)?", "moderate to large"),
+        (r"moderate(?:ly)?(?:\s+to\s+|\s*-\s*)(?:severe|severely|marked|markedly)", "moderate to severe"),
+        (r"tiny|trace|minimal|minimally|subtle|slight|small(?:[\s-]sized?)?", "small"),
         (r"mild|mildly", "mild"),
-        (r"moderate|moderately", "moderate"),
-        (r"large|severe|severely|extensive|massive|marked|markedly|significant", "large"),
+        (r"moderate(?:[\s-]sized?)?|moderately", "moderate"),
+        (r"large(?:[\s-]sized?)?|extensive|massive|sizable|sizeable|substantial"
+         r"|(?<!no )(?<!not )(?<!without )(?<!no other )significant", "large"),
+        (r"severe|severely|marked|markedly", "severe"),
     ),
     "change": (
         (r"new|newly|developing|interval development", "new"),
@@ -360,3 +378,39 @@ ATTRIBUTES: dict[str, tuple[tuple[str, str], ...]] = {
         (r"unchanged|stable|persistent|persists|chronic|again (?:seen|noted)|no (?:significant |interval )?change", "unchanged"),
     ),
 }
+
+# Severity as grades, for telling "clearly different" from "a reader's rounding": small and mild are
+# one grade (effusions are small, hearts mildly enlarged), moderate the next, large and severe the
+# last; a range spans its two grades. Two severities contradict each other only when their grades
+# are two or more apart (small vs large, mild vs severe): small vs moderate is the same finding
+# called by two readers, not a disagreement.
+SEVERITY_GRADES: dict[str, tuple[int, int]] = {
+    "small": (1, 1),
+    "mild": (1, 1),
+    "small to moderate": (1, 2),
+    "mild to moderate": (1, 2),
+    "moderate": (2, 2),
+    "moderate to large": (2, 3),
+    "moderate to severe": (2, 3),
+    "large": (3, 3),
+    "severe": (3, 3),
+}
+SEVERITY_CONTRADICTION_GAP = 2
+
+# The kind of a support device, read from its mention: the first type whose pattern the mention
+# contains. A line is not a tube: an "IJ central line" in the draft and only an "endotracheal tube"
+# in the report disagree. Generic mentions ("catheter", "drain", "support devices", "hardware")
+# get no type and agree with any device.
+DEVICE_TYPES: tuple[tuple[str, str], ...] = (
+    (r"endotracheal|et tubes?|ett", "endotracheal tube"),
+    (r"tracheostomy|trach", "tracheostomy tube"),
+    (r"nasogastric|orogastric|ng|og|ngt|ogt|feeding|enteric|dobhoff", "enteric tube"),
+    (r"chest tubes?", "chest tube"),
+    (r"picc|central|venous|cvc|ij|internal jugular|jugular|subclavian|femoral|midline|swan[\s-]ganz|dialysis"
+     r"|port[\s-]?a[\s-]?cath|port", "central line"),
+    (r"pacemakers?|pacer|pacing|aicd|icd|defibrillator|leads?", "pacemaker"),
+    (r"sternotomy|sternal", "sternotomy wires"),
+    (r"clips", "surgical clips"),
+    (r"stents?", "stent"),
+    (r"valve|prosthetic", "valve prosthesis"),
+)

@@ -73,6 +73,16 @@ class OraPOConfig(GRPOConfig):
     )
     facts_beta: float = field(default=1.0, metadata={"help": "β of the FactS F-score (1.0 weighs precision and recall alike)."})
     precision_aware: bool = field(default=True, metadata={"help": "Use FactS's precision-aware scoring (penalises invented findings)."})
+    facts_attribute_check: bool = field(
+        default=True,
+        metadata={
+            "help": "FactS also checks each finding's side, severity and device type against the reference_report column "
+            "(a 'small left effusion' against a 'large right effusion' is contradicted); the labels still decide which "
+            "findings are right. It acts through the precision-aware penalty only, so it changes nothing with "
+            "precision_aware false, nor on rows without a reference report. See the README's FactS section for the "
+            "measurement behind the default."
+        },
+    )
     metrics_jsonl: str | None = field(
         default=None,
         metadata={"help": "Where every logged step is appended as one JSON line; default: <output_dir>/metrics.jsonl."},

@@ -1,6 +1,7 @@
 """Reward functions by name or dotted import (open-r1 style), FactS by default.
 
-'facts' is FactS built with the recipe's `facts_beta` and `precision_aware`;
+'facts' is FactS built with the recipe's `facts_beta`, `precision_aware` and
+`facts_attribute_check`;
 'rouge_l' and 'token_f1' are text-overlap rewards against the reference report
 (the paper's "accuracy reward" baseline: they reward wording, not findings);
 other names go to FactS' registry (`facts_plain`, `facts_recall`, ...) or are
@@ -67,7 +68,8 @@ token_f1_reward = _overlap_reward("token_f1_reward", lambda a, b: sum((Counter(a
 TEXT_REWARDS = {"rouge_l": rouge_l_reward, "token_f1": token_f1_reward}
 
 
-def resolve_reward(name: str, *, facts_beta: float = 1.0, precision_aware: bool = True):
+def resolve_reward(name: str, *, facts_beta: float = 1.0, precision_aware: bool = True, attribute_check: bool | None = None):
+    """The reward named `name`; FactS's parameters apply to 'facts' only (None: FactS's own default)."""
     try:
         from orapo_core.facts import get_reward, make_facts_reward
     except ImportError:  # FactS missing from this build: dotted imports still work
@@ -80,7 +82,8 @@ def resolve_reward(name: str, *, facts_beta: float = 1.0, precision_aware: bool 
                 "reward_missing",
                 "The FactS reward is not available in this build: set reward_name to a dotted import of another reward.",
             )
-        return make_facts_reward(beta=facts_beta, precision_aware=precision_aware)
+        extra = {} if attribute_check is None else {"attribute_check": attribute_check}
+        return make_facts_reward(beta=facts_beta, precision_aware=precision_aware, **extra)
     if get_reward is not None:
         return get_reward(name)
     module_name, sep, attr = name.replace(":", ".").rpartition(".")

@@ -95,7 +95,8 @@ class OraPOTrainer(GRPOTrainer):
         if not isinstance(args, OraPOConfig):
             raise TypeError("OraPOTrainer needs an OraPOConfig as `args` (TRL's GRPOConfig lacks the oracle settings).")
         if reward_funcs is None:
-            reward_funcs = resolve_reward(args.reward_name, facts_beta=args.facts_beta, precision_aware=args.precision_aware)
+            reward_funcs = resolve_reward(args.reward_name, facts_beta=args.facts_beta, precision_aware=args.precision_aware,
+                                          attribute_check=args.facts_attribute_check)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         self.miner = miner or OraclePairMiner.from_config(args)
         self._last_rewards_per_func: torch.Tensor | None = None
