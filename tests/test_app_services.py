@@ -237,16 +237,54 @@ def test_highlights_before_and_after_editing(app_env):
     study, draft = _train_study(db, rad)
     before = reports.highlights_for(draft, draft.text)
     assert before.mode == "confidence"
-    assert [label for _, label in before.spans if label] == ["low confidence", "high confidence"]
+    assert [label for _, label in before.spans if label] == ["confidence 0.40", "confidence 1.00"]
     after = reports.highlights_for(draft, "No pleural effusion. No pneumothorax. Consolidation in the left lower lobe.")
-    assert [label for _, label in after.spans if label] == ["contradicted", "entailed"]
+    assert [label for _, label in after.spans if label] == ["✗ contradicted", "✓ entailed"]
     assert after.missed == ["Consolidation"]
-    assert set(reports.COLOR_MAP) >= {"entailed", "contradicted", "unsupported", "high confidence", "low confidence"}
     rows = reports.sentence_facts(draft.text, 0, "No pleural effusion.")
-    assert rows == [["pleural effusion", "Pleural Effusion", "positive", "laterality=right, severity=small", "contradicted"]]
+    assert rows == [["pleural effusion", "Pleural Effusion", "positive", "laterality=right, severity=small",
+                     "contradicted (pleural effusion: stated in the draft, denied in the report)"]]
+    assert after.reasons == [("There is a small right pleural effusion.", "pleural effusion: stated in the draft, denied in the report")]
     # the Read tab's rescore, by the stored draft's id: the same highlights as from the record
     assert reports.rescore(db, draft.id, draft.text) == before
     assert reports.rescore(db, draft.id, "No pleural effusion. No pneumothorax. Consolidation in the left lower lobe.") == after
+
+
+def test_confidence_and_verdict_highlights_speak_different_languages(app_env):
+    """Before editing a number on blue, after editing a symbol on green/red/grey: no label, colour or title shared."""
+    from app.services import reports
+
+    settings, db, admin, rad, other = app_env
+    study, draft = _train_study(db, rad)  # "There is a small right pleural effusion." 0.4, "No pneumothorax." 1.0
+    before = reports.highlights_for(draft, draft.text)
+    after = reports.highlights_for(draft, "Large left pleural effusion. No pneumothorax.")
+    labels_before = {label for _, label in before.spans if label}
+    labels_after = {label for _, label in after.spans if label}
+    assert labels_after == {"✗ contradicted: side, severity", "✓ entailed"}
+    assert not labels_before & labels_after and not set(before.color_map.values()) & set(after.color_map.values())
+    assert set(before.color_map) == labels_before and set(after.color_map) == labels_after
+    assert before.color_map["confidence 0.40"] != before.color_map["confidence 1.00"]  # darker where less sure
+    assert before.title != after.title and "confidence" in before.title and "verdict" in after.title
+    # each mode's legend names its own colours, and only those
+    assert {c for _, c, _ in before.legend()} == {c for _, c, _ in reports.CONFIDENCE_BANDS}
+    assert {label for label, _, _ in after.legend()} == {"✓ entailed", "✗ contradicted", "? unsupported"}
+    assert not {c for _, c, _ in before.legend()} & set(reports.COLOR_MAP.values())
+    # every verdict label a sentence can get has its colour in the static map the panel starts with
+    assert set(after.color_map.items()) <= set(reports.COLOR_MAP.items())
+    # the reason is under the panel and in the facts table, word for word
+    assert after.reasons == [("There is a small right pleural effusion.", "side: right in the draft, left in the report; "
+                                                                          "severity: small in the draft, large in the report")]
+    rows = reports.sentence_facts(draft.text, 0, "Large left pleural effusion. No pneumothorax.")
+    assert rows == [["pleural effusion", "Pleural Effusion", "positive", "laterality=right, severity=small",
+                     "contradicted (side: right in the draft, left in the report; "
+                     "severity: small in the draft, large in the report)"]]
+    # a device of another type
+    device = reports.facts_highlights("Right IJ central line. No pneumothorax.", "Endotracheal tube in place. No pneumothorax.")
+    assert [label for _, label in device.spans if label] == ["✗ contradicted: device", "✓ entailed"]
+    # a sentence without a finding gets no badge, and an empty draft panel is titled as such
+    neutral = reports.facts_highlights("Portable AP view. No pneumothorax.", "No pneumothorax.")
+    assert [label for _, label in neutral.spans] == [None, None, "✓ entailed"]
+    assert reports.facts_highlights("No pneumothorax.", "").title == reports.TITLES["empty"]
 
 
 def test_worklist_scopes_and_filters(app_env):

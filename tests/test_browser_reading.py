@@ -83,8 +83,17 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         def status_of(sentence: str):
             return page.locator("#orapo-highlights .token", has_text=sentence).locator(".label")
 
-        expect(status_of("There is a small right pleural effusion.")).to_have_text("low confidence", timeout=60_000)
-        expect(status_of("Heart size is normal.")).to_have_text("high confidence")  # every sample agrees
+        # before editing: the share of samples that agree, as a number on a blue badge, under a title saying so
+        expect(status_of("There is a small right pleural effusion.")).to_have_text(re.compile(r"^confidence 0\.[0-4]\d$"),
+                                                                                   timeout=60_000)
+        expect(status_of("Heart size is normal.")).to_have_text("confidence 1.00")  # every sample agrees
+        panel = page.locator("#orapo-highlights")
+        expect(panel).to_contain_text("the model's confidence per sentence")
+        expect(page.locator("#orapo-missed")).to_contain_text("share of the model's samples that agree")
+        low_badge = status_of("There is a small right pleural effusion.")
+        # a badge never wraps inside, whatever the width of the panel
+        assert low_badge.evaluate("e => getComputedStyle(e).whiteSpace") == "nowrap"
+        confidence_colour = low_badge.evaluate("e => getComputedStyle(e).backgroundColor")
         expect(page.locator("#orapo-report textarea")).to_have_value(GREEDY)
         expect(page.locator("#orapo-accept")).to_be_enabled(timeout=30_000)  # the report is the draft
         shot("4-drafted")
@@ -92,9 +101,16 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         edited = GREEDY.replace("There is a small right pleural effusion.", "No pleural effusion.") + \
             " Consolidation in the left lower lobe."
         page.locator("#orapo-report textarea").fill(edited)
-        expect(status_of("There is a small right pleural effusion.")).to_have_text("contradicted")
-        expect(status_of("No pneumothorax.")).to_have_text("entailed")
+        expect(status_of("There is a small right pleural effusion.")).to_have_text("✗ contradicted")
+        expect(status_of("No pneumothorax.")).to_have_text("✓ entailed")
         expect(page.locator("#orapo-missed")).to_contain_text("Missed by the draft: Consolidation")
+        # after editing: verdicts with a symbol, their own colours, legend and title
+        expect(panel).to_contain_text("the FactS verdict per sentence")
+        expect(page.locator("#orapo-missed")).to_contain_text("your report says otherwise")
+        expect(page.locator("#orapo-missed")).to_contain_text(
+            "There is a small right pleural effusion. pleural effusion: stated in the draft, denied in the report")
+        verdict_colour = status_of("There is a small right pleural effusion.").evaluate("e => getComputedStyle(e).backgroundColor")
+        assert verdict_colour == "rgb(198, 40, 40)" and confidence_colour != verdict_colour
         page.locator("#orapo-highlights .token", has_text="There is a small right pleural effusion.").click()
         expect(page.locator("#orapo-facts")).to_contain_text("Pleural Effusion")
         expect(page.locator("#orapo-facts")).to_contain_text("contradicted")

@@ -1,10 +1,13 @@
 """The clinician's side of a report: highlights, saving, signing, amending, the worklist.
 
-Before editing, each draft sentence is coloured by the model's self-consistency
-(how often its K samples agreed); once the clinician edits, the same draft
-sentences are judged by FactS against the edited text, so the colours say what
-the correction changed: entailed, contradicted, or unsupported. A saved edit is
-also a preference pair (chosen = correction, rejected = draft) for the next round.
+Before editing, each draft sentence shows the model's self-consistency (how often
+its K samples agreed) as a number on a blue shade; once the clinician edits, the
+same draft sentences are judged by FactS against the edited text and show a
+verdict with a symbol, in green, red or grey: entailed, contradicted (with what
+disagrees: side, severity or device), or unsupported. The two modes never share
+a colour or a label, so green can only mean "your report says the same". A
+saved edit is also a preference pair (chosen = correction, rejected = draft) for
+the next round.
 """
 
 from __future__ import annotations
@@ -15,15 +18,49 @@ from typing import Any
 from db.records import CorrectionRecord, DraftRecord, StudyOverview, UserRecord
 from db.repositories.reports import same_text
 from orapo_core.errors import OrapoError
+from orapo_core.facts.score import ATTRIBUTE_NAMES
 
-CONFIDENCE_COLORS = {"high confidence": "#2e7d32", "medium confidence": "#f9a825", "low confidence": "#c62828"}
-FACTS_COLORS = {"entailed": "#2e7d32", "contradicted": "#c62828", "unsupported": "#f9a825", "neutral": "#9e9e9e"}
-COLOR_MAP = {**CONFIDENCE_COLORS, **FACTS_COLORS}
 HIGH, MEDIUM = 0.75, 0.5
+# Confidence: blues, darker where fewer samples agree; the label is the number itself.
+CONFIDENCE_BANDS = ((HIGH, "#5b9bd5", "most samples agree"), (MEDIUM, "#1e6fc2", "some samples disagree"),
+                    (0.0, "#0b2f6b", "most samples disagree: read first"))
+# Verdicts: a symbol and a word on green, red or grey. A sentence without a finding has no label.
+VERDICT_LABELS = {"entailed": "✓ entailed", "contradicted": "✗ contradicted", "unsupported": "? unsupported"}
+VERDICT_COLORS = {"entailed": "#2e7d32", "contradicted": "#c62828", "unsupported": "#757575"}
+VERDICT_MEANINGS = {"entailed": "your report says the same",
+                    "contradicted": "your report says otherwise (after the colon: side, severity or device)",
+                    "unsupported": "your report does not say it"}
+_REASON_KINDS = tuple(ATTRIBUTE_NAMES.values())  # what a contradiction can name: side, severity, device
+# Every verdict label a sentence can get, with its colour (a contradiction names what disagrees).
+COLOR_MAP = {VERDICT_LABELS[v]: c for v, c in VERDICT_COLORS.items()} | {
+    f"{VERDICT_LABELS['contradicted']}: {kinds}": VERDICT_COLORS["contradicted"]
+    for kinds in ("side", "severity", "device", "side, severity", "side, device")
+}
+TITLES = {"confidence": "Draft before your edit: the model's confidence per sentence (blue, darker = less sure)",
+          "facts": "Draft checked against your report: the FactS verdict per sentence",
+          "empty": "Draft, sentence by sentence"}
 
 
 def confidence_label(confidence: float) -> str:
-    return "high confidence" if confidence >= HIGH else "medium confidence" if confidence >= MEDIUM else "low confidence"
+    """The label of a sentence before editing: its confidence as a number, e.g. "confidence 0.25"."""
+    return f"confidence {confidence:.2f}"
+
+
+def confidence_color(confidence: float) -> str:
+    return next(color for floor, color, _ in CONFIDENCE_BANDS if confidence >= floor)
+
+
+def verdict_label(sentence) -> str | None:
+    """A sentence's verdict label; a contradiction names the attributes that disagree ("✗ contradicted: side")."""
+    if sentence.status not in VERDICT_LABELS:
+        return None  # nothing in the sentence to check
+    label = VERDICT_LABELS[sentence.status]
+    if sentence.status == "contradicted":
+        kinds = {part.split(":")[0] for j in sentence.facts if j.verdict == "contradicted" and j.reason
+                 for part in j.reason.split("; ")}
+        if kinds and not any(j.verdict == "contradicted" and not j.reason for j in sentence.facts):
+            label += ": " + ", ".join(k for k in _REASON_KINDS if k in kinds)
+    return label
 
 
 @dataclass(frozen=True)
@@ -31,6 +68,20 @@ class Highlights:
     spans: list[tuple[str, str | None]]  # (text, label) pairs for gr.HighlightedText
     missed: list[str] = field(default_factory=list)  # findings of the reference the draft does not state
     mode: str = "confidence"  # 'confidence' before editing, 'facts' after
+    color_map: dict[str, str] = field(default_factory=dict)  # the colour of every label in `spans`
+    reasons: list[tuple[str, str]] = field(default_factory=list)  # (draft sentence, why it is contradicted)
+
+    @property
+    def title(self) -> str:
+        """The panel title: which of the two modes is shown."""
+        return TITLES[self.mode] if any(label for _, label in self.spans) else TITLES["empty"]
+
+    def legend(self) -> list[tuple[str, str, str]]:
+        """(label, colour, meaning) for each colour this mode uses."""
+        if self.mode == "facts":
+            return [(VERDICT_LABELS[v], VERDICT_COLORS[v], VERDICT_MEANINGS[v]) for v in VERDICT_LABELS]
+        bounds = [f"{HIGH:.2f} or more", f"{MEDIUM:.2f} to {HIGH:.2f}", f"under {MEDIUM:.2f}"]
+        return [(f"confidence {b}", color, meaning) for b, (_, color, meaning) in zip(bounds, CONFIDENCE_BANDS)]
 
 
 def confidence_highlights(draft: DraftRecord) -> Highlights:
@@ -38,10 +89,14 @@ def confidence_highlights(draft: DraftRecord) -> Highlights:
     if not sentences:  # a draft made with samples=0 has no confidences
         return Highlights([(draft.text, None)])
     spans: list[tuple[str, str | None]] = []
+    colors: dict[str, str] = {}
     for s in sentences:
-        spans.append((s["text"], confidence_label(float(s["confidence"]))))
+        confidence = float(s["confidence"])
+        label = confidence_label(confidence)
+        colors[label] = confidence_color(confidence)
+        spans.append((s["text"], label))
         spans.append((" ", None))
-    return Highlights(spans[:-1])
+    return Highlights(spans[:-1], color_map=colors)
 
 
 def facts_highlights(draft_text: str, corrected_text: str) -> Highlights:
@@ -52,10 +107,25 @@ def facts_highlights(draft_text: str, corrected_text: str) -> Highlights:
         return Highlights([(draft_text, None)], mode="facts")
     score = score_report(draft_text, reference_text=corrected_text)
     spans: list[tuple[str, str | None]] = []
+    reasons: list[tuple[str, str]] = []
+    colors: dict[str, str] = {}
     for s in score.sentences:
-        spans.append((s.text, s.status))
+        label = verdict_label(s)
+        if label:
+            colors[label] = VERDICT_COLORS[s.status]
+        spans.append((s.text, label))
         spans.append((" ", None))
-    return Highlights(spans[:-1] or [(draft_text, None)], missed=list(score.missed), mode="facts")
+        reasons.extend((s.text, contradiction_reason(j)) for j in s.facts if j.verdict == "contradicted")
+    return Highlights(spans[:-1] or [(draft_text, None)], missed=list(score.missed), mode="facts", color_map=colors,
+                      reasons=reasons)
+
+
+def contradiction_reason(judgement) -> str:
+    """Why a fact is contradicted, in words: the attribute that disagrees, or what the report says of the finding."""
+    if judgement.reason:
+        return judgement.reason
+    draft, report = ("denied", "stated") if judgement.fact.polarity == "negative" else ("stated", "denied")
+    return f"{judgement.fact.observation.lower()}: {draft} in the draft, {report} in the report"
 
 
 def highlights_for(draft: DraftRecord, edited_text: str | None) -> Highlights:
@@ -80,14 +150,15 @@ def sentence_choices(draft_text: str) -> list[tuple[str, int]]:
 
 
 def sentence_facts(draft_text: str, index: int, reference_text: str | None = None) -> list[list[Any]]:
-    """The atomic facts of one draft sentence: mention, finding, polarity, attributes, and the verdict."""
+    """The atomic facts of one draft sentence: mention, finding, polarity, attributes, and the verdict with its reason."""
     from orapo_core.facts import extract_facts, score_report
 
     index = int(index)
     if reference_text and reference_text.strip():
         for s in score_report(draft_text, reference_text=reference_text).sentences:
             if s.index == index:
-                return [[j.fact.mention, j.fact.observation, j.fact.polarity, _attrs(j.fact.attributes), j.verdict]
+                return [[j.fact.mention, j.fact.observation, j.fact.polarity, _attrs(j.fact.attributes),
+                         f"{j.verdict} ({contradiction_reason(j)})" if j.verdict == "contradicted" else j.verdict]
                         for j in s.facts]
         return []
     return [[f.mention, f.observation, f.polarity, _attrs(f.attributes), ""]

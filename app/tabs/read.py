@@ -81,10 +81,10 @@ def load_study(ctx: AppContext, user, study_id: int) -> tuple:
              "draft_id": draft.id if draft else None, "draft_text": draft.text if draft else None}
     if draft:
         hl = reports.highlights_for(draft, report_text)
-        spans, missed, choices = hl.spans, _missed_md(hl), reports.sentence_choices(draft.text)
+        spans, missed, choices = _highlighted(hl), _missed_md(hl), reports.sentence_choices(draft.text)
         model = f"Draft {draft.id} by **{draft.model_name}**" + (f" (version {draft.model_version_id})" if draft.model_version_id else "")
     else:
-        spans, missed, choices, model = [], "", [], "No draft yet: press **Draft report**."
+        spans, missed, choices, model = _highlighted(None), "", [], "No draft yet: press **Draft report**."
     corr = overview.latest_correction
     status = model
     if corr:
@@ -111,12 +111,34 @@ def load_study(ctx: AppContext, user, study_id: int) -> tuple:
     )
 
 
+def _highlighted(hl: reports.Highlights | None) -> gr.HighlightedText:
+    """The highlights panel for one mode: its spans, its colours and a title that says which mode it is."""
+    if hl is None:
+        return gr.HighlightedText(value=[], label=reports.TITLES["empty"], color_map=reports.COLOR_MAP)
+    return gr.HighlightedText(value=hl.spans, label=hl.title, color_map={**reports.COLOR_MAP, **hl.color_map})
+
+
 def _missed_md(hl: reports.Highlights) -> str:
+    """The legend of the mode shown, and (after editing) the findings the draft missed."""
+    chips = " ".join(f'<span class="orapo-chip" style="background:{color}">{label}</span> {meaning}'
+                     for label, color, meaning in hl.legend())
     if hl.mode != "facts":
-        return "Colours show the model's self-consistency. Edit the report to check the draft against it."
-    if not hl.missed:
-        return "**Missed by the draft:** none."
-    return "**Missed by the draft:** " + ", ".join(hl.missed)
+        return (f"**Before your edit**, each sentence shows the share of the model's samples that agree with it: {chips}. "
+                "Edit the report to check the draft against it.")
+    missed = ", ".join(hl.missed) if hl.missed else "none"
+    why = "".join(f"\n- *{sentence}* {reason}" for sentence, reason in hl.reasons)
+    return (f"**Checked against your report:** {chips}.\n\n" + (f"**Contradicted:**{why}\n\n" if why else "")
+            + f"**Missed by the draft:** {missed}")
+
+
+# The badge after each sentence never breaks inside (Gradio's highlights break words anywhere); the text between
+# words only. Injected once into the page's head.
+HIGHLIGHT_CSS = """<style>
+#orapo-highlights .textfield { word-break: normal; overflow-wrap: break-word; }
+#orapo-highlights .label { white-space: nowrap; word-break: keep-all; }
+#orapo-missed .orapo-chip { color: #fff !important; font-weight: 600; font-size: 85%; padding: 1px 6px; border-radius: 4px;
+  white-space: nowrap; }
+</style>"""
 
 
 def build(ctx: AppContext) -> ReadUI:
@@ -139,9 +161,10 @@ def build(ctx: AppContext) -> ReadUI:
         with gr.Column(scale=2, min_width=420):
             study_info = gr.Markdown("Upload a study or open one from the worklist.", elem_id="orapo-study")
             draft_btn = gr.Button("Draft report", variant="primary", elem_id="orapo-draft")
-            highlights = gr.HighlightedText(label="Draft, sentence by sentence", color_map=reports.COLOR_MAP,
+            highlights = gr.HighlightedText(label=reports.TITLES["empty"], color_map=reports.COLOR_MAP,
                                             show_legend=False, show_inline_category=True, combine_adjacent=False,
                                             elem_id="orapo-highlights")
+            gr.HTML("", head=HIGHLIGHT_CSS, container=False, padding=False, elem_id="orapo-highlight-style")
             missed = gr.Markdown(elem_id="orapo-missed")
             with gr.Row():
                 sentence = gr.Dropdown(label="Facts of sentence", choices=[], scale=2, elem_id="orapo-sentence")
@@ -211,7 +234,7 @@ def build(ctx: AppContext) -> ReadUI:
                                           progress=progress)
             session = {**session, "draft_id": record.id, "draft_text": record.text}
             hl = reports.confidence_highlights(record)
-            return (*_editing(), gr.Button(interactive=True), session, hl.spans, _missed_md(hl),
+            return (*_editing(), gr.Button(interactive=True), session, _highlighted(hl), _missed_md(hl),
                     gr.Dropdown(choices=reports.sentence_choices(record.text), value=None),
                     [], gr.Textbox(value=record.text, interactive=True),
                     f"Draft {record.id} by **{record.model_name}** in {record.latency_ms / 1000:.1f} s",
@@ -230,7 +253,7 @@ def build(ctx: AppContext) -> ReadUI:
             if not session.get("draft_text"):
                 return [], ""
             hl = reports.rescore(ctx.database, session["draft_id"], text)
-            return hl.spans, _missed_md(hl)
+            return _highlighted(hl), _missed_md(hl)
 
     # .change, not .input: it also fires when a draft or a reopened report fills the box
     report.change(rescore, inputs=[report, state], outputs=[highlights, missed], api_name="rescore_report",
