@@ -2,7 +2,11 @@
 
 14- and 5-observation micro/macro precision, recall and F1 (uncertain counted as
 positive), per-class F1, mean report length and the mean FactS reward, on a
-dataset in any layout `orapo_core.data.load_dataset` reads.
+dataset in any layout `orapo_core.data.load_dataset` reads. Drafts are greedy,
+`--batch-size` images per `generate` (the same texts as one by one), scored by
+`orapo_core.models.evaluate.evaluate_drafter`, as the rounds' gate and the
+benchmarks score them. Without `--model` or ORAPO_MODEL_DIR the starter is
+evaluated (copied from `assets/starter/` into a fresh data folder).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default=None, help="only records of this split (e.g. test)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many studies")
     parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--batch-size", type=int, default=8, metavar="N",
+                        help="images drafted per generate call (default 8; the greedy texts do not depend on it)")
     parser.add_argument("--json", dest="json_out", default=None, help="write metrics and predictions to this JSON file")
 
 
@@ -30,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from orapo_core.models.evaluate import evaluate_drafter
     from orapo_core.models.loading import resolve_model_dir
 
+    if args.batch_size < 1:
+        raise OrapoError("eval_invalid", f"--batch-size must be at least 1; got {args.batch_size}.")
     records = load_dataset(args.data)
     if args.split:
         records = [r for r in records if r.split == args.split]
@@ -41,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     def progress(done: int, total: int) -> None:
         print(f"\r{done}/{total} studies", end="", file=sys.stderr, flush=True)
 
-    result = evaluate_drafter(drafter, records, max_new_tokens=args.max_new_tokens, progress=progress)
+    result = evaluate_drafter(drafter, records, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                              progress=progress)
     print(file=sys.stderr)
     m = result.metrics
     print(f"studies: {m['n_reports']}")

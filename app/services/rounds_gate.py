@@ -91,6 +91,7 @@ def evaluate_models(spec: dict[str, Any], progress=None) -> dict[str, Any]:
     for name, model in spec["models"].items():
         drafter = Drafter.from_dir(model["base"], model.get("adapter"), model_version=name)
         result = evaluate_drafter(drafter, records, max_new_tokens=int(spec.get("max_new_tokens", 160)),
+                                  batch_size=int(spec.get("batch_size", 8)),
                                   progress=(lambda done, total, n=name: progress(n, done, total)) if progress else None)
         results[name] = {"metrics": result.metrics,
                          "predictions": [{k: p[k] for k in ("study_id", "draft", "facts_score")} for p in result.predictions]}
