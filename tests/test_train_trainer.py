@@ -214,7 +214,7 @@ def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_vlm, 
                 "orapo/reward_mean", "orapo/reward_std"):
         assert all(key in line for line in steps), key
     if any(line["orapo/pairs"] > 0 for line in steps):
-        assert any("orapo/dpo_loss" in line for line in steps)
+        assert any("orapo/dpo_loss" in line and line["orapo/oracle_logp"] < 0 for line in steps)
     assert all(line["orapo/pairs"] <= 2 for line in steps)  # max_rejected_per_group=1, two groups per step
     assert elapsed < 60
 
@@ -264,3 +264,7 @@ def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(
 
     grpo = GRPOTrainer._compute_loss(sft, sft.model, batch).item()
     assert sft._compute_loss(sft.model, batch).item() > grpo  # + w·NLL(oracle) > 0 on a random model
+    # the oracle's mean per-token log-prob is logged beside the loss: in SFT mode the loss is exactly its negative
+    logged = sft._metrics["train"]
+    assert logged["orapo/oracle_logp"][-1] < 0
+    assert logged["orapo/oracle_logp"][-1] == pytest.approx(-logged["orapo/sft_loss"][-1], rel=1e-5)

@@ -205,9 +205,14 @@ class OraPOTrainer(GRPOTrainer):
         term = oracle_term(row_losses, row_coefs, num_generations=k, gradient_accumulation_steps=accumulation,
                            batch_rows=coefs.size(0))
         paired = (row_coefs > 0).to(row_losses.dtype)
-        stats = self.accelerator.gather(torch.stack([(row_losses.detach() * paired).sum(), paired.sum()]).view(1, 2)).sum(0)
+        # The oracle's mean per-token log-prob under the policy (the paper's "oracle likelihood"), for the logs.
+        oracle_logp = chosen.detach() if sft or self.args.dpo_length_normalize else \
+            chosen.detach() / batch["orapo_chosen_mask"].sum(-1).clamp(min=1).to(chosen.dtype)
+        stats = self.accelerator.gather(torch.stack([(row_losses.detach() * paired).sum(), paired.sum(),
+                                                     (oracle_logp.to(paired.dtype) * paired).sum()]).view(1, 3)).sum(0)
         if stats[1] > 0:
             self._metrics[mode]["orapo/sft_loss" if sft else "orapo/dpo_loss"].append((stats[0] / stats[1]).item())
+            self._metrics[mode]["orapo/oracle_logp"].append((stats[2] / stats[1]).item())
         return term
 
     def _paired_rows(self, coefs: torch.Tensor) -> torch.Tensor | None:
