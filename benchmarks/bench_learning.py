@@ -1,21 +1,27 @@
 """The paper's ablation on PhantomCXR: starter, GRPO + accuracy reward, GRPO + FactS, OraPO at 400 and 1,000 studies, SFT instead of DPO.
 
-    .venv/bin/python benchmarks/bench_learning.py [--quick] [--seeds 0 1 2] [--out DIR] [--model DIR]
+    .venv/bin/python benchmarks/bench_learning.py [--quick] [--recipe YAML] [--seeds 0 1 2] [--out DIR] [--model DIR]
     orapo bench learning --quick
 
-Every trained method starts from the starter model and gets the same step
-budget, batch (studies x K=4 rollouts), generation settings, learning rate and
-seeds; all are scored on held-out PhantomCXR studies from a generator seed the
-training pool does not use (engine: `orapo_core/train/ablation.py`). Writes
-results.json, results.md (the table), macro_f1_vs_studies.html and
-all_zero_groups.html (the paper's Figure 2) under --out, and prints the table
-and the command.
+Every trained method is trained by the code rounds use (`train_round` on the
+round recipe, `orapo_core/train/recipes/round-cpu.yaml` unless --recipe says
+otherwise, LoRA as the recipe says) from the same model, with the same step
+budget (--steps, --learning-rate, and any --set KEY=VALUE recipe setting for
+every method), so each sees the same number of studies in the same number of
+optimizer steps; only reward_name, oracle_mode and the study pool differ. All
+are scored by the evaluator of `orapo eval` and the rounds' gate on held-out
+PhantomCXR studies from a generator seed the training pool does not use
+(harness: `benchmarks/ablation.py`). Writes results.json, results.md (the
+table: macro and rare-finding F1, precision, recall, mean ± std over seeds, and
+the pooled seed std), macro_f1_vs_studies.html, all_zero_groups.html (the
+paper's Figure 2) and oracle_logp.html (the oracle report's log-likelihood
+against steps) under --out, and prints the table and the command.
 
-Full (default): 3 seeds, 100 steps x 4 studies x K=4, 4 checkpoints, 500
-held-out studies, a 1,500-study pool. --quick: seed 0 only, 16 steps,
-2 checkpoints, 100 held-out studies (the first 100 of the same held-out
-stream), max_completion_length 80: it orders the methods on little evidence and
-is a smoke run of the whole pipeline, not a result.
+Full (default): 3 seeds, 100 steps, 4 checkpoints, 500 held-out studies, a
+1,500-study pool. --quick: seed 0 only, 16 steps, 2 checkpoints, 100 held-out
+studies (the first 100 of the same held-out stream), max_completion_length 80:
+it orders the methods on little evidence and is a smoke run of the whole
+pipeline, not a result.
 """
 
 from __future__ import annotations
@@ -39,16 +45,36 @@ def default_model() -> Path | None:
     return find_starter()
 
 
+def parse_settings(pairs: list[str]) -> dict:
+    """--set KEY=VALUE ... as recipe settings (values read as YAML: 3e-5, true, [q_proj, v_proj])."""
+    import yaml
+
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set takes KEY=VALUE, got {pair!r}")
+        settings[key.strip()] = yaml.safe_load(value)
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.ablation import DEFAULT_RECIPE, METHODS
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed, 16 steps, 100 held-out studies (see above)")
+    parser.add_argument("--recipe", default=str(DEFAULT_RECIPE),
+                        help=f"training recipe every method starts from (default: {DEFAULT_RECIPE.relative_to(ROOT)})")
     parser.add_argument("--seeds", type=int, nargs="+", help="training seeds (default: 0 1 2; --quick: 0)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "learning"), help="output folder")
-    parser.add_argument("--model", help="starting model (default: the starter, <ORAPO_DATA_DIR>/models/starter or assets/starter)")
-    parser.add_argument("--methods", nargs="+", help="subset of methods (default: all)")
-    parser.add_argument("--steps", type=int, help="optimizer steps per trained method")
+    parser.add_argument("--model", help="starting model (default: the starter, <ORAPO_DATA_DIR>/models/starter or "
+                                        "assets/starter)")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), help="subset of methods (default: all)")
+    parser.add_argument("--steps", type=int, help="optimizer steps per trained method (max_steps)")
+    parser.add_argument("--learning-rate", type=float, help="learning rate of every trained method (default: the recipe's)")
+    parser.add_argument("--set", dest="settings", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="more recipe settings for every trained method, e.g. --set lora_r=8 num_generations=8")
     parser.add_argument("--n-eval", type=int, help="held-out studies")
-    parser.add_argument("--learning-rate", type=float)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1 by default: on a shared 2-core box OpenMP's spinning threads are far slower)")
     opts = parser.parse_args(argv)
@@ -56,21 +82,20 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from orapo_core.train.ablation import AblationPlan, markdown_table, quick_plan, run_ablation
+    from benchmarks.ablation import AblationPlan, markdown_table, quick_plan, run_ablation
 
     torch.set_num_threads(opts.threads)
     model = Path(opts.model) if opts.model else default_model()
-    if model is None:
-        print("No starter model: build it with `orapo starter build`, or name a model with --model.", file=sys.stderr)
-        return 2
-    plan = AblationPlan(model_dir=str(model), out_dir=opts.out)
+    plan = AblationPlan(out_dir=opts.out, model_dir=str(model) if model else None, recipe=opts.recipe,
+                        overrides=parse_settings(opts.settings))
     if opts.quick:
         plan = quick_plan(plan)
     changes = {"seeds": tuple(opts.seeds) if opts.seeds else None, "methods": tuple(opts.methods) if opts.methods else None,
                "steps": opts.steps, "n_eval": opts.n_eval, "learning_rate": opts.learning_rate}
     plan = replace(plan, **{k: v for k, v in changes.items() if v is not None})
     command = " ".join([os.path.relpath(sys.executable), *sys.argv])
-    print(f"command: {command}\nmodel: {model}\nplan: {json.dumps(plan.to_dict())}", flush=True)
+    print(f"command: {command}\nmodel: {model or 'the recipe or served model'}\nplan: {json.dumps(plan.to_dict())}",
+          flush=True)
     started = time.perf_counter()
     results = run_ablation(plan, log=lambda line: print(line, flush=True))
     results.update(command=command, machine=f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch threads "
@@ -79,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(opts.out, "results.md").write_text(markdown_table(results) + f"\nCommand: `{command}` ({results['machine']}).\n")
     print()
     print(markdown_table(results))
-    print(f"outputs: {opts.out}/results.json, results.md, macro_f1_vs_studies.html, all_zero_groups.html")
+    print(f"outputs: {opts.out}/results.json, results.md, macro_f1_vs_studies.html, all_zero_groups.html, oracle_logp.html")
     return 0
 
 

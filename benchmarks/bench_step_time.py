@@ -48,12 +48,13 @@ def make_trainer(kind: str, model_dir: Path, dataset, args: dict, out: Path):
     from trl import GRPOConfig, GRPOTrainer
 
     from orapo_core.facts import make_facts_reward
-    from orapo_core.train.ablation import load_model
+    from orapo_core.models.loading import load_for_training
     from orapo_core.train.config import OraPOConfig
     from orapo_core.train.trainer import OraPOTrainer
 
     torch.manual_seed(args["seed"])
-    model, processor = load_model(model_dir)
+    policy = load_for_training(model_dir)
+    model, processor = policy.model, policy.processor
     reward = make_facts_reward()
     if kind == "grpo":
         return GRPOTrainer(model=model, reward_funcs=reward, args=GRPOConfig(output_dir=str(out), **args),

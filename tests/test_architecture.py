@@ -5,11 +5,14 @@ import inside a function is caught too), and dynamically by importing every
 engine package in a fresh interpreter and looking at sys.modules. The same
 static walk holds the app's tabs to translating clicks: they call services,
 never a repository or the engine, and app modules stay small enough to read.
+And one home per concept: a model's weights are loaded only by
+`orapo_core/models/loading.py` (see the rule above `test_models_are_loaded_only_by_the_loader`).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +78,64 @@ def test_importing_the_engine_loads_no_app_layer() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                             cwd=ENGINE.parent)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- one loader ------------------------------------------------------------------------------------------
+# A model's weights are loaded in one place, `orapo_core/models/loading.py`, which refuses weights that do not
+# fit their config: a second loader is how a round once trained on randomly initialised layers. The rule, over
+# every module of app/, orapo_core/ and benchmarks/: a call `X.from_pretrained(...)` is a model load unless X
+# names a processor, tokenizer, config or feature extractor (`AutoProcessor`, `AutoTokenizer`, `AutoConfig`,
+# `GenerationConfig`, `without_video_processor(cls)`, ...); a model load (AutoModel*, *ForConditionalGeneration,
+# *ForImageTextToText, PeftModel, or anything unnamed such as `model_class`) may appear only in loading.py.
+# Tests are not held to it: they build tiny checkpoints and compare against transformers directly.
+LOADER = ENGINE / "models" / "loading.py"
+_NOT_A_MODEL = re.compile(r"(processor|tokenizer|tokenizerfast|config|featureextractor|feature_extractor)$", re.IGNORECASE)
+
+
+def _receiver_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+def _model_loads(path: Path) -> list[str]:
+    loads = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "from_pretrained":
+            receiver = _receiver_name(node.func.value)
+            if not _NOT_A_MODEL.search(receiver):
+                loads.append(f"{receiver or '<expression>'}.from_pretrained (line {node.lineno})")
+    return loads
+
+
+def test_models_are_loaded_only_by_the_loader() -> None:
+    offenders, seen = [], 0
+    for folder in (ENGINE, APP, ENGINE.parent / "benchmarks"):
+        for path in sorted(folder.rglob("*.py")):
+            seen += 1
+            if path != LOADER:
+                offenders += [f"{path.relative_to(ENGINE.parent)}: {load}" for load in _model_loads(path)]
+    assert not offenders, f"load models through orapo_core.models.loading (load_model, load_for_training): {offenders}"
+    assert seen > 60 and _model_loads(LOADER)  # the walk saw the three trees, and the loader's own loads count
+
+
+def test_the_loader_check_tells_a_model_load_from_a_processor_load(tmp_path: Path) -> None:
+    sample = tmp_path / "loads.py"
+    sample.write_text(
+        "from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor, Qwen2VLForConditionalGeneration\n"
+        "def f(path, model_class):\n"
+        "    AutoConfig.from_pretrained(path)\n"
+        "    AutoProcessor.from_pretrained(path)\n"
+        "    without_video_processor(cls).from_pretrained(path)\n"
+        "    transformers.AutoTokenizer.from_pretrained(path)\n"
+        "    AutoModelForImageTextToText.from_pretrained(path)\n"
+        "    transformers.Qwen2VLForConditionalGeneration.from_pretrained(path)\n"
+        "    model_class.from_pretrained(path)\n"
+        "    PeftModel.from_pretrained(model, path)\n"
+    )
+    assert [load.split(".")[0] for load in _model_loads(sample)] == [
+        "AutoModelForImageTextToText", "Qwen2VLForConditionalGeneration", "model_class", "PeftModel"]

@@ -1,4 +1,8 @@
-"""The ablation driver end to end on a tiny random VLM: two trained methods, one step each, a handful of phantoms."""
+"""The ablation harness (`benchmarks/ablation.py`) end to end on a tiny random VLM: three methods, two steps each.
+
+It must train through `train_round` on a recipe with the method's overrides and the shared budget, score through
+`evaluate_drafter`, and write the table, the JSON and the three plots.
+"""
 
 from __future__ import annotations
 
@@ -9,44 +13,96 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("trl")
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(ROOT))
 
 from tiny_vlms import build_tiny_vlm  # noqa: E402
 
+SMOKE = ROOT / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml"
+TINY = {"per_device_train_batch_size": 4, "num_generations": 2, "max_completion_length": 8, "use_peft": True,
+        "lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"], "learning_rate": 1.0e-2}
 
-def test_two_methods_write_results_table_and_plots(tmp_path):
-    from orapo_core.train.ablation import REPORTED, AblationPlan, run_ablation
 
-    model_dir = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
+@pytest.fixture(scope="module")
+def ablation(tmp_path_factory):
+    from benchmarks.ablation import AblationPlan, run_ablation
+
+    tmp = tmp_path_factory.mktemp("ablation")
+    model_dir = build_tiny_vlm(tmp / "model", family="qwen2_vl")
     plan = AblationPlan(
-        model_dir=str(model_dir), out_dir=str(tmp_path / "out"), methods=("starter", "grpo_facts", "orapo_400"),
-        seeds=(0,), steps=2, prompts_per_step=2, num_generations=2, max_completion_length=8, checkpoints=2,
-        n_eval=4, pool_studies=6, image_size=64, eval_batch=4, eval_max_new_tokens=8,
+        out_dir=str(tmp / "out"), model_dir=str(model_dir), recipe=str(SMOKE),
+        methods=("starter", "grpo_facts", "orapo_400"), seeds=(0,), steps=2, learning_rate=5e-3, overrides=TINY,
+        checkpoints=2, n_eval=4, probe_studies=3, pool_studies=6, image_size=64, eval_batch=4, eval_max_new_tokens=8,
     )
-    results = run_ablation(plan, log=lambda line: None)
+    return plan, run_ablation(plan, log=lambda line: None)
 
-    out = tmp_path / "out"
+
+def test_each_method_trains_through_the_round_code_with_the_shared_budget(ablation):
+    plan, results = ablation
+    out = Path(plan.out_dir)
     saved = json.loads((out / "results.json").read_text())
     assert set(saved["methods"]) == {"starter", "grpo_facts", "orapo_400"}
-    for name, row in saved["methods"].items():
-        assert set(row["mean"]) == set(REPORTED) and set(row["std"]) == set(REPORTED)
-        assert all(0.0 <= row["mean"][k] <= 1.0 for k in ("macro_f1_14", "macro_precision_14", "macro_recall_14", "rare_f1"))
-        assert len(row["f1_per_class"]) == 14
-    orapo = saved["methods"]["orapo_400"]
-    assert orapo["oracle_mode"] == "dpo" and saved["methods"]["grpo_facts"]["oracle_mode"] == "none"
-    run = orapo["runs"][0]
-    assert run["train_studies"] == 6  # asks for 400, the pool holds 6
-    assert [p["step"] for p in run["curve"]] == [0, 1, 2]  # the starting point, then the checkpoints
-    assert [p["studies_seen"] for p in run["curve"]] == [0, 2, 4]
-    logged = [json.loads(line) for line in Path(run["metrics_jsonl"]).read_text().splitlines()]
-    assert sum("orapo/all_zero_group_frac" in line for line in logged) == 2
-    table = (out / "results.md").read_text()
-    assert "| OraPO + FactS (400 studies) |" in table and "Macro-F1 (14)" in table and "Rare-finding F1" in table
-    assert (out / "macro_f1_vs_studies.html").stat().st_size > 0 and (out / "all_zero_groups.html").stat().st_size > 0
+    orapo, grpo = saved["methods"]["orapo_400"], saved["methods"]["grpo_facts"]
+    assert orapo["oracle_mode"] == "dpo" and grpo["oracle_mode"] == "none"
+    for name, row in (("orapo_400", orapo), ("grpo_facts", grpo)):
+        run = row["runs"][0]
+        # train_round wrote the round's resolved recipe: the method's overrides on the recipe, the budget shared
+        recipe = json.loads((out / "runs" / name / "seed0" / "orapo_recipe.json").read_text())
+        assert recipe["training"]["max_steps"] == 2 and recipe["training"]["learning_rate"] == 5e-3
+        assert recipe["training"]["oracle_mode"] == row["oracle_mode"] and recipe["training"]["reward_name"] == "facts"
+        assert recipe["model"]["use_peft"] and recipe["model"]["lora_r"] == 4  # LoRA as the recipe (here: overrides) says
+        assert recipe["script"]["class_balanced"] and recipe["script"]["max_studies"] == (400 if name == "orapo_400" else 1000)
+        assert recipe["model"]["model_name_or_path"] == plan.model_dir
+        assert run["train_studies"] == 6  # asks for 400 or 1000, the pool holds 6
+        assert [p["step"] for p in run["curve"]] == [0, 1, 2]  # the starting point, then the checkpoints
+        assert [p["studies_seen"] for p in run["curve"]] == [0, 2, 4]  # 4 completions / K=2 = 2 studies a step
+        assert [p["step"] for p in run["oracle_logp"]] == [0, 1, 2]
+        assert all(p["oracle_logp"] < 0 for p in run["oracle_logp"])
+        logged = [json.loads(line) for line in Path(run["metrics_jsonl"]).read_text().splitlines()]
+        assert sum("orapo/all_zero_group_frac" in line for line in logged) == 2
+        assert not list((out / "runs" / name / "seed0").glob("*.safetensors"))  # only the metrics are kept
     assert results["checkpoint_steps"] == [1, 2]
-    # held-out and training studies come from different generator seeds: no study (or image) is in both
+    # the probe's oracle log-likelihood moves with training, and starts where the untrained model is
+    start = saved["methods"]["starter"]["runs"][0]["oracle_logp"][0]["oracle_logp"]
+    assert orapo["runs"][0]["oracle_logp"][0]["oracle_logp"] == pytest.approx(start, abs=1e-4)
+    assert orapo["runs"][0]["oracle_logp"][-1]["oracle_logp"] != pytest.approx(start, abs=1e-6)
+
+
+def test_the_table_reports_rare_findings_precision_recall_and_seed_noise(ablation):
+    from benchmarks.ablation import RARE_FINDINGS, REPORTED
+
+    plan, _ = ablation
+    out = Path(plan.out_dir)
+    saved = json.loads((out / "results.json").read_text())
+    for row in saved["methods"].values():
+        assert set(row["mean"]) == set(REPORTED) and set(row["std"]) == set(REPORTED)
+        assert all(0.0 <= row["mean"][k] <= 1.0 for k in ("macro_f1_14", "macro_precision_14", "macro_recall_14",
+                                                           "rare_f1", "rare_precision", "rare_recall"))
+        assert len(row["f1_per_class"]) == 14
+    assert set(saved["pooled_seed_std"]) == set(REPORTED) and saved["pooled_seed_std"]["macro_f1_14"] is None  # 1 seed
+    table = (out / "results.md").read_text()
+    assert "| OraPO + FactS (400 studies) |" in table and "Rare-finding F1 | Rare precision | Rare recall" in table
+    assert all(name in table for name in RARE_FINDINGS) and "Pooled seed std" in table
+    for plot in ("macro_f1_vs_studies.html", "all_zero_groups.html", "oracle_logp.html"):
+        assert (out / plot).stat().st_size > 0
+
+
+def test_held_out_and_training_studies_never_overlap(ablation):
     from orapo_core.train.dataset import load_training_records
 
-    pool, held = (load_training_records(d) for d in sorted((out / "data").iterdir()) if d.is_dir())
+    plan, _ = ablation
+    held, pool = (load_training_records(d) for d in sorted((Path(plan.out_dir) / "data").iterdir()) if d.is_dir())
     assert len(held) + len(pool) == 10 and not {r.study_id for r in pool} & {r.study_id for r in held}
     assert not {p.read_bytes() for r in pool for p in r.image_paths} & {p.read_bytes() for r in held for p in r.image_paths}
+
+
+def test_pooled_seed_std_is_the_root_mean_of_the_methods_variances():
+    from benchmarks.ablation import pooled_seed_std
+
+    def row(values):
+        return {"runs": [{"seed": i, "metrics": {"macro_f1_14": v}} for i, v in enumerate(values)]}
+
+    # variances 1.0 and 4.0 (sample variance of [1, 2, 3] and [2, 4, 6]) -> sqrt(2.5)
+    assert pooled_seed_std({"a": row([1, 2, 3]), "b": row([2, 4, 6])}, "macro_f1_14") == pytest.approx(2.5 ** 0.5)
+    assert pooled_seed_std({"a": row([0.5])}, "macro_f1_14") is None

@@ -159,6 +159,7 @@ def test_orapo_draft_without_samples_prints_the_text(model_dir, tmp_path, data_d
 
 def test_orapo_draft_without_a_model_says_what_to_do(tmp_path, data_dir, monkeypatch, capsys):
     from app.cli import main
+    from orapo_core.models.starter import build
 
     monkeypatch.delenv("ORAPO_MODEL_DIR", raising=False)
     png = _png(tmp_path / "chest.png")
@@ -166,6 +167,8 @@ def test_orapo_draft_without_a_model_says_what_to_do(tmp_path, data_dir, monkeyp
     err = capsys.readouterr().err
     assert err.startswith("model_not_found: ") and "Traceback" not in err
 
+    # no model configured, none in the data folder and none shipped (tests/test_newcomer.py: the shipped one is used)
+    monkeypatch.setattr(build, "SHIPPED_DIR", tmp_path / "nothing-shipped")
     assert main(["draft", str(png)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("model_not_found: ") and "orapo starter build" in err

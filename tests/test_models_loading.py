@@ -138,18 +138,60 @@ def test_weights_that_do_not_fit_the_config_are_refused_not_reinitialised(tiny_d
     assert refused.value.code == "model_invalid"
 
 
-def test_default_model_is_the_starter_and_its_absence_says_how_to_build_it(data_dir, monkeypatch, tiny_dirs):
+def test_default_model_is_the_starter_copied_from_the_shipped_one(data_dir, monkeypatch, tiny_dirs, tmp_path):
+    """No model configured: the data folder's starter; a fresh data folder gets the shipped one copied in, as
+    `orapo serve` does; with nothing suitable shipped, the error says how to build one (it is never built here)."""
+    import shutil
+
     from orapo_core.config import Settings
     from orapo_core.models import resolve_model_dir
+    from orapo_core.models.starter import StarterArchitecture, WarmStartPlan, build
 
     monkeypatch.delenv("ORAPO_MODEL_DIR", raising=False)
+    monkeypatch.setattr(build, "SHIPPED_DIR", tmp_path / "nothing-shipped")
     with pytest.raises(OrapoError, match="orapo starter build") as missing:
         resolve_model_dir(None, Settings())
     assert missing.value.code == "model_not_found"
 
+    shipped = tmp_path / "shipped"  # a stand-in for assets/starter, its card saying it is today's default build
+    shutil.copytree(tiny_dirs["qwen2_vl"], shipped)
+    (shipped / build.CARD_NAME).write_text(json.dumps({"stopped_by": "steps", "plan": WarmStartPlan().to_dict(),
+                                                       "architecture": StarterArchitecture().to_dict()}))
+    monkeypatch.setattr(build, "SHIPPED_DIR", shipped)
+    starter = resolve_model_dir(None, Settings())
+    assert starter == data_dir.resolve() / "models" / "starter"
+    assert (starter / "config.json").read_bytes() == (shipped / "config.json").read_bytes()
+    (shipped / "config.json").unlink()  # from now on the data folder's own starter is used, not the shipped one
+    assert resolve_model_dir(None, Settings()) == starter
+
     monkeypatch.setenv("ORAPO_MODEL_DIR", str(tiny_dirs["llava"]))
     assert resolve_model_dir(None, Settings()) == tiny_dirs["llava"]
     assert resolve_model_dir(tiny_dirs["idefics3"], Settings()) == tiny_dirs["idefics3"]
+
+
+def test_the_training_loader_checks_weights_and_loads_for_training(tiny_dirs, tmp_path):
+    import shutil
+
+    import torch
+
+    from orapo_core.models import load_for_training
+
+    policy = load_for_training(tiny_dirs["qwen2_vl"], dtype="bfloat16", attn_implementation="eager")
+    assert policy.model.training and not policy.has_adapter and policy.device == "cpu"
+    assert policy.dtype == torch.bfloat16 and next(policy.model.parameters()).dtype == torch.bfloat16
+    assert policy.model.config._attn_implementation == "eager"
+    assert load_for_training(tiny_dirs["qwen2_vl"], dtype="float32").dtype == torch.float32
+    with pytest.raises(OrapoError, match="dtype"):
+        load_for_training(tiny_dirs["qwen2_vl"], dtype="int8")
+
+    wrong = tmp_path / "wrong"  # a round must not train randomly initialised layers either
+    shutil.copytree(tiny_dirs["llava"], wrong)
+    config = json.loads((wrong / "config.json").read_text())
+    config["text_config"]["intermediate_size"] = 48
+    (wrong / "config.json").write_text(json.dumps(config))
+    with pytest.raises(OrapoError, match="do not match") as refused:
+        load_for_training(wrong)
+    assert refused.value.code == "model_invalid"
 
 
 def _logits(loaded, image):

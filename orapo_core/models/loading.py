@@ -1,10 +1,18 @@
-"""Loading any local image-text-to-text checkpoint, and LoRA adapters on top of it.
+"""Loading any local image-text-to-text checkpoint, and LoRA adapters on top of it: the one loader.
 
-Every path goes through `AutoModelForImageTextToText` and the folder's own
-processor with `local_files_only=True`: a model is a folder, never a hub name,
-so a typo cannot turn into a download. A folder whose weights do not fit its
-config is refused rather than served with freshly initialised (random) layers,
-which transformers would otherwise only warn about.
+Serving (`Drafter`), evaluation, training rounds (`orapo_core.train.run`) and
+the benchmarks all load a model here, so all of them get the same checks (a
+test holds every other module to it: no other `from_pretrained` of a model in
+`app/`, `orapo_core/` or `benchmarks/`). Every path goes through
+`AutoModelForImageTextToText` and the folder's own processor with
+`local_files_only=True`: a model is a folder, never a hub name, so a typo cannot
+turn into a download. A folder whose weights do not fit its config is refused
+rather than served, or trained, with freshly initialised (random) layers, which
+transformers would otherwise only warn about.
+
+`load_model` loads for generation (eval mode, a served adapter applied);
+`load_for_training` loads the policy a round trains (train mode, the recipe's
+dtype and attention, no adapter: the trainer applies the recipe's LoRA).
 
 Training rounds save LoRA adapters (a few MB) rather than whole models; a
 served version is the base folder plus one adapter folder.
@@ -53,7 +61,13 @@ def default_device() -> tuple[str, Any]:
 
 
 def resolve_model_dir(model_dir: str | Path | None = None, settings=None) -> Path:
-    """The folder to serve: the one given, else ORAPO_MODEL_DIR, else the starter model."""
+    """The folder to serve, draft, evaluate or train from: the one given, else ORAPO_MODEL_DIR, else the starter.
+
+    The starter is the data folder's (`<data>/models/starter`). A fresh data folder gets the one shipped in
+    `assets/starter/` copied in, as `orapo serve` does on its first start, so `orapo draft`, `orapo eval` and
+    `orapo train` work on a fresh clone. Building one (when nothing suitable is shipped) takes minutes and is
+    left to `orapo starter build` or `orapo serve`.
+    """
     if model_dir is not None:
         return Path(model_dir).expanduser()
     if settings is None:
@@ -63,11 +77,16 @@ def resolve_model_dir(model_dir: str | Path | None = None, settings=None) -> Pat
     if settings.model_dir is not None:
         return settings.model_dir.expanduser()
     starter = settings.models_dir / "starter"
-    if not (starter / "config.json").exists():
+    if (starter / "config.json").exists():
+        return starter
+    from orapo_core.models.starter import build
+
+    starter.parent.mkdir(parents=True, exist_ok=True)
+    if build.copy_shipped_starter(starter, shipped_dir=build.SHIPPED_DIR) is None:
         raise OrapoError(
             "model_not_found",
-            f"The starter model is not built yet ({starter}): run `orapo starter build`, "
-            "or point ORAPO_MODEL_DIR at a saved checkpoint.",
+            f"The starter model is not built yet ({starter}) and none that fits is shipped: run "
+            "`orapo starter build` (a few minutes), or point ORAPO_MODEL_DIR at a saved checkpoint.",
         )
     return starter
 
@@ -94,25 +113,71 @@ def load_model(
     *,
     device: str | None = None,
     dtype: Any = None,
+    attn_implementation: str | None = None,
 ) -> LoadedModel:
     """Load `model_dir` (and the LoRA adapter saved in `adapter_dir`, if given) for generation."""
-    from transformers import AutoConfig, AutoModelForImageTextToText
-
-    from orapo_core.models.compat import load_processor
-
     path = check_model_dir(model_dir)
     if device is None or dtype is None:
         default = default_device()
         device, dtype = device or default[0], dtype or default[1]
+    model, processor = _load_checked(path, dtype=dtype, device_map=device if device != "cpu" else None,
+                                     attn_implementation=attn_implementation)
+    model.eval()
+    adapter_path = None
+    if adapter_dir is not None:
+        adapter_path = _check_adapter_dir(adapter_dir)
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_path, is_trainable=False)
+        model.eval()
+    return LoadedModel(model=model, processor=processor, model_dir=path, adapter_dir=adapter_path,
+                       device=str(device), dtype=dtype)
+
+
+def load_for_training(model_dir: str | Path, *, dtype: Any = "float32", attn_implementation: str | None = None) -> LoadedModel:
+    """Load `model_dir` as the policy of a training round, with the same checks as `load_model`.
+
+    `dtype` is the recipe's (``"float32"``, ``"bfloat16"``, a torch dtype, or ``"auto"``: the checkpoint's own);
+    `attn_implementation` goes to transformers as given. The model stays on the CPU in train mode and without
+    any adapter: the trainer places it (Accelerate, DeepSpeed) and applies the recipe's LoRA itself.
+    """
+    path = check_model_dir(model_dir)
+    model, processor = _load_checked(path, dtype=as_torch_dtype(dtype), device_map=None,
+                                     attn_implementation=attn_implementation)
+    model.train()
+    return LoadedModel(model=model, processor=processor, model_dir=path, adapter_dir=None,
+                       device=str(next(model.parameters()).device), dtype=model.dtype)
+
+
+def as_torch_dtype(dtype: Any) -> Any:
+    """A recipe's dtype name as a torch dtype; None and ``"auto"`` are passed on as they are."""
+    if dtype is None or dtype == "auto" or not isinstance(dtype, str):
+        return dtype
+    import torch
+
+    value = getattr(torch, dtype, None)
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise OrapoError("model_invalid", f"dtype must be auto, float32, bfloat16 or float16; got {dtype!r}.")
+    return value
+
+
+def _load_checked(path: Path, *, dtype: Any, device_map: Any, attn_implementation: str | None):
+    """The model and processor of `path`, refused (OrapoError) unless every weight fits the config."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from orapo_core.models.compat import load_processor
+
+    extra = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         model, info = AutoModelForImageTextToText.from_pretrained(
             path,
             config=config,
             dtype=dtype,
-            device_map=device if device != "cpu" else None,
+            device_map=device_map,
             local_files_only=True,
             output_loading_info=True,
+            **extra,
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise OrapoError("model_invalid", f"The folder {path} is not an image-text-to-text checkpoint: {exc}") from exc
@@ -129,16 +194,7 @@ def load_model(
         processor = load_processor(path, config)
     except (OSError, ValueError, ImportError) as exc:
         raise OrapoError("model_invalid", f"The folder {path} has no usable processor: {exc}") from exc
-    model.eval()
-    adapter_path = None
-    if adapter_dir is not None:
-        adapter_path = _check_adapter_dir(adapter_dir)
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, adapter_path, is_trainable=False)
-        model.eval()
-    return LoadedModel(model=model, processor=processor, model_dir=path, adapter_dir=adapter_path,
-                       device=str(device), dtype=dtype)
+    return model, processor
 
 
 def save_adapter(model, adapter_dir: str | Path) -> Path:

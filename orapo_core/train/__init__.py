@@ -23,8 +23,7 @@ _EXPORTS = {
     "load_training_records": "orapo_core.train.dataset",
     "MetricsJsonlCallback": "orapo_core.train.metrics_log",
     "resolve_reward": "orapo_core.train.rewards",
-    "AblationPlan": "orapo_core.train.ablation",
-    "run_ablation": "orapo_core.train.ablation",
+    "train_round": "orapo_core.train.run",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -146,6 +146,14 @@ class OraPOScriptArguments:
     class_balanced: bool = field(default=False, metadata={"help": "Pick the studies class-balanced over the 14 observations (paper: yes)."})
     selection_seed: int = field(default=0, metadata={"help": "Seed of the study selection (which studies, in which order)."})
     prompt_text: str | None = field(default=None, metadata={"help": "Instruction shown with the image; default: the drafting prompt."})
+    phantom_studies: int | None = field(
+        default=None,
+        metadata={
+            "help": "Only when train_csv is null: generate this many PhantomCXR studies (seeded by `seed`) into "
+            "<output_dir>/phantomcxr and train on them, so a recipe runs on a fresh clone with no data (the smoke "
+            "recipe does). Synthetic data: never set it for a clinical round."
+        },
+    )
 
 
 def _to_argv(overrides: Mapping | Sequence[str] | None) -> list[str]:

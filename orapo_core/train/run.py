@@ -1,7 +1,13 @@
 """One training round from parsed configs: load the local model, build the dataset, train, save.
 
-This is what `orapo train` runs, and what the app launches as a separate
-process; it is kept apart from the CLI so a Python caller gets the same round.
+This is what `orapo train` runs, what the app launches as a separate process,
+and what the ablation benchmark trains each method with; it is kept apart from
+the CLI so a Python caller gets the same round. The policy is loaded by
+`orapo_core.models.loading.load_for_training`, so a checkpoint whose weights do
+not fit its config is refused here as it is when served. A recipe that names no
+model trains the model the app serves (`resolve_model_dir`: ORAPO_MODEL_DIR,
+else the starter); one that names no data may ask for PhantomCXR studies
+(`phantom_studies`), as the smoke recipe does.
 """
 
 from __future__ import annotations
@@ -12,35 +18,45 @@ from pathlib import Path
 
 from orapo_core.errors import OrapoError
 
-
-def load_policy(model_args):
-    """The local image-text-to-text checkpoint named by `model_name_or_path`, and its processor."""
-    import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText
-
-    from orapo_core.models.compat import load_processor
-    from orapo_core.models.loading import check_model_dir
-
-    if not model_args.model_name_or_path:
-        raise OrapoError("model_not_found", "The recipe names no model: set model_name_or_path to a local checkpoint folder.")
-    path = check_model_dir(model_args.model_name_or_path)
-    dtype = model_args.dtype
-    if dtype not in (None, "auto"):
-        dtype = getattr(torch, dtype)
-    config = AutoConfig.from_pretrained(path, local_files_only=True)
-    model = AutoModelForImageTextToText.from_pretrained(
-        path, config=config, dtype=dtype, local_files_only=True, attn_implementation=model_args.attn_implementation
-    )
-    return model, load_processor(path, config)
+PHANTOM_FOLDER = "phantomcxr"
+PHANTOM_SIZE = 128  # px a side: the starter sees 96x96; a smoke run needs no more
 
 
-def train_round(script_args, training_args, model_args, *, reward_funcs=None, train_dataset=None) -> Path:
-    """Train one round and save the model (or LoRA adapter), processor, miner state and resolved recipe."""
+def phantom_training_data(script_args, training_args) -> Path | None:
+    """With no train_csv and `phantom_studies` set, the CSV of that many PhantomCXR studies in <output_dir>/phantomcxr.
+
+    Written once and reused while the count and seed match (a second smoke run does not redraw them).
+    """
+    if script_args.train_csv or not script_args.phantom_studies:
+        return None
+    from orapo_core.data.phantom import write_dataset
+
+    folder = Path(training_args.output_dir).resolve() / PHANTOM_FOLDER
+    wanted = {"n": script_args.phantom_studies, "seed": training_args.seed, "size": PHANTOM_SIZE}
+    stamp = folder / "phantom_set.json"
+    csv_path = next(iter(sorted(folder.glob("*.csv"))), None) if folder.is_dir() else None
+    if csv_path is None or not stamp.is_file() or json.loads(stamp.read_text()) != wanted:
+        csv_path = write_dataset(folder, wanted["n"], seed=wanted["seed"], size=PHANTOM_SIZE)
+        stamp.write_text(json.dumps(wanted))
+    return csv_path
+
+
+def train_round(script_args, training_args, model_args, *, reward_funcs=None, train_dataset=None,
+                callbacks=None) -> Path:
+    """Train one round and save the model (or LoRA adapter), processor, miner state and resolved recipe.
+
+    `callbacks` are extra `transformers.TrainerCallback`s (the ablation evaluates at checkpoints with one).
+    """
     from trl import get_peft_config
 
+    from orapo_core.models.loading import load_for_training, resolve_model_dir
     from orapo_core.train.dataset import load_round_dataset
     from orapo_core.train.trainer import MINER_STATE_FILE, OraPOTrainer
 
+    if train_dataset is None:
+        phantom_csv = phantom_training_data(script_args, training_args)
+        if phantom_csv is not None:
+            script_args.train_csv = str(phantom_csv)
     dataset = train_dataset if train_dataset is not None else load_round_dataset(script_args)
     per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
     studies_per_step = max(1, per_step // max(1, training_args.num_generations))
@@ -49,14 +65,18 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
                                               "per_device_train_batch_size.")
     if len(dataset) < studies_per_step:
         raise no_step
-    model, processor = load_policy(model_args)
+    model_dir = resolve_model_dir(model_args.model_name_or_path)
+    model_args.model_name_or_path = str(model_dir)  # the resolved recipe records the model actually trained
+    policy = load_for_training(model_dir, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation)
+    processor = policy.processor
     trainer = OraPOTrainer(
-        model=model,
+        model=policy.model,
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=dataset,
         processing_class=processor,
         peft_config=get_peft_config(model_args),
+        callbacks=callbacks,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     if trainer.state.global_step == 0:

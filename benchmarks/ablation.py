@@ -1,0 +1,524 @@
+"""The paper's ablation on PhantomCXR, trained the way rounds train and scored the way rounds score.
+
+Which part of OraPO buys what: the reward (ROUGE-L text overlap, the paper's
+"accuracy reward", or FactS), the oracle term (none, DPO, or SFT on the oracle
+instead of DPO) and the training pool (400 or 1,000 class-balanced studies).
+
+Each trained method is one `orapo_core.train.run.train_round`, the function
+`orapo train` and every round run, on a recipe parsed by `parse_recipe`
+(default: the round recipe, `orapo_core/train/recipes/round-cpu.yaml`, LoRA
+and all) with three layers of overrides, later ones winning: the plan's
+`overrides` (any recipe setting, for every method), the budget every method
+shares (max_steps, learning rate, seed), and the method's own (reward_name,
+oracle_mode, its study pool). So every method starts from the same model and
+sees the same number of studies in the same number of optimizer steps, with the
+recipe's batch, rollouts and generation settings. A method that is not DPO
+trains with use_clinician_pairs off (a pair is a DPO signal; PhantomCXR has
+none anyway).
+
+Every model is scored by `orapo_core.models.evaluate.evaluate_drafter`, the
+evaluator of `orapo eval` and of the rounds' gate (greedy drafts, batched,
+FactS labels, clinical-efficacy metrics), on held-out studies from a generator
+seed the training pool never uses: at the start, at the plan's checkpoints and
+at the last step. Beside it, at every step, the oracle's log-likelihood on a
+fixed probe of held-out studies (mean per-token log-prob of each study's
+reference report after the prompt and image, under the policy): the same
+measure for every method, so GRPO's curve and OraPO's compare (the trainer's own
+`orapo/oracle_logp` is over each batch's failed studies, and GRPO logs none).
+
+This is a benchmark, not engine code: it writes plots with plotly.
+`benchmarks/bench_learning.py` is its command line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_RECIPE = ROOT / "orapo_core" / "train" / "recipes" / "round-cpu.yaml"
+RARE_FINDINGS = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
+REPORTED = ("macro_f1_14", "macro_precision_14", "macro_recall_14", "micro_f1_14", "rare_f1", "rare_precision",
+            "rare_recall", "facts_reward_mean", "mean_report_length")
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
+# The recipe settings a reader of the results needs to know (the rest is in each run's orapo_recipe.json).
+RECIPE_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_completion_length",
+               "temperature", "learning_rate", "lr_scheduler_type", "use_peft", "lora_r", "lora_alpha",
+               "zero_reward_threshold", "dpo_weight_min", "dpo_weight_max", "dpo_beta", "beta", "max_steps")
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    label: str
+    reward_name: str | None = None  # None: not trained (the starting model)
+    oracle_mode: str = "none"
+    train_studies: int = 1000
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("starter", "Starting model (no RL)"),
+        Method("grpo_accuracy", "GRPO + accuracy reward (ROUGE-L)", "rouge_l", "none", 1000),
+        Method("grpo_facts", "GRPO + FactS", "facts", "none", 1000),
+        Method("grpo_facts_sft", "GRPO + FactS + SFT on oracle", "facts", "sft", 1000),
+        Method("orapo_400", "OraPO + FactS (400 studies)", "facts", "dpo", 400),
+        Method("orapo_1000", "OraPO + FactS (1,000 studies)", "facts", "dpo", 1000),
+    )
+}
+
+
+@dataclass
+class AblationPlan:
+    """Everything that is the same for every method (and the methods to run)."""
+
+    out_dir: str
+    model_dir: str | None = None  # None: the recipe's model_name_or_path, else the served model (resolve_model_dir)
+    recipe: str = str(DEFAULT_RECIPE)
+    methods: tuple[str, ...] = tuple(METHODS)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int = 100  # optimizer steps of every trained method (max_steps)
+    learning_rate: float | None = None  # None: the recipe's
+    overrides: dict = field(default_factory=dict)  # more recipe settings, for every trained method
+    checkpoints: int = 4  # evaluations spread over the run, the last one at the final step
+    n_eval: int = 500
+    n_eval_curve: int | None = None  # held-out studies at the intermediate checkpoints; default: n_eval
+    probe_studies: int = 16  # held-out studies whose reference report's log-likelihood is followed step by step
+    pool_studies: int = 1500
+    train_seed: int = 101  # PhantomCXR generator seed of the training pool
+    eval_seed: int = 202  # ... and of the held-out studies: disjoint from the pool by construction
+    image_size: int = 224
+    eval_batch: int = 32
+    eval_max_new_tokens: int = 128
+    keep_weights: bool = False  # keep each run's saved model or adapter (off: only its metrics stay)
+
+    def checkpoint_steps(self) -> list[int]:
+        n = max(1, min(self.checkpoints, self.steps))
+        return sorted({max(1, round(self.steps * (i + 1) / n)) for i in range(n)})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def quick_plan(plan: AblationPlan) -> AblationPlan:
+    """What `--quick` changes: one seed, 16 steps, 100 held-out studies, a smaller pool, shorter rollouts."""
+    return replace(plan, seeds=plan.seeds[:1], steps=16, checkpoints=2, n_eval=100, n_eval_curve=None, pool_studies=1000,
+                   eval_max_new_tokens=112, overrides={"max_completion_length": 80, **plan.overrides})
+
+
+# --------------------------------------------------------------------------- data
+
+
+def phantom_split(folder: Path, n: int, seed: int, size: int) -> tuple[Path, list]:
+    """`n` PhantomCXR studies from generator `seed` (written once, reused while seed, n and size match): CSV, records."""
+    from orapo_core.data.phantom import write_dataset
+    from orapo_core.train.dataset import load_training_records
+
+    stamp = folder / "ablation_split.json"
+    wanted = {"n": n, "seed": seed, "size": size}
+    if not (stamp.is_file() and json.loads(stamp.read_text()) == wanted):
+        write_dataset(folder, n, seed=seed, size=size)
+        stamp.write_text(json.dumps(wanted))
+    return next(iter(sorted(folder.glob("*.csv")))), load_training_records(folder, kind="phantom")
+
+
+class HeldOut:
+    """The held-out studies, their images decoded once, as `evaluate_drafter` decodes them."""
+
+    def __init__(self, records: Sequence):
+        from orapo_core.models.evaluate import load_study_image
+
+        self.records = list(records)
+        self.images = [load_study_image(r.image_paths[0]) for r in self.records]
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(drafter, held_out: HeldOut, *, n: int | None = None, batch: int = 32, max_new_tokens: int = 128) -> dict:
+    """`evaluate_drafter` on the first `n` held-out studies, plus the rare findings' macro precision, recall and F1."""
+    from orapo_core.facts.metrics import clinical_efficacy
+    from orapo_core.models.evaluate import evaluate_drafter
+
+    n = len(held_out.records) if n is None else min(n, len(held_out.records))
+    result = evaluate_drafter(drafter, held_out.records[:n], images=held_out.images[:n], batch_size=batch,
+                              max_new_tokens=max_new_tokens)
+    metrics = result.metrics
+    rare = clinical_efficacy([p["labels"] for p in result.predictions], [p["reference"] for p in result.predictions],
+                             observations=RARE_FINDINGS)
+    for kind in ("f1", "precision", "recall"):
+        metrics[f"rare_{kind}"] = rare[f"macro_{kind}_14"]  # "_14" is the suffix of "all the observations given"
+    metrics["example_draft"] = result.predictions[0]["draft"] if result.predictions else ""
+    return metrics
+
+
+def drafter_for(model, processor, model_dir: str | Path):
+    """A `Drafter` around a model being trained (the trainer's, PEFT-wrapped or not)."""
+    from orapo_core.models.draft import Drafter
+    from orapo_core.models.loading import LoadedModel
+
+    parameter = next(model.parameters())
+    return Drafter(LoadedModel(model=model, processor=processor, model_dir=Path(model_dir), adapter_dir=None,
+                               device=str(parameter.device), dtype=parameter.dtype))
+
+
+def oracle_logp(model, processor, images: Sequence, oracles: Sequence[str], *, batch: int = 8) -> float:
+    """Mean over studies of the mean per-token log-prob of each oracle after the drafting prompt and its image.
+
+    The answer is tokenised as the trainer tokenises an oracle: the text, then the end-of-turn token.
+    """
+    import torch
+
+    from orapo_core.models.draft import to_rgb_image
+    from orapo_core.models.prompt import render_prompt
+
+    prompt = render_prompt(processor)
+    tokenizer = processor.tokenizer
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
+    eos = eos[-1] if isinstance(eos, (list, tuple)) else eos
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    values: list[float] = []
+    training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(oracles), batch):
+            pictures = [to_rgb_image(x) for x in images[start : start + batch]]
+            answers = [tokenizer(text, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+                       for text in oracles[start : start + batch]]
+            inputs = processor(text=[prompt] * len(pictures), images=pictures, return_tensors="pt", padding=True,
+                               padding_side="left").to(device)
+            width = max(len(a) for a in answers)
+            ids = torch.tensor([a + [pad_id] * (width - len(a)) for a in answers], device=device)
+            mask = torch.tensor([[1] * len(a) + [0] * (width - len(a)) for a in answers], device=device)
+            prompt_len = inputs["input_ids"].shape[1]
+            extra = {key: value.to(dtype) if torch.is_floating_point(value) else value  # pixels in the model's dtype
+                     for key, value in inputs.items() if key not in ("input_ids", "attention_mask")}
+            for key in ("token_type_ids", "mm_token_type_ids"):  # per-token types, as the trainer does: the answer is text
+                if key in extra:
+                    extra[key] = torch.cat([extra[key], extra[key].new_zeros(ids.shape)], dim=1)
+            with torch.no_grad():
+                logits = model(input_ids=torch.cat([inputs["input_ids"], ids], dim=1),
+                               attention_mask=torch.cat([inputs["attention_mask"], mask], dim=1), **extra).logits
+            logps = torch.log_softmax(logits[:, prompt_len - 1 : -1].float(), dim=-1)
+            token = logps.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+            values += ((token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()
+    finally:
+        model.train(training)
+    return statistics.fmean(values) if values else float("nan")
+
+
+# --------------------------------------------------------------------------- training
+
+
+def method_recipe(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Path, model_dir: str, run_dir: Path):
+    """The three configs of one method's round: recipe, then plan overrides, then the shared budget, then the method."""
+    from orapo_core.train.config import parse_recipe
+
+    settings = dict(plan.overrides)
+    settings.update(max_steps=plan.steps, seed=seed, data_seed=seed)
+    if plan.learning_rate is not None:
+        settings["learning_rate"] = plan.learning_rate
+    settings.update(
+        model_name_or_path=model_dir, train_csv=str(pool_csv), dataset_kind="phantom",
+        max_studies=method.train_studies, class_balanced=True, selection_seed=0,
+        reward_name=method.reward_name, oracle_mode=method.oracle_mode, output_dir=str(run_dir),
+        save_strategy="no", logging_steps=1, report_to="none",
+    )
+    if method.oracle_mode != "dpo":
+        settings["use_clinician_pairs"] = False
+    return parse_recipe(plan.recipe, settings)
+
+
+def studies_per_step(training_args) -> int:
+    per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+    return max(1, per_step // max(1, training_args.num_generations))
+
+
+def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Path, pool_size: int, model_dir: str,
+                 held_out: HeldOut, log: Callable[[str], None] = print) -> dict:
+    """Train one method with one seed through `train_round`; evaluate at the plan's checkpoints; return its record."""
+    import shutil
+
+    from transformers import TrainerCallback, set_seed
+
+    from orapo_core.train.run import train_round
+
+    run_dir = Path(plan.out_dir) / "runs" / method.name / f"seed{seed}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    script_args, training_args, model_args = method_recipe(plan, method, seed, pool_csv=pool_csv, model_dir=model_dir,
+                                                           run_dir=run_dir)
+    per_step = studies_per_step(training_args)
+    checkpoints = plan.checkpoint_steps()
+    probe = held_out.records[: plan.probe_studies]
+    probe_images, probe_oracles = held_out.images[: len(probe)], [r.report for r in probe]
+    curve: list[dict] = []
+    likelihood: list[dict] = []
+    final: dict = {}
+
+    class Checkpoints(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+            likelihood.append({"step": 0, "oracle_logp": oracle_logp(model, processing_class, probe_images, probe_oracles)})
+
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            step = state.global_step
+            likelihood.append({"step": step, "oracle_logp": oracle_logp(model, processing_class, probe_images, probe_oracles)})
+            if step not in checkpoints:
+                return
+            last = step == plan.steps
+            n = plan.n_eval if last else (plan.n_eval_curve or plan.n_eval)
+            metrics = evaluate(drafter_for(model, processing_class, model_dir), held_out, n=n, batch=plan.eval_batch,
+                               max_new_tokens=plan.eval_max_new_tokens)
+            curve.append({"step": step, "studies_seen": step * per_step, "n_eval": n, **{k: metrics[k] for k in REPORTED}})
+            log(f"  {method.name} seed {seed} step {step}: macro-F1 {metrics['macro_f1_14']:.3f}, "
+                f"oracle log-prob {likelihood[-1]['oracle_logp']:.3f} (n={n}, {metrics['seconds']:.0f}s)")
+            if last:
+                final.update(metrics)
+
+    set_seed(seed)  # the LoRA initialisation happens before the trainer seeds itself
+    started = time.perf_counter()
+    train_round(script_args, training_args, model_args, callbacks=[Checkpoints()])
+    wall = time.perf_counter() - started
+    if not plan.keep_weights:
+        for pattern in WEIGHT_FILES:
+            for path in run_dir.glob(pattern):
+                path.unlink()
+    steps = read_metrics(run_dir / "metrics.jsonl")
+    step_times = [s["step_time"] for s in steps if s.get("step_time")]
+    return {"seed": seed, "train_studies": min(method.train_studies, pool_size), "studies_per_step": per_step,
+            "wall_seconds": wall, "metrics": final, "curve": curve, "oracle_logp": likelihood,
+            "step_seconds": statistics.median(step_times) if step_times else None,
+            "metrics_jsonl": str(run_dir / "metrics.jsonl")}
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The training steps of a run's metrics.jsonl (the lines that carry OraPO's per-step metrics)."""
+    if not Path(path).is_file():
+        return []
+    return [r for r in (json.loads(line) for line in Path(path).read_text().splitlines() if line.strip())
+            if "orapo/zero_reward_frac" in r]
+
+
+# --------------------------------------------------------------------------- the whole ablation
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return float("nan"), float("nan")
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def pooled_seed_std(rows: dict, key: str) -> float | None:
+    """sqrt of the mean over trained methods of each method's variance across seeds: the noise a difference
+    between two methods has to clear. None with fewer than two seeds."""
+    variances = []
+    for row in rows.values():
+        values = [r["metrics"][key] for r in row["runs"] if r["seed"] is not None and r["metrics"].get(key) is not None]
+        if len(values) > 1:
+            variances.append(statistics.variance(values))
+    return math.sqrt(statistics.fmean(variances)) if variances else None
+
+
+def resolve_model(plan: AblationPlan) -> str:
+    """The starting model: the plan's, else the recipe's model_name_or_path, else the served model."""
+    from orapo_core.models.loading import resolve_model_dir
+    from orapo_core.train.config import parse_recipe
+
+    if plan.model_dir:
+        return str(plan.model_dir)
+    _, _, model_args = parse_recipe(plan.recipe)
+    return str(resolve_model_dir(model_args.model_name_or_path))
+
+
+def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict:
+    """Run every method of the plan, write results.json, results.md and the plots, and return the results."""
+    from orapo_core.errors import OrapoError
+    from orapo_core.models.draft import Drafter
+
+    unknown = [m for m in plan.methods if m not in METHODS]
+    if unknown:
+        raise OrapoError("unknown_method", f"Unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}.")
+    _, recipe_args, _ = shared_recipe(plan)  # a bad recipe or override fails here, before any work
+    out = Path(plan.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    model_dir = resolve_model(plan)
+    data_dir = out / "data"
+    # A method that asks for more studies than the pool holds trains on the whole pool (its record says how many).
+    pool_csv, pool = phantom_split(data_dir / f"train-seed{plan.train_seed}-n{plan.pool_studies}", plan.pool_studies,
+                                   plan.train_seed, plan.image_size)
+    _, held = phantom_split(data_dir / f"heldout-seed{plan.eval_seed}-n{plan.n_eval}", plan.n_eval, plan.eval_seed,
+                            plan.image_size)
+    held_out = HeldOut(held)
+    log(f"data: {len(pool)} training-pool studies (seed {plan.train_seed}), {len(held)} held-out (seed {plan.eval_seed}), "
+        f"{time.perf_counter() - started:.0f}s")
+
+    drafter = Drafter.from_dir(model_dir)
+    curve_n = plan.n_eval_curve or plan.n_eval
+    start_eval = {n: evaluate(drafter, held_out, n=n, batch=plan.eval_batch, max_new_tokens=plan.eval_max_new_tokens)
+                  for n in sorted({plan.n_eval, curve_n})}
+    probe = held_out.records[: plan.probe_studies]
+    start_logp = oracle_logp(drafter.loaded.model, drafter.loaded.processor, held_out.images[: len(probe)],
+                             [r.report for r in probe])
+    del drafter
+    start_point = {"step": 0, "studies_seen": 0, "n_eval": curve_n, **{k: start_eval[curve_n][k] for k in REPORTED}}
+    log(f"starting model ({model_dir}): macro-F1 {start_eval[plan.n_eval]['macro_f1_14']:.3f} on {plan.n_eval} held-out "
+        f"studies ({start_eval[plan.n_eval]['seconds']:.0f}s)")
+
+    results: dict = {"plan": plan.to_dict(), "model": model_dir, "checkpoint_steps": plan.checkpoint_steps(),
+                     "recipe": {k: recipe_args[k] for k in RECIPE_KEYS if k in recipe_args}, "methods": {}}
+    for name in plan.methods:
+        method = METHODS[name]
+        if method.reward_name is None:
+            runs = [{"seed": None, "wall_seconds": 0.0, "metrics": start_eval[plan.n_eval], "curve": [start_point],
+                     "oracle_logp": [{"step": 0, "oracle_logp": start_logp}]}]
+        else:
+            runs = []
+            for seed in plan.seeds:
+                log(f"{name} (seed {seed}) ...")
+                record = train_method(plan, method, seed, pool_csv=pool_csv, pool_size=len(pool), model_dir=model_dir,
+                                      held_out=held_out, log=log)
+                record["curve"].insert(0, start_point)
+                runs.append(record)
+                log(f"{name} seed {seed}: macro-F1 {record['metrics']['macro_f1_14']:.3f}, {record['wall_seconds']:.0f}s")
+        summary = {k: _mean_std([r["metrics"][k] for r in runs]) for k in REPORTED}
+        results["methods"][name] = {
+            "label": method.label, "reward": method.reward_name,
+            "oracle_mode": method.oracle_mode if method.reward_name else None,
+            "train_studies": min(method.train_studies, len(pool)) if method.reward_name else 0,
+            "mean": {k: v[0] for k, v in summary.items()}, "std": {k: v[1] for k, v in summary.items()},
+            "f1_per_class": {c: _mean_std([r["metrics"]["f1_per_class"][c] for r in runs])[0]
+                             for c in runs[0]["metrics"]["f1_per_class"]},
+            "runs": [{k: v for k, v in r.items() if k != "metrics"}
+                     | {"metrics": {k: r["metrics"][k] for k in (*REPORTED, "f1_per_class", "example_draft")}}
+                     for r in runs],
+        }
+        trained = {k: v for k, v in results["methods"].items() if v["reward"] is not None}
+        results["pooled_seed_std"] = {k: pooled_seed_std(trained, k) for k in REPORTED}
+        results["wall_seconds"] = time.perf_counter() - started
+        write_outputs(results, out)  # after every method, so a long run can be read while it goes on
+    return results
+
+
+def shared_recipe(plan: AblationPlan) -> tuple[dict, dict, dict]:
+    """The recipe with the plan's overrides and budget (no method), as plain dicts: what every method shares."""
+    from orapo_core.train.config import parse_recipe
+
+    settings = dict(plan.overrides, max_steps=plan.steps, output_dir=str(Path(plan.out_dir) / "runs"))
+    if plan.learning_rate is not None:
+        settings["learning_rate"] = plan.learning_rate
+    script_args, training_args, model_args = parse_recipe(plan.recipe, settings)
+    training = training_args.to_dict() | {"use_peft": model_args.use_peft, "lora_r": model_args.lora_r,
+                                          "lora_alpha": model_args.lora_alpha}
+    return asdict(script_args), training, asdict(model_args)
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def markdown_table(results: dict) -> str:
+    plan, recipe = results["plan"], results.get("recipe", {})
+    seeds = len(plan["seeds"])
+    per_step = recipe.get("per_device_train_batch_size", 0) * recipe.get("gradient_accumulation_steps", 1) // max(
+        1, recipe.get("num_generations", 1))
+    lora = (f"LoRA r={recipe.get('lora_r')}" if recipe.get("use_peft") else "full fine-tuning") if recipe else ""
+    lines = [
+        f"Recipe: {Path(plan['recipe']).name} ({lora}, learning rate {recipe.get('learning_rate')}); "
+        f"every trained method: {plan['steps']} optimizer steps x {per_step} studies x K={recipe.get('num_generations')} "
+        f"rollouts, trained by `train_round`. Held-out: {plan['n_eval']} PhantomCXR studies (seed {plan['eval_seed']}), "
+        f"scored by `evaluate_drafter`; mean ± std over {seeds} seed(s).",
+        "",
+        "| Method | Macro-F1 (14) | Precision | Recall | Rare-finding F1 | Rare precision | Rare recall | Micro-F1 (14) "
+        "| FactS reward | Words |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["methods"].values():
+        m, s = row["mean"], row["std"]
+
+        def cell(key, digits=3, m=m, s=s, row=row):
+            if m.get(key) is None or (isinstance(m[key], float) and math.isnan(m[key])):
+                return "–"
+            return f"{m[key]:.{digits}f}" + (f" ± {s[key]:.{digits}f}" if len(row["runs"]) > 1 else "")
+
+        lines.append(f"| {row['label']} | {cell('macro_f1_14')} | {cell('macro_precision_14')} | {cell('macro_recall_14')} "
+                     f"| {cell('rare_f1')} | {cell('rare_precision')} | {cell('rare_recall')} | {cell('micro_f1_14')} "
+                     f"| {cell('facts_reward_mean')} | {cell('mean_report_length', 1)} |")
+    pooled = results.get("pooled_seed_std") or {}
+    if any(v is not None for v in pooled.values()):
+        names = {"macro_f1_14": "macro-F1", "macro_precision_14": "precision", "macro_recall_14": "recall",
+                 "rare_f1": "rare-finding F1", "rare_precision": "rare precision", "rare_recall": "rare recall"}
+        shown = ", ".join(f"{label} {pooled[k]:.3f}" for k, label in names.items() if pooled.get(k) is not None)
+        lines += ["", f"Pooled seed std over the trained methods (√ of the mean per-method variance): {shown}. "
+                      "A difference between two methods smaller than about twice this is seed noise."]
+    else:
+        lines += ["", "Pooled seed std: needs at least two seeds."]
+    lines += ["", "Rare findings, F1 per class (mean over seeds):", "",
+              "| Method | " + " | ".join(RARE_FINDINGS) + " |", "|---|" + "---|" * len(RARE_FINDINGS)]
+    for row in results["methods"].values():
+        lines.append(f"| {row['label']} | " + " | ".join(f"{row['f1_per_class'].get(c, float('nan')):.3f}"
+                                                       for c in RARE_FINDINGS) + " |")
+    lines += ["", f"Wall time: {results.get('wall_seconds', 0) / 60:.1f} min."]
+    return "\n".join(lines) + "\n"
+
+
+def _by_step(rows: list[list[dict]], key: str) -> tuple[list[int], list[float]]:
+    """Per step, the mean of `key` over the runs that logged it."""
+    values: dict[int, list[float]] = {}
+    for run in rows:
+        for r in run:
+            if r.get(key) is not None:
+                values.setdefault(int(r["step"]), []).append(float(r[key]))
+    steps = sorted(values)
+    return steps, [statistics.fmean(values[s]) for s in steps]
+
+
+def _smooth(values: list[float], window: int = 5) -> list[float]:
+    return [statistics.fmean(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
+
+
+def write_outputs(results: dict, out: Path, *, include_plotlyjs: bool | str = True) -> None:
+    """results.json, results.md and the three plots; `include_plotlyjs="directory"` shares one plotly.min.js
+    beside the plots instead of inlining it in each (as the published results in `benchmarks/results/` do)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    (out / "results.md").write_text(markdown_table(results))
+    try:
+        import plotly.graph_objects as go
+    except ImportError:  # plots are optional; the numbers are not
+        return
+    curves, zeros, likelihood = go.Figure(), go.Figure(), go.Figure()
+    for row in results["methods"].values():
+        runs = row["runs"]
+        steps, f1 = _by_step([[{"step": p["studies_seen"], "f1": p["macro_f1_14"]} for p in r["curve"]] for r in runs], "f1")
+        curves.add_trace(go.Scatter(x=steps, y=f1, mode="lines+markers", name=row["label"]))
+        if row["reward"] is None:
+            continue
+        logged = [read_metrics(Path(r["metrics_jsonl"])) for r in runs if r.get("metrics_jsonl")]
+        if any(logged):
+            x, y = _by_step(logged, "orapo/all_zero_group_frac")
+            zeros.add_trace(go.Scatter(x=x, y=_smooth(y), mode="lines", name=row["label"]))
+        x, y = _by_step([r.get("oracle_logp", []) for r in runs], "oracle_logp")
+        likelihood.add_trace(go.Scatter(x=x, y=y, mode="lines", name=row["label"]))
+    threshold = results.get("recipe", {}).get("zero_reward_threshold", 0.0)
+    fails = "score 0" if not threshold else f"fail (FactS ≤ {threshold:g}, the recipe's zero_reward_threshold)"
+    curves.update_layout(title="Macro-F1 (14 observations, held-out PhantomCXR) against training studies seen",
+                         xaxis_title="training studies seen (steps x studies per step)", yaxis_title="macro-F1")
+    zeros.update_layout(title="Fraction of all-fail groups per step (mean over seeds, moving average of 5)",
+                        xaxis_title="optimizer step", yaxis_title=f"fraction of groups whose K rollouts all {fails}")
+    likelihood.update_layout(
+        title="Log-likelihood of the oracle report under the policy (held-out probe, mean over seeds)",
+        xaxis_title="optimizer step", yaxis_title="mean per-token log-prob of the reference report")
+    curves.write_html(out / "macro_f1_vs_studies.html", include_plotlyjs=include_plotlyjs)
+    zeros.write_html(out / "all_zero_groups.html", include_plotlyjs=include_plotlyjs)
+    likelihood.write_html(out / "oracle_logp.html", include_plotlyjs=include_plotlyjs)
