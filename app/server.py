@@ -3,9 +3,10 @@
 `build_app` takes its settings and database explicitly and keeps everything it
 needs in an `AppContext` made here, not in module globals (Gradio shares module
 state across every user). `launch_options` is what `orapo serve` and the tests
-pass to `launch`: Gradio's own sign-in backed by the users table, plus a
-middleware that refuses every route but the sign-in page to a request without a
-session, since a few of Gradio's routes (heartbeat, stream, cancel) do not check.
+pass to `launch`: Gradio's sign-in page, answered by the session middleware
+(`app.web_security`: throttled sign-in, sessions that end with a password change
+or a disabled account, exports for administrators only, one user per session
+hash), and the upload size limit.
 """
 
 from __future__ import annotations
@@ -20,14 +21,10 @@ from typing import Any
 import gradio as gr
 
 from app.runtime import upload_cache_dir
+from app.web_security import RequireSession
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
 
-# What a browser needs before it has a session: the sign-in page and its assets.
-PUBLIC_PATHS = frozenset({"/", "/login", "/login/", "/favicon.ico", "/theme.css", "/gradio_api/theme.css",
-                          "/manifest.json", "/robots.txt",
-                          "/gradio_api/startup-events"})  # launch() calls it, unauthenticated, to start the queue
-PUBLIC_PREFIXES = ("/assets/", "/static/", "/pwa_icon", "/svelte/")
 # Gradio's cache holds patient-derived files (viewer renders, export zips): every CACHE_SWEEP_S, what the app
 # put there more than CACHE_MAX_AGE_S ago is deleted, and all of it when the server closes.
 CACHE_SWEEP_S = 5 * 60
@@ -42,6 +39,8 @@ class AppContext:
     database: Any
     registry: Any
     rounds: Any = None  # the app's RoundScheduler: its `.service` runs rounds; started and stopped with the server
+    signin: Any = None  # the SignInGuard the session middleware signs in with (lockouts are lifted here)
+    sessions: Any = None  # the SessionBook: who each session token and session hash belongs to
 
     def user(self, request: gr.Request | None, *, role: str | None = None, allow_password_change: bool = False):
         from app.services.auth import signed_in
@@ -59,13 +58,14 @@ def shown_to_user() -> Iterator[None]:
         raise gr.Error(exc.message, title=exc.code.replace("_", " ").capitalize()) from exc
 
 
-def build_app(*, settings: Settings, database, registry=None, rounds=None) -> gr.Blocks:
+def build_app(*, settings: Settings, database, registry=None, rounds=None, signin=None) -> gr.Blocks:
     """The Blocks of the whole app. `rounds` (a `RoundScheduler`, default one with the default policy) is
     not started here: the server's lifespan (`launch_options`) starts it and stops it, so building an
-    app, as tests do, leaves no thread behind."""
+    app, as tests do, leaves no thread behind. `signin` (a `SignInGuard`) defaults to the standard limits."""
     from app.services.drafting import ModelRegistry
     from app.services.export_downloads import prune_downloads
     from app.services.rounds_schedule import RoundScheduler
+    from app.services.signin import SessionBook, SignInGuard
     from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist
 
     # Gradio reads its upload folder from the environment when the server starts;
@@ -75,7 +75,8 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None) -> gr
     os.environ["GRADIO_TEMP_DIR"] = str(cache)
     prune_downloads(settings, work=True)  # what a previous run left behind, once its download time is up
     ctx = AppContext(settings, database, registry or ModelRegistry(settings, database),
-                     rounds if rounds is not None else RoundScheduler(database, settings))
+                     rounds if rounds is not None else RoundScheduler(database, settings),
+                     signin if signin is not None else SignInGuard(database), SessionBook())
 
     with gr.Blocks(title="OraPO: chest X-ray reporting", delete_cache=(CACHE_SWEEP_S, CACHE_MAX_AGE_S)) as demo:
         with gr.Row():
@@ -113,6 +114,7 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None) -> gr
         demo.load(session_start, outputs=outputs, api_name="session_start")
         account_ui.password_changed.then(session_start, outputs=outputs, api_visibility="private")
     demo.round_scheduler = ctx.rounds  # found by `rounds_lifespan` once the server runs
+    demo.signin, demo.sessions = ctx.signin, ctx.sessions  # found by the session middleware (app.web_security)
     for block in demo.blocks.values():
         if isinstance(block, (gr.File, gr.UploadButton)):
             block._process_single_file = types.MethodType(_path_without_placeholder, block)
@@ -133,18 +135,26 @@ def _path_without_placeholder(component, f):
 
 
 def launch_options(settings: Settings, database) -> dict[str, Any]:
-    """Keyword arguments for `demo.launch`: sign-in against the users table and the session middleware."""
+    """Keyword arguments for `demo.launch`: the sign-in page, the session middleware and the upload limit."""
     from starlette.middleware import Middleware
 
-    from app.services.auth import check_credentials, is_admin
     from app.services.export_downloads import downloads_dir
+    from app.services.signin import ACCOUNT_FAILURES, WINDOW_MINUTES
+
+    async def signed_in_only_through_the_middleware(username: str, password: str) -> bool:
+        # `auth` makes Gradio show its sign-in page; the middleware answers every POST to /login itself
+        # (throttled, audited, hashed off the event loop), so Gradio's own check never issues a token.
+        return False
 
     return dict(
-        auth=lambda username, password: check_credentials(database, username, password),
-        auth_message="OraPO: sign in with your account. Ask an administrator if you have none.",
-        app_kwargs={"middleware": [Middleware(RequireSession, is_admin=lambda name: is_admin(database, name),
+        auth=signed_in_only_through_the_middleware,
+        auth_message=("OraPO: sign in with your account. Ask an administrator if you have none. "
+                      f"{ACCOUNT_FAILURES} failed sign-ins within {WINDOW_MINUTES} minutes lock an account "
+                      "(an administrator can lift the lockout)."),
+        app_kwargs={"middleware": [Middleware(RequireSession, settings=settings, database=database,
                                               admin_files=downloads_dir(settings))],
                     "lifespan": rounds_lifespan},
+        max_file_size=settings.max_upload_mb * 1024 * 1024,
         ssr_mode=False,
         show_error=False,
         share=False,
@@ -164,60 +174,3 @@ async def rounds_lifespan(app):
     finally:
         if scheduler is not None:
             await to_thread.run_sync(scheduler.shutdown)
-
-
-class RequireSession:
-    """ASGI middleware: anything but the sign-in page needs a valid Gradio session cookie, and the files
-    of admin exports (Gradio serves them by path to any session) need an administrator's."""
-
-    def __init__(self, app, is_admin=None, admin_files=None):
-        self.app = app
-        self.is_admin = is_admin
-        self.admin_files = os.path.normpath(admin_files) if admin_files is not None else None
-
-    async def __call__(self, scope, receive, send):
-        from starlette.responses import JSONResponse
-
-        path = scope.get("path", "")
-        if scope["type"] not in ("http", "websocket") or _public(path):
-            await self.app(scope, receive, send)
-            return
-        username = _session_user(scope)
-        if username is None:
-            response = JSONResponse({"detail": {"error": "Not authenticated", "auth_message": "Sign in first."}},
-                                    status_code=401)
-        elif self._admin_only(path) and not (self.is_admin is not None and self.is_admin(username)):
-            response = JSONResponse({"detail": {"error": "Forbidden", "message": "Exports are for administrators."}},
-                                    status_code=403)
-        else:
-            await self.app(scope, receive, send)
-            return
-        await response(scope, receive, send)
-
-
-    def _admin_only(self, path: str) -> bool:
-        """A request for a file under `admin_files` (Gradio's file routes carry the absolute path after `file=`)."""
-        from urllib.parse import unquote
-
-        if self.admin_files is None or "file=" not in path:
-            return False
-        target = os.path.normpath(unquote(path.split("file=", 1)[1]))
-        return target == self.admin_files or target.startswith(self.admin_files + os.sep)
-
-
-def _public(path: str) -> bool:
-    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
-
-
-def _session_user(scope) -> str | None:
-    """The username of the request's Gradio session, or None without a valid one."""
-    from starlette.requests import HTTPConnection
-
-    conn = HTTPConnection(scope)
-    app = scope.get("app")
-    tokens = getattr(app, "tokens", None)
-    cookie_id = getattr(app, "cookie_id", None)
-    if tokens is None or cookie_id is None:
-        return None
-    token = conn.cookies.get(f"access-token-{cookie_id}") or conn.cookies.get(f"access-token-unsecure-{cookie_id}")
-    return tokens.get(token) if token is not None else None

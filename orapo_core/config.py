@@ -23,6 +23,8 @@ class Settings(BaseSettings):
     max_pixels: int = Field(default=50_000_000, description="Images over this many pixels are refused (decompression bombs).")
     host: str = Field(default="127.0.0.1", description="Address `orapo serve` binds to.")
     port: int = Field(default=7860, description="Port `orapo serve` listens on.")
+    max_upload_mb: int = Field(default=100, ge=1, description="Uploaded files larger than this many MiB are refused.")
+    secure_cookies: bool = Field(default=False, description="Mark the session cookie Secure and send HSTS; set it when a TLS proxy serves the app over HTTPS (a request that arrives as https gets both anyway).")
 
     @property
     def resolved_data_dir(self) -> Path:

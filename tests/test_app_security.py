@@ -115,7 +115,7 @@ def test_a_radiologist_cannot_reach_admin_handlers_by_any_name(server):
         rita.predict("all", "everyone", api_name="/worklist")
     users = {u.username: u for u in UserRepository(db).list()}
     assert set(users) == {"boss", "omar", "rita"} and users["boss"].active and not users["boss"].must_change_password
-    assert not AuditRepository(db).query(action="user.")[:1] or all(e.actor_name != "rita" for e in AuditRepository(db).query())
+    assert all(e.actor_name != "rita" for e in AuditRepository(db).query() if not e.action.startswith("auth."))
 
     boss = client(url, "boss", "admin-pass-1")  # the same handlers work for an administrator
     assert {row[0] for row in boss.predict(api_name="/list_users")["data"]} == {"boss", "omar", "rita"}
@@ -137,7 +137,7 @@ def test_one_time_password_allows_only_the_password_change(server):
 
 
 def test_a_disabled_account_loses_its_open_session(server):
-    from gradio_client.exceptions import AppError
+    import httpx
 
     from db import UserRepository
 
@@ -146,7 +146,7 @@ def test_a_disabled_account_loses_its_open_session(server):
     dora = client(url, "dora", "dora-pass-1")
     assert dora.predict("all", "mine", api_name="/worklist")["data"] == []
     UserRepository(db).disable("dora")
-    with pytest.raises(AppError, match="disabled"):
+    with pytest.raises(httpx.HTTPStatusError, match="401 Unauthorized"):  # the session middleware ends it
         dora.predict("all", "mine", api_name="/worklist")
 
 

@@ -18,7 +18,8 @@ ROLE_WORDS = {"admin": "an administrator", "radiologist": "a radiologist"}
 
 
 def check_credentials(db, username: str, password: str) -> bool:
-    """Gradio's `launch(auth=...)` callable: True for a valid, active account (even one that must change its password)."""
+    """True for a valid, active account (even one that must change its password). The web sign-in goes through
+    `app.services.signin.SignInGuard`, which adds throttling and the audit log to the same check."""
     from db import UserRepository
 
     try:
@@ -71,6 +72,19 @@ def change_own_password(db, user: UserRecord, old: str, new: str, repeat: str) -
     if new != repeat:
         raise OrapoError("password_mismatch", "The new password and its repetition differ.")
     return UserRepository(db).change_password(user.username, old, new)
+
+
+def end_other_sessions(db, sessions, user: UserRecord, request: Any) -> int:
+    """After `user` changed their own password: the session of `request` goes on under the new password, every
+    other session of theirs ends (the middleware would refuse them anyway: their password stamp is stale)."""
+    from db import UserRepository
+
+    if sessions is None:
+        return 0
+    raw = getattr(request, "request", None)
+    cookies = getattr(raw, "cookies", None) or {}
+    return sessions.password_changed(user.username, UserRepository(db).session_stamp(user.username),
+                                     keep=sessions.token_in(cookies))
 
 
 # Administration: each takes the acting user and checks the role itself, so no

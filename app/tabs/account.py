@@ -1,4 +1,6 @@
-"""The Account tab: who is signed in, and the password change (the only thing a one-time password allows)."""
+"""The Account tab: who is signed in, and the password change (the only thing a one-time password allows).
+
+Changing the password signs out every other session of the account; this one goes on."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ def build(ctx: AppContext) -> AccountUI:
         with shown_to_user():
             user = ctx.user(request, allow_password_change=True)
             auth.change_own_password(ctx.database, user, old_value, new_value, repeat_value)
-            return "", "", "", "Password changed."
+            ended = auth.end_other_sessions(ctx.database, ctx.sessions, user, request)
+            return "", "", "", "Password changed." + (f" Signed out your {ended} other session(s)." if ended else "")
 
     event = button.click(change_password, inputs=[old, new, repeat], outputs=[old, new, repeat, result],
                          api_name="change_password")

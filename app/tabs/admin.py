@@ -1,4 +1,4 @@
-"""The Admin tab: user management, the audit log and exports of the training data and reports.
+"""The Admin tab: user management, sign-in lockouts, the audit log and exports of the training data and reports.
 
 Every handler asks for the admin role itself (through the services), so the tab
 being hidden from radiologists is a convenience, not the protection.
@@ -19,6 +19,7 @@ from app.services.export import PAIR_FORMATS
 
 USER_COLUMNS = ["Username", "Role", "Active", "Must change password", "Created", "Last sign-in"]
 AUDIT_COLUMNS = ["When", "Who", "Action", "Object", "Details"]
+LOCKOUT_COLUMNS = ["Account or address", "Kind", "Locked until (UTC)"]
 
 
 @dataclass
@@ -35,6 +36,10 @@ def _user_rows(users) -> list[list]:
 def _audit_rows(entries) -> list[list]:
     return [[e.created_at.strftime("%Y-%m-%d %H:%M:%S"), e.actor_name, e.action,
              f"{e.object_type or ''} {e.object_id or ''}".strip(), str(e.details)] for e in entries]
+
+
+def _lockout_rows(lockouts) -> list[list]:
+    return [[lock.key, lock.kind, lock.until.strftime("%Y-%m-%d %H:%M:%S")] for lock in lockouts]
 
 
 def _kept_for() -> str:
@@ -54,6 +59,15 @@ def build(ctx: AppContext) -> AdminUI:
             reset_btn = gr.Button("Reset password")
             users_refresh = gr.Button("Refresh")
         users_result = gr.Markdown(elem_id="orapo-users-result")
+    with gr.Accordion("Sign-in lockouts", open=False):
+        gr.Markdown("Too many failed sign-ins lock an account or a network address for a while; lifting a lockout "
+                    "forgets its failures (and is audited).")
+        lockouts = gr.Dataframe(headers=LOCKOUT_COLUMNS, interactive=False, elem_id="orapo-lockouts")
+        with gr.Row():
+            locked_key = gr.Textbox(label="Account or address", scale=2, elem_id="orapo-lockout-key")
+            lift_btn = gr.Button("Lift lockout", scale=0)
+            lockouts_refresh = gr.Button("Refresh", scale=0)
+        lockout_result = gr.Markdown()
     with gr.Accordion("Audit log", open=True):
         with gr.Row():
             action = gr.Textbox(label="Action (e.g. 'user.' for a prefix)", scale=2)
@@ -89,6 +103,8 @@ def build(ctx: AppContext) -> AdminUI:
             with shown_to_user():
                 actor = ctx.user(request, role="admin")
                 user = auth.set_user_active(ctx.database, actor, name, active)
+                if not active and ctx.sessions is not None:
+                    ctx.sessions.end_user(user.username)  # the middleware refuses them anyway; forget them now
                 return (_user_rows(auth.list_users(ctx.database, actor)),
                         f"**{user.username}** is now {'active' if user.active else 'disabled'}.")
         return handler
@@ -99,6 +115,16 @@ def build(ctx: AppContext) -> AdminUI:
             user, password = auth.reset_password(ctx.database, actor, name)
             return (_user_rows(auth.list_users(ctx.database, actor)),
                     f"New one-time password for **{user.username}**, shown once: `{password}`")
+
+    def list_lockouts(request: gr.Request):
+        with shown_to_user():
+            return _lockout_rows(ctx.signin.lockouts(ctx.user(request, role="admin")))
+
+    def lift_lockout(key, request: gr.Request):
+        with shown_to_user():
+            actor = ctx.user(request, role="admin")
+            lifted = ctx.signin.lift(actor, key)
+            return _lockout_rows(ctx.signin.lockouts(actor)), f"Lifted the lockout of **{key.strip()}** ({', '.join(lifted)})."
 
     def show_audit(action_value, who_value, request: gr.Request):
         with shown_to_user():
@@ -124,6 +150,8 @@ def build(ctx: AppContext) -> AdminUI:
     disable_btn.click(set_active(False), inputs=username, outputs=[users, users_result], api_name="disable_user")
     enable_btn.click(set_active(True), inputs=username, outputs=[users, users_result], api_name="enable_user")
     reset_btn.click(reset, inputs=username, outputs=[users, users_result], api_name="reset_password")
+    lockouts_refresh.click(list_lockouts, outputs=lockouts, api_name="list_lockouts")
+    lift_btn.click(lift_lockout, inputs=locked_key, outputs=[lockouts, lockout_result], api_name="lift_lockout")
     audit_btn.click(show_audit, inputs=[action, who], outputs=audit, api_name="audit_log")
     pairs_btn.click(export_pairs, inputs=formats, outputs=[export_result, export_file], api_name="export_pairs")
     fhir_btn.click(export_fhir, outputs=[export_result, export_file], api_name="export_fhir")

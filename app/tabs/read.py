@@ -3,7 +3,9 @@
 Image viewer on the left, report on the right, as on a reading workstation.
 What this session is reading (study, image, draft) lives in a `gr.State`, so two
 radiologists never see each other's study; every handler still re-checks the
-user and their right to the study through the services.
+user and their right to the study through the services. Gradio finds that state
+by a session hash the browser chooses, so the state also names the user it was
+made for, and every handler that reads it refuses anyone else (`_mine`).
 
 What is signed is exactly what is on screen: accepting the draft is possible only
 while the report still is the draft, and signing (or amending a signed report)
@@ -36,13 +38,22 @@ def _accept_allowed(text: str | None, session: dict) -> gr.Button:
     return gr.Button(interactive=bool(session.get("draft_text")) and reports.same_text(text, session["draft_text"]))
 
 
+def _mine(session: dict | None, user) -> dict:
+    """This tab's state, if it was made for `user`; an empty one (made before anyone opened a study) is anyone's."""
+    session = session or _empty_state()
+    owner = session.get("owner")
+    if owner is not None and owner != user.username:
+        raise OrapoError("not_your_session", "This page's session belongs to another user; reload the page.")
+    return session
+
+
 def _editing() -> tuple:
     """No confirmation pending: the panel hidden, the actions shown (outputs: pending, panel, actions)."""
     return None, gr.Column(visible=False), gr.Row(visible=True)
 
 
 def _empty_state() -> dict:
-    return {"study_id": None, "image_id": None, "draft_id": None, "draft_text": None}
+    return {"owner": None, "study_id": None, "image_id": None, "draft_id": None, "draft_text": None}
 
 
 def _view_image(view: drafting.ViewerPixels, center: float, width: float, zoom: float):
@@ -77,7 +88,7 @@ def load_study(ctx: AppContext, user, study_id: int) -> tuple:
     span = max(hi - lo, 1.0)
     draft = overview.latest_draft
     report_text = overview.latest_correction.text if overview.latest_correction else (draft.text if draft else "")
-    state = {"study_id": overview.study.id, "image_id": image.id,
+    state = {"owner": user.username, "study_id": overview.study.id, "image_id": image.id,
              "draft_id": draft.id if draft else None, "draft_text": draft.text if draft else None}
     if draft:
         hl = reports.highlights_for(draft, report_text)
@@ -210,13 +221,13 @@ def build(ctx: AppContext) -> ReadUI:
     def render_view(c, w, z, session, request: gr.Request):
         with shown_to_user():
             user = ctx.user(request)
-            view = _checked_view(ctx, user, session)
+            view = _checked_view(ctx, user, _mine(session, user))
             return _view_image(view, c, w, z)
 
     def apply_preset(name, z, session, request: gr.Request):
         with shown_to_user():
             user = ctx.user(request)
-            view = _checked_view(ctx, user, session)
+            view = _checked_view(ctx, user, _mine(session, user))
             c, w = drafting.preset(view, name)
             return gr.Slider(value=c), gr.Slider(value=w), _view_image(view, c, w, z)
 
@@ -228,6 +239,7 @@ def build(ctx: AppContext) -> ReadUI:
     def draft(session, request: gr.Request, progress=gr.Progress()):
         with shown_to_user():
             user = ctx.user(request)
+            session = _mine(session, user)
             if not session.get("study_id"):
                 raise OrapoError("no_study", "Upload or open a study first.")
             record = drafting.draft_study(ctx.database, ctx.settings, ctx.registry, user, session["study_id"],
@@ -249,7 +261,7 @@ def build(ctx: AppContext) -> ReadUI:
 
     def rescore(text, session, request: gr.Request):
         with shown_to_user():
-            ctx.user(request)
+            session = _mine(session, ctx.user(request))
             if not session.get("draft_text"):
                 return [], ""
             hl = reports.rescore(ctx.database, session["draft_id"], text)
@@ -259,12 +271,16 @@ def build(ctx: AppContext) -> ReadUI:
     report.change(rescore, inputs=[report, state], outputs=[highlights, missed], api_name="rescore_report",
                  trigger_mode="always_last", show_progress="hidden")
     # the button follows the text; the server still refuses an accept whose text is not the draft
-    report.change(_accept_allowed, inputs=[report, state], outputs=accept_btn, api_visibility="private",
+    def accept_allowed(text, session, request: gr.Request):
+        with shown_to_user():
+            return _accept_allowed(text, _mine(session, ctx.user(request)))
+
+    report.change(accept_allowed, inputs=[report, state], outputs=accept_btn, api_visibility="private",
                   trigger_mode="always_last", show_progress="hidden")
 
     def show_facts(index, text, session, request: gr.Request):
         with shown_to_user():
-            ctx.user(request)
+            session = _mine(session, ctx.user(request))
             if index is None or not session.get("draft_text"):
                 return []
             edited = None if reports.same_text(text, session["draft_text"]) else text
@@ -272,12 +288,12 @@ def build(ctx: AppContext) -> ReadUI:
 
     sentence.change(show_facts, inputs=[sentence, report, state], outputs=facts, api_name="sentence_facts")
 
-    def pick_sentence(session, evt: gr.SelectData):
+    def pick_sentence(evt: gr.SelectData):
         # spans alternate sentence, separator: the n-th sentence is span 2n
         index = evt.index if isinstance(evt.index, int) else 0
         return gr.Dropdown(value=index // 2)
 
-    highlights.select(pick_sentence, inputs=state, outputs=sentence, api_visibility="private")
+    highlights.select(pick_sentence, outputs=sentence, api_visibility="private")
 
     def stored(record, ahead: reports.PendingReport, user, session) -> tuple:
         """After storing: the report shows the stored text, unlocked; the status says what was stored."""
@@ -294,6 +310,7 @@ def build(ctx: AppContext) -> ReadUI:
         def handler(text, session, request: gr.Request):
             with shown_to_user():
                 user = ctx.user(request)
+                session = _mine(session, user)
                 if not session.get("study_id"):
                     raise OrapoError("no_study", "Upload or open a study first.")
                 ahead = reports.prepare_report(ctx.database, user, session["study_id"], session.get("draft_id"), text,
@@ -315,6 +332,7 @@ def build(ctx: AppContext) -> ReadUI:
     def confirm(ahead, text, session, request: gr.Request):
         with shown_to_user():
             user = ctx.user(request)
+            session = _mine(session, user)
             if ahead is None or ahead.study_id != session.get("study_id"):
                 raise OrapoError("nothing_to_confirm",
                                  "There is nothing waiting to be stored; save or sign the report again.")

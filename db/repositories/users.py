@@ -7,6 +7,7 @@ check, so sign-in reveals neither which accounts exist nor by its timing.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from functools import cache
@@ -138,6 +139,19 @@ class UserRepository(Repository):
     def get_by_username(self, username: str) -> UserRecord:
         with self._session() as session:
             return _record(self._load(session, username))
+
+    def session_stamp(self, username: str) -> str | None:
+        """A short fingerprint of the account's current password hash, or None for an unknown or disabled account.
+
+        A session remembers the stamp of its sign-in and is honoured only while it still matches: a password
+        change or reset (a new salted hash) ends every session made before it, and disabling ends them all.
+        """
+        name = (username or "").strip().lower()
+        with self._session() as session:
+            row = session.execute(select(User.password_hash, User.active).where(User.username == name)).first()
+        if row is None or not row.active:
+            return None
+        return hashlib.sha256(row.password_hash.encode()).hexdigest()[:32]
 
     def list(self, *, include_disabled: bool = True) -> list[UserRecord]:
         with self._session() as session:

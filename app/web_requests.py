@@ -1,0 +1,136 @@
+"""What the session middleware reads from a request and adds to every response.
+
+A request's origin (`cross_site`, `same_origin`: `Sec-Fetch-Site` first, then
+`Origin`, then `Referer`), its address, the route templates it may reach and
+where a path parameter resolves to; and the headers every response carries
+(no framing, no sniffing, HSTS with secure cookies), with a plain message for
+an upload refused for its size.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+from starlette.datastructures import MutableHeaders
+from starlette.responses import PlainTextResponse
+
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+FRAME_ANCESTORS = "frame-ancestors 'none'"
+HSTS = "max-age=31536000"
+
+
+def route_templates(routes) -> Iterator[str]:
+    """Every route's path template, with the prefixes of included routers and mounts."""
+    for route in routes:
+        contexts = getattr(route, "effective_route_contexts", None)  # FastAPI's included router
+        if callable(contexts):
+            for context in contexts():
+                template = context.path or getattr(context.starlette_route, "path", "")
+                if template:
+                    yield template
+        elif hasattr(route, "routes") and not hasattr(route, "endpoint"):  # a Mount
+            prefix = getattr(route, "path", "") or ""
+            yield from (prefix + t for t in route_templates(route.routes))
+        elif getattr(route, "path", None):
+            yield route.path
+
+
+def inside(value: str, folder: str) -> bool:
+    """Whether `value`, resolved as Gradio's file routes resolve a path (absolute against the working folder),
+    with symbolic links followed, is `folder` or under it."""
+    try:
+        resolved = os.path.realpath(os.path.abspath(value))
+    except (ValueError, OSError):  # a NUL byte: no file route can open it either
+        return False
+    return resolved == folder or resolved.startswith(folder + os.sep)
+
+
+def client_address(scope) -> str:
+    """The caller's address (uvicorn already put a trusted proxy's X-Forwarded-For here)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or []:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _same_host(url: str, scope) -> bool:
+    host = _header(scope, b"host")
+    try:
+        return bool(host) and urlsplit(url).netloc.lower() == host.lower()
+    except ValueError:
+        return False
+
+
+def cross_site(scope) -> bool:
+    """Whether the browser says this request was made by another site's page: `Sec-Fetch-Site`, else the
+    `Origin` or `Referer` of another host. A request with none of them (a script, curl) is not cross-site."""
+    site = _header(scope, b"sec-fetch-site")
+    if site is not None:
+        return site.lower() not in ("same-origin", "none")
+    origin = _header(scope, b"origin")
+    if origin is not None:
+        return origin == "null" or not _same_host(origin, scope)
+    referer = _header(scope, b"referer")
+    return referer is not None and not _same_host(referer, scope)
+
+
+def same_origin(scope) -> bool:
+    """Positive evidence that the app's own page (or the user typing the address) made this request."""
+    site = _header(scope, b"sec-fetch-site")
+    if site is not None:
+        return site.lower() in ("same-origin", "none")
+    for name in (b"origin", b"referer"):
+        value = _header(scope, name)
+        if value is not None:
+            return _same_host(value, scope)
+    return False
+
+
+def with_headers(send, secure: bool, too_large_message: str | None):
+    """`send` that adds the security headers to every response and rewrites a 413 from an upload route."""
+    replaced = False
+
+    async def wrapped(message):
+        nonlocal replaced
+        if replaced:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                replaced = False
+            return
+        if message["type"] == "http.response.start":
+            if too_large_message is not None and message["status"] == 413:
+                body = too_large_message.encode()
+                response = PlainTextResponse(too_large_message, status_code=413)
+                start = {"type": "http.response.start", "status": 413, "headers": response.raw_headers}
+                _add_headers(start, secure)
+                await send(start)
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+                replaced = True
+                return
+            _add_headers(message, secure)
+        await send(message)
+
+    return wrapped
+
+
+def _add_headers(message, secure: bool) -> None:
+    headers = MutableHeaders(scope=message)
+    for name, value in SECURITY_HEADERS.items():
+        headers[name] = value
+    csp = headers.get("content-security-policy")
+    if csp is None:
+        headers["Content-Security-Policy"] = FRAME_ANCESTORS
+    elif "frame-ancestors" not in csp:
+        headers["Content-Security-Policy"] = f"{csp}; {FRAME_ANCESTORS}"
+    if secure:
+        headers["Strict-Transport-Security"] = HSTS
