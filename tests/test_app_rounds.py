@@ -207,4 +207,4 @@ def test_an_administrator_schedules_cancels_promotes_rolls_back_and_exports(serv
     assert not [p for p in work_dir(server.settings).rglob("*") if p.is_file()]  # built, zipped, gone
     audit = {e.action: e for e in AuditRepository(server.db).query(action="export.")}
     assert set(audit) == {"export.pairs", "export.fhir"} and audit["export.pairs"].actor_name == "boss"
-    assert audit["export.pairs"].details == {"trl-dpo": 1, "trl-grpo": 1} and audit["export.fhir"].details == {"bundles": 1}
+    assert audit["export.pairs"].details == {"trl-dpo": 1, "trl-grpo": 1} and audit["export.fhir"].details == {"bundles": 1, "skipped": {}}
