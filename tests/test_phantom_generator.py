@@ -113,3 +113,25 @@ def test_cli_subprocess_matches_the_python_api(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     write_dataset(tmp_path / "api", 5, seed=1, size=64)
     assert _digests(tmp_path / "cli") == _digests(tmp_path / "api")
+
+
+def test_conspicuity_changes_how_small_findings_look_never_which_findings_or_reports():
+    import numpy as np
+
+    from orapo_core.data.phantom import generate_study
+    from orapo_core.errors import OrapoError
+
+    for kind in ("fracture", "lung_lesion", "pleural_other"):
+        clear = generate_study(np.random.default_rng([31, 2]), size=128, prevalence={kind: 1.0})
+        subtle = generate_study(np.random.default_rng([31, 2]), size=128, prevalence={kind: 1.0}, conspicuity="subtle")
+        assert clear.findings == subtle.findings and clear.report_findings == subtle.report_findings
+        assert clear.labels == subtle.labels
+        assert np.abs(clear.image - subtle.image).max() > 0.05, kind  # drawn visibly differently
+    normal = {k: 0.0 for k in ("fracture", "lung_lesion", "pleural_other")}
+    a = generate_study(np.random.default_rng([31, 3]), size=128, prevalence=normal)
+    b = generate_study(np.random.default_rng([31, 3]), size=128, prevalence=normal, conspicuity="subtle")
+    if not (a.kinds & {"fracture", "lung_lesion", "pleural_other"}):
+        assert np.array_equal(a.image, b.image)  # nothing small to draw: the same film
+    with pytest.raises(OrapoError) as exc:
+        generate_study(1, size=64, conspicuity="loud")
+    assert exc.value.code == "bad_conspicuity"

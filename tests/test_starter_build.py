@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-TINY = dict(n_train=12, steps=3, batch_size=4, warmup_steps=1, vision_steps=2, vision_batch=4)
+TINY = dict(n_train=12, steps=3, batch_size=4, warmup_steps=1, vision_steps=2, vision_batch=4, vision_n_train=8)
 
 
 @pytest.fixture(scope="module")

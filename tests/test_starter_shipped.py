@@ -15,7 +15,7 @@ import pytest
 
 from orapo_core.models.starter.build import SHIPPED_DIR
 
-STUDIES_PER_FINDING = 5
+STUDIES_PER_FINDING = 20  # five gave a 3-of-5 majority that a retrained starter passes or fails by one draft
 COMMON = {
     "cardiomegaly": "Cardiomegaly",
     "pleural_effusion": "Pleural Effusion",
@@ -40,12 +40,10 @@ def _drafted_labels(drafter, kind: str | None) -> list[dict]:
     from orapo_core.facts import label_report
 
     prevalence = {k: 0.0 for k in DEFAULT_PREVALENCE} if kind is None else {kind: 1.0}
-    labels = []
-    for i in range(STUDIES_PER_FINDING):
-        # Seeds 5000+: neither the build's studies (seed 0) nor the benchmark's (1000).
-        study = generate_study(np.random.default_rng([5000, i]), size=512, prevalence=prevalence)
-        labels.append(label_report(drafter.draft(study.image, samples=0, max_new_tokens=160).text))
-    return labels
+    # Seeds 5000+: neither the build's studies (seed 0) nor the benchmark's (1000).
+    images = [generate_study(np.random.default_rng([5000, i]), size=512, prevalence=prevalence).image
+              for i in range(STUDIES_PER_FINDING)]
+    return [label_report(d.text) for d in drafter.draft_many(images, samples=0, max_new_tokens=160)]
 
 
 @pytest.mark.parametrize("kind", list(COMMON))
@@ -86,3 +84,20 @@ def test_the_shipped_starter_drafts_a_real_radiograph_and_a_png(drafter, tmp_pat
         text = capsys.readouterr().out
         assert "FINDINGS:" in text and "IMPRESSION:" in text, text
         assert label_report(text), text  # a report FactS can read, not token soup
+
+
+def test_the_starter_sees_rare_findings_but_rarely_says_them(drafter):
+    """The paper's setting, on purpose: a pneumothorax is in the visual token (benchmarks/bench_probe.py) but the
+    report training kept it scarce, so the starter under-reports it and rounds have something to learn."""
+    from orapo_core.data.phantom import generate_study
+    from orapo_core.facts import label_report
+
+    images, i = [], 0
+    while len(images) < STUDIES_PER_FINDING:
+        study = generate_study(np.random.default_rng([5100, i]), size=512, prevalence={"pneumothorax": 1.0})
+        i += 1
+        if any(f.kind == "pneumothorax" and f.severity in ("moderate", "large") for f in study.findings):
+            images.append(study.image)
+    said = [label_report(d.text).get("Pneumothorax") in (1, -1)
+            for d in drafter.draft_many(images, samples=0, max_new_tokens=160)]
+    assert sum(said) < 0.2 * len(said), f"the starter already reports pneumothorax in {sum(said)} of {len(said)}"

@@ -179,9 +179,17 @@ def sample_findings(rng: np.random.Generator, prevalence: Mapping[str, float]) -
     return findings
 
 
-def generate_study(rng_or_seed: np.random.Generator | int, size: int = 512, prevalence: Mapping[str, float] | None = None) -> PhantomStudy:
-    """Draws findings, renders the image and writes the report for one study."""
-    from orapo_core.data.phantom_render import render
+def generate_study(rng_or_seed: np.random.Generator | int, size: int = 512, prevalence: Mapping[str, float] | None = None,
+                   conspicuity: str | None = None) -> PhantomStudy:
+    """Draws findings, renders the image and writes the report for one study.
+
+    `conspicuity` ("clear", the default, or "subtle", the first rendering) sets how visible the small findings
+    are drawn; it changes no random draw, so a seed gives the same findings and report either way."""
+    from orapo_core.data.phantom_render import CONSPICUITY, DEFAULT_CONSPICUITY, render
+
+    conspicuity = conspicuity or DEFAULT_CONSPICUITY
+    if conspicuity not in CONSPICUITY:
+        raise OrapoError("bad_conspicuity", f"conspicuity must be one of {', '.join(CONSPICUITY)}, not {conspicuity!r}.")
     from orapo_core.data.phantom_reports import write_report
 
     if size < 64 or size > 4096:
@@ -191,15 +199,17 @@ def generate_study(rng_or_seed: np.random.Generator | int, size: int = 512, prev
     # Portable AP films go with the sick: lines, tubes and fluid.
     sick = any(f.kind in ("support_devices", "edema", "pleural_effusion") for f in findings)
     view = "AP" if rng.random() < (0.7 if sick else 0.2) else "PA"
-    image, masks, landmarks = render(findings, rng, size)
+    image, masks, landmarks = render(findings, rng, size, conspicuity)
     text_findings, text_impression, labels = write_report(findings, rng, view)
     return PhantomStudy(image, findings, text_findings, text_impression, labels, view, masks, landmarks)
 
 
-def iter_studies(n: int, seed: int, size: int = 512, prevalence: Mapping[str, float] | None = None) -> Iterable[tuple[int, PhantomStudy]]:
+def iter_studies(n: int, seed: int, size: int = 512, prevalence: Mapping[str, float] | None = None,
+                 conspicuity: str | None = None) -> Iterable[tuple[int, PhantomStudy]]:
     """Study i depends only on (seed, i), so any slice of a dataset can be regenerated alone."""
     for i in range(n):
-        yield i, generate_study(np.random.default_rng([seed, i]), size=size, prevalence=prevalence)
+        yield i, generate_study(np.random.default_rng([seed, i]), size=size, prevalence=prevalence,
+                                conspicuity=conspicuity)
 
 
 def write_dataset(
@@ -211,6 +221,7 @@ def write_dataset(
     prevalence: Mapping[str, float] | None = None,
     progress: Callable[[int, int], None] | None = None,
     png_bits: int = 8,
+    conspicuity: str | None = None,
 ) -> Path:
     """Writes n studies and a CheXpert-Plus-layout CSV under out_dir; returns the CSV path."""
     from orapo_core.data.phantom_io import DatasetWriter
@@ -218,7 +229,7 @@ def write_dataset(
     if n < 0:
         raise OrapoError("bad_count", f"the number of studies must be zero or more, not {n}.")
     with DatasetWriter(Path(out_dir), seed=seed, formats=tuple(formats), png_bits=png_bits) as writer:
-        for i, study in iter_studies(n, seed, size=size, prevalence=prevalence):
+        for i, study in iter_studies(n, seed, size=size, prevalence=prevalence, conspicuity=conspicuity):
             writer.add(i, study)
             if progress is not None:
                 progress(i + 1, n)

@@ -121,7 +121,7 @@ def _curve(field: np.ndarray, size: int, points, width: float, value: float, ste
         _segment(field, size, p0, p1, width, value)
 
 
-def _bones(y, x, a: Anatomy, size: int, fractures: list[tuple[str, int]]) -> np.ndarray:
+def _bones(y, x, a: Anatomy, size: int, fractures: list[tuple[str, int]], look: dict[str, float]) -> np.ndarray:
     bone = np.zeros_like(y)
     # Spine, faint through the mediastinum.
     bone += 0.10 * _soft(0.028 - np.abs(x - a.cx), 0.01)
@@ -142,10 +142,14 @@ def _bones(y, x, a: Anatomy, size: int, fractures: list[tuple[str, int]]) -> np.
                 continue
             on_side = right[r0:r1] if side == "right" else ~right[r0:r1]
             qf = 0.62 * a.tw
-            gap = _soft(np.abs(q - qf) - 0.01, 0.003)
+            k = look["fracture"]
+            gap = _soft(np.abs(q - qf) - 0.01 * k, 0.003)
             # The lateral fragment is displaced downwards: a visible step.
-            shifted = _soft(0.011 - np.abs(py - curve - 0.014), 0.004) * _soft(q - 0.03, 0.01) * _soft(a.tw * 1.05 - q, 0.01)
+            shifted = _soft(0.011 * k - np.abs(py - curve - 0.014 * k), 0.004) * _soft(q - 0.03, 0.01) * _soft(a.tw * 1.05 - q, 0.01)
             broken = np.where(q > qf, shifted, band) * gap
+            if look["callus"]:  # a healing fracture's callus: a dense knot of bone around the break
+                yc = yk - 0.03 * np.sin(np.pi * min(qf / a.tw, 1.0)) + 0.13 * (qf / a.tw) ** 2 + 0.007 * k
+                broken = broken + 4.0 * look["callus"] * _soft(0.035 - np.hypot(q - qf, py - yc), 0.005)
             band = np.where(on_side, broken, band)
         bone[r0:r1] += 0.08 * band
     # Clavicles: thick bars from the sternal notch up and out to the shoulders.
@@ -203,8 +207,22 @@ def _blobs(rng, y, x, a: Anatomy, side: str, zone: str, count: int, size: int) -
     return np.clip(field * 1.4 * mottle, 0, 1) * (0.5 + 0.5 * region)
 
 
-def render(findings, rng: np.random.Generator, size: int) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, tuple[int, int]]]:
+#: How conspicuous the small findings are drawn (lung lesion, rib fracture, other pleural findings). "subtle"
+#: is the first PhantomCXR rendering: a 1-2 px nodule, a 2 px rib step and a 1 px pleural band at 96 px, below
+#: what any linear readout of the film finds (probe AUC 0.44-0.65, issue 11). "clear" (the default) draws the
+#: same findings, at the same places and prevalences and from the same random draws, large and dense enough to
+#: be seen at the starter's 96 px: a nodule of 3-4 px, a fracture with a callus, a thicker, denser pleural band.
+CONSPICUITY: dict[str, dict[str, float]] = {
+    "subtle": {"lesion_size": 1.0, "lesion_density": 1.0, "fracture": 1.0, "callus": 0.0, "pleural": 1.0},
+    "clear": {"lesion_size": 2.5, "lesion_density": 1.5, "fracture": 2.0, "callus": 1.0, "pleural": 2.0},
+}
+DEFAULT_CONSPICUITY = "clear"
+
+
+def render(findings, rng: np.random.Generator, size: int, conspicuity: str = DEFAULT_CONSPICUITY,
+           ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, tuple[int, int]]]:
     """Returns (image float32 in [0, 1], boolean masks, landmarks as (row, col))."""
+    look = CONSPICUITY[conspicuity]
     y, x = _grid(size)
     by_kind: dict[str, list] = {}
     for f in findings:
@@ -272,7 +290,7 @@ def render(findings, rng: np.random.Generator, size: int) -> tuple[np.ndarray, d
     atten += 0.2 * markings * air * (1 - ptx)
     atten -= 0.12 * ptx * air
 
-    atten += _bones(y, x, a, size, [(f.side, int(f.location)) for f in by_kind.get("fracture", [])])
+    atten += _bones(y, x, a, size, [(f.side, int(f.location)) for f in by_kind.get("fracture", [])], look)
 
     opacity = np.zeros_like(y)
     for kind, density in (("consolidation", 0.55), ("pneumonia", 0.5), ("lung_opacity", 0.3)):
@@ -319,7 +337,9 @@ def render(findings, rng: np.random.Generator, size: int) -> tuple[np.ndarray, d
         by = {"upper": a.apex + 0.1, "middle": a.heart_cy - 0.05, "lower": a.yd[f.side] - 0.12}[f.location]
         theta = np.arctan2(y - by, x - bx)
         lobulated = f.size * (1 + (0.12 * np.sin(3 * theta + rng.uniform(0, 6.28)) if f.variant == "mass" else 0))
-        opacity = np.maximum(opacity, (0.55 if f.variant == "mass" else 0.45) * _soft(lobulated - np.hypot(x - bx, y - by), 0.004))
+        lobulated = lobulated * (look["lesion_size"] if f.variant == "nodule" else (1 + look["lesion_size"]) / 2)
+        density = min(0.95, (0.55 if f.variant == "mass" else 0.45) * look["lesion_density"])
+        opacity = np.maximum(opacity, density * _soft(lobulated - np.hypot(x - bx, y - by), 0.004))
     atten += opacity * (lung * (1 - 0.6 * occluded))
 
     effusion = np.zeros_like(y)
@@ -338,15 +358,16 @@ def render(findings, rng: np.random.Generator, size: int) -> tuple[np.ndarray, d
     for f in by_kind.get("pleural_other", []):
         q = _lateral(x, a, f.side)
         edge = _lung_edge(y, a, f.side)
+        k = look["pleural"]
         if f.variant == "apical_cap":
-            cap = _soft(a.apex + 0.06 - y, 0.01) * _soft(0.02 - (edge - q), 0.004)
-            atten += 0.35 * cap * lungs[f.side]
+            cap = _soft(a.apex + 0.06 * k - y, 0.01) * _soft(0.02 * k - (edge - q), 0.004)
+            atten += 0.35 * min(k, 1.5) * cap * lungs[f.side]
         else:
-            band = _soft(0.014 - np.abs(edge - 0.008 - q), 0.004) * _soft(y - a.apex - 0.08, 0.01) * _soft(a.yd[f.side] - 0.02 - y, 0.01)
+            band = _soft(0.014 * k - np.abs(edge - 0.008 * k - q), 0.004) * _soft(y - a.apex - 0.08, 0.01) * _soft(a.yd[f.side] - 0.02 - y, 0.01)
             if f.variant == "plaques":
                 band *= _smooth_noise(rng, size, 14) > 0.1
                 band = band * 1.8
-            atten += 0.3 * band
+            atten += 0.3 * min(k, 1.5) * band
 
     metal = np.zeros_like(y)
     carina = a.apex + 0.17

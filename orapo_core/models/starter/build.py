@@ -16,7 +16,8 @@ from pathlib import Path
 
 from orapo_core.models.starter.architecture import (StarterArchitecture, build_config, build_generation_config,
                                                    build_processor, visual_tokens)
-from orapo_core.models.starter.sft import WarmStart, WarmStartPlan, make_training_set, training_prevalence
+from orapo_core.models.starter.sft import (WarmStart, WarmStartPlan, make_training_set, make_vision_set,
+                                           training_prevalence)
 from orapo_core.models.starter.tokenizer import train_report_tokenizer
 
 CARD_NAME = "starter_card.json"
@@ -53,6 +54,10 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
 
         with tqdm(total=plan.n_train, desc="starter: studies", unit="study", disable=not show_progress) as bar:
             data = make_training_set(plan, tokenizer, arch.image_side, progress=lambda done, _n: bar.update(1))
+        vision_data = data
+        if plan.vision_steps and plan.vision_prevalence > 0:
+            with tqdm(total=plan.vision_n_train, desc="starter: films", unit="film", disable=not show_progress) as bar:
+                vision_data = make_vision_set(plan, arch.image_side, progress=lambda done, _n: bar.update(1))
         prepared = time.perf_counter()
         torch.manual_seed(plan.seed)  # the probe's weights do not depend on how long data preparation took
         warm_start = WarmStart(model, processor, plan, n_kinds=len(FINDING_KINDS), side=arch.image_side,
@@ -65,7 +70,7 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
                     bar.set_postfix(findings=f"{record['vision_loss']:.3f}", refresh=False)
                     bar.update(1)
 
-                vision_result = warm_start.pretrain_vision(data, deadline=deadline, on_step=on_vision_step)
+                vision_result = warm_start.pretrain_vision(vision_data, deadline=deadline, on_step=on_vision_step)
         with tqdm(total=plan.steps, desc="starter: training", unit="step", disable=not show_progress) as bar:
             def on_step(_step: int, record: dict) -> None:
                 bar.set_postfix(report=f"{record['report_loss']:.3f}", probe=f"{record['probe_loss']:.3f}",
@@ -89,6 +94,7 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
             "parameters": sum(p.numel() for p in model.parameters()),
             "vocab_size": len(tokenizer),
             "train_findings": data.counts,
+            "vision_findings": vision_data.counts,
             "data_seconds": round(prepared - started, 1),
             **result,
             "build_seconds": round(time.perf_counter() - started, 1),

@@ -78,6 +78,11 @@ class WarmStartPlan:
     common_prevalence: float = 0.3  # if above 0, the common findings' training prevalence (never below default)
     probe_lr: float = 2e-4  # if above 0, the probes' own learning rate
     vision_steps: int = 1000  # steps of the vision tower alone on the findings (multi-label) before the report run
+    # The vision warm-up has a training set of its own, every finding drawn at this prevalence: the tower must
+    # *see* the rare findings (so a round can teach the text model to say them) even though the report run
+    # keeps them scarce. 0 reuses the report set (the first shipped starter: pneumothorax lost in the token).
+    vision_prevalence: float = 0.3
+    vision_n_train: int = 2000
     vision_batch: int = 32
     vision_pretrain_lr: float = 1e-3
     threads: int = 2
@@ -108,22 +113,37 @@ class TrainingSet:
 
 def make_training_set(plan: WarmStartPlan, tokenizer, side: int,
                       progress: Callable[[int, int], None] | None = None) -> TrainingSet:
+    """The report run's studies: rare findings scarce, common ones frequent (`training_prevalence`)."""
+    prevalence = plan.prevalence or training_prevalence(plan.rare_fraction, plan.common_prevalence)
+    # (seed, 1, i): a stream of its own, apart from the tokenizer's reports and any evaluation set.
+    return _draw_studies(plan.n_train, (plan.seed, 1), prevalence, side, tokenizer, progress)
+
+
+def make_vision_set(plan: WarmStartPlan, side: int, progress: Callable[[int, int], None] | None = None) -> TrainingSet:
+    """The vision warm-up's films: every finding at `plan.vision_prevalence`, no reports (the tower reads no text)."""
+    from orapo_core.data.phantom import FINDING_KINDS
+
+    prevalence = {kind: plan.vision_prevalence for kind in FINDING_KINDS}
+    return _draw_studies(plan.vision_n_train, (plan.seed, 4), prevalence, side, None, progress)
+
+
+def _draw_studies(n: int, stream: tuple[int, int], prevalence: dict, side: int, tokenizer,
+                  progress: Callable[[int, int], None] | None) -> TrainingSet:
     from orapo_core.data.phantom import FINDING_KINDS, generate_study
 
     kinds = list(FINDING_KINDS)
-    prevalence = plan.prevalence or training_prevalence(plan.rare_fraction, plan.common_prevalence)
-    images = np.empty((plan.n_train, side, side), dtype=np.uint8)
-    answers, targets = [], np.zeros((plan.n_train, len(kinds)), dtype=np.float32)
-    for i in range(plan.n_train):
-        # (seed, 1, i): a stream of its own, apart from the tokenizer's reports and any evaluation set.
-        study = generate_study(np.random.default_rng([plan.seed, 1, i]), size=side, prevalence=prevalence)
+    images = np.empty((n, side, side), dtype=np.uint8)
+    answers, targets = [], np.zeros((n, len(kinds)), dtype=np.float32)
+    for i in range(n):
+        study = generate_study(np.random.default_rng([*stream, i]), size=side, prevalence=prevalence)
         images[i] = np.round(study.image * 255).astype(np.uint8)
-        answer = report_text(study.report_findings, study.report_impression) + tokenizer.eos_token
-        answers.append(tokenizer(answer, add_special_tokens=False)["input_ids"])
+        if tokenizer is not None:
+            answer = report_text(study.report_findings, study.report_impression) + tokenizer.eos_token
+            answers.append(tokenizer(answer, add_special_tokens=False)["input_ids"])
         for kind in study.kinds:
             targets[i, kinds.index(kind)] = 1.0
         if progress is not None:
-            progress(i + 1, plan.n_train)
+            progress(i + 1, n)
     counts = {k: int(targets[:, j].sum()) for j, k in enumerate(kinds)}
     return TrainingSet(images, answers, targets, counts)
 
