@@ -290,11 +290,61 @@ def test_too_few_corrections_for_one_optimizer_step_are_refused_before_training(
     from db import RoundRepository
 
     rounds = service(env)
-    # 3 signed training studies; a step of 8 completions with 2 rollouts each takes 4 studies.
+    # 3 signed training studies and nothing to replay; a step of 8 completions with 2 rollouts takes 4 studies.
     with pytest.raises(OrapoError) as exc:
-        rounds.request_round(settings={**FAST_TRAINING, "per_device_train_batch_size": 8})
+        rounds.request_round(settings={**FAST_TRAINING, "per_device_train_batch_size": 8, "replay_fraction": 0})
     assert exc.value.code == "too_few_corrections" and "4 studies" in exc.value.message
     assert RoundRepository(env.db).list() == []
+    # Replay could fill the step, so the round is created; selecting its data finds nothing to replay, and the
+    # round fails before any training with every correction still unused.
+    from db import CorrectionRepository
+
+    record = rounds.request_round(settings={**FAST_TRAINING, "per_device_train_batch_size": 8})
+    with pytest.raises(OrapoError) as exc:
+        rounds.run_round(record.id, wait=True)
+    assert exc.value.code == "too_few_corrections"
+    assert RoundRepository(env.db).get(record.id).status == "failed"
+    assert CorrectionRepository(env.db).count_untrained() == 3
     with pytest.raises(OrapoError) as exc:
         rounds.request_round(settings={**FAST_TRAINING, "min_new_corrections": 5})
     assert exc.value.code == "too_few_corrections" and "min_new_corrections is 5" in exc.value.message
+
+
+def test_replay_keeps_a_round_from_training_on_one_finding_alone(env):
+    """Older signed studies are replayed first; PhantomCXR makes up the rest only while the starter is served."""
+    import csv
+
+    from app.services.rounds_data import select_round_studies, write_training_csv
+
+    plain = select_round_studies(env.db, env.settings, replay_fraction=3.0, seed=1)
+    assert len(plain.new) == 3 and plain.phantom_replay == []  # a hospital model: nothing invented
+    starter = select_round_studies(env.db, env.settings, replay_fraction=3.0, seed=1, phantom_size=64)
+    assert len(starter.phantom_replay) == 9 and starter.n_training_rows == 12
+    assert starter.summary()["phantom_replay"] == 9 and starter.study_ids == plain.study_ids
+    path = write_training_csv(starter, env.settings.rounds_dir / "r" / "train.csv")
+    rows = list(csv.DictReader(path.open()))
+    replayed = [r for r in rows if r["id"].startswith("phantom-replay-")]
+    assert len(rows) == 12 and len(replayed) == 9
+    assert all(r["oracle_report"].startswith("FINDINGS:") and not r["clinician_rejected"] for r in replayed)
+    assert all(Path(r["path_to_image"]).is_file() for r in rows)
+    again = select_round_studies(env.db, env.settings, replay_fraction=3.0, seed=1, phantom_size=64)
+    assert [p.study_id for p in again.phantom_replay] == [p.study_id for p in starter.phantom_replay]
+
+
+def test_the_default_round_recipe_trains_the_merger_the_tower_and_the_text_model(tiny_model, tmp_path):
+    """Issue 11: rounds that train the text model alone cannot move what the merger lost."""
+    from peft import get_peft_model
+    from trl import get_peft_config
+
+    from app.services.rounds_policy import DEFAULT_RECIPE
+    from orapo_core.models.loading import load_for_training
+    from orapo_core.train.config import parse_recipe
+
+    _, training, model_args = parse_recipe(DEFAULT_RECIPE, ["--output_dir", str(tmp_path), "--model_name_or_path",
+                                                             str(tiny_model)])
+    assert training.learning_rate >= 1e-4 and model_args.use_peft
+    model = get_peft_model(load_for_training(model_args.model_name_or_path).model, get_peft_config(model_args))
+    adapted = {name.rsplit(".lora_A", 1)[0] for name, _ in model.named_parameters() if ".lora_A" in name}
+    assert any(".merger." in n for n in adapted), "the vision merger gets no adapter"
+    assert any(".visual.blocks." in n for n in adapted), "the vision tower gets no adapter"
+    assert any("language_model" in n and n.endswith("down_proj") for n in adapted)

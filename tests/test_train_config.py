@@ -74,7 +74,7 @@ def test_unknown_or_invalid_recipe_keys_are_refused(tmp_path):
         parse_recipe(RECIPES / "smoke-cpu.yaml", ["--oracle_mode", "nope", "--output_dir", str(tmp_path)])
 
 
-@pytest.mark.parametrize("name", ["smoke-cpu.yaml", "phantomcxr.yaml", "qwen2.5-vl-3b-paper.yaml"])
+@pytest.mark.parametrize("name", ["smoke-cpu.yaml", "phantomcxr.yaml", "round-cpu.yaml", "qwen2.5-vl-3b-paper.yaml"])
 def test_every_recipe_parses(tmp_path, name):
     # bf16 is refused on a machine without a GPU; everything else in the recipe must be a known, valid setting
     _, config, model = parse_recipe(RECIPES / name, ["--output_dir", str(tmp_path), "--bf16", "false"])

@@ -17,7 +17,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="rounds_command", metavar="ACTION", required=True)
     run = sub.add_parser("run", help="start a round on the signed, untrained corrections")
     run.add_argument("--wait", action="store_true", help="watch it here until it is promoted, rejected, failed or cancelled")
-    run.add_argument("--recipe", default=None, help="training recipe YAML (default: the configured one, phantomcxr.yaml)")
+    run.add_argument("--recipe", default=None, help="training recipe YAML (default: the configured one, round-cpu.yaml)")
     run.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                      help="override a recipe value (learning_rate=1e-5) or a round policy (f1_tolerance=0.01, "
                           "replay_fraction=0.5); repeatable")

@@ -23,6 +23,7 @@ worker processes and schedule have their own `rounds_*` modules.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -121,11 +122,13 @@ class RoundService:
         if resume_from is not None:
             overrides["resume_from_checkpoint"] = str(self._last_checkpoint(resume_from))
         studies_per_step = check_overrides(recipe_path, overrides)
-        needed = max(policy.min_new_corrections, studies_per_step)
         untrained = CorrectionRepository(self.db).count_untrained()
-        if untrained < needed:
-            why = (f"one optimizer step of this recipe takes {studies_per_step} studies"
-                   if studies_per_step >= policy.min_new_corrections else f"min_new_corrections is {policy.min_new_corrections}")
+        # Replayed studies may fill a step, so refuse here only when even full replay could not (the exact
+        # count is checked again when the round's data is selected, before any training).
+        if untrained < policy.min_new_corrections or untrained * (1 + policy.replay_fraction) < studies_per_step:
+            needed = max(policy.min_new_corrections, math.ceil(studies_per_step / (1 + policy.replay_fraction)))
+            why = (f"one optimizer step of this recipe takes {studies_per_step} studies, replay included"
+                   if untrained >= policy.min_new_corrections else f"min_new_corrections is {policy.min_new_corrections}")
             raise OrapoError("too_few_corrections" if untrained else "nothing_to_train", f"There are {untrained} signed, untrained corrections of training "
                                                     f"studies; a round needs at least {needed} ({why}).")
         config = {"recipe": str(recipe_path), "overrides": overrides, "policy": {**asdict(policy), "recipe": str(recipe_path)},

@@ -61,14 +61,28 @@ class RoundStudy:
     replay: bool = False
 
 
+@dataclass(frozen=True)
+class PhantomReplayStudy:
+    """A PhantomCXR study replayed for the PhantomCXR starter: its reference report is the oracle, no pair."""
+
+    study_id: str
+    image_path: str
+    report: str
+
+
 @dataclass
 class RoundSelection:
     new: list[RoundStudy] = field(default_factory=list)
     replay: list[RoundStudy] = field(default_factory=list)
+    phantom_replay: list[PhantomReplayStudy] = field(default_factory=list)
 
     @property
     def studies(self) -> list[RoundStudy]:
         return self.new + self.replay
+
+    @property
+    def n_training_rows(self) -> int:
+        return len(self.studies) + len(self.phantom_replay)
 
     @property
     def study_ids(self) -> list[int]:
@@ -76,6 +90,7 @@ class RoundSelection:
 
     def summary(self) -> dict[str, Any]:
         return {"new_studies": [s.study_id for s in self.new], "replayed_studies": [s.study_id for s in self.replay],
+                "phantom_replay": len(self.phantom_replay),
                 "correction_ids": [s.correction_id for s in self.new],
                 "pair_ids": sorted({p for s in self.studies for p in s.pair_ids}),
                 "clinician_pairs": sum(1 for s in self.studies if s.draft_text)}
@@ -107,8 +122,14 @@ def _round_study(db, settings, correction, images, *, replay: bool) -> RoundStud
 
 
 def select_round_studies(db, settings, *, replay_fraction: float = 0.0, replay_max: int | None = None,
-                         seed: int = 0) -> RoundSelection:
-    """The round's studies: every untrained signed report of the training split, plus replayed older ones."""
+                         seed: int = 0, phantom_size: int | None = None) -> RoundSelection:
+    """The round's studies: every untrained signed report of the training split, plus replayed older ones.
+
+    Replay is what keeps a round from learning "always say the corrected finding": the corrections of one
+    week may all carry it, the replayed studies mostly do not. Older signed studies are replayed first;
+    with `phantom_size` (given only while the PhantomCXR starter is served) PhantomCXR studies drawn at
+    their usual prevalence make up what is missing, since the starter's own training distribution is the
+    one thing a fresh install has to rehearse."""
     from db import CorrectionRepository, StudyRepository
 
     studies = StudyRepository(db)
@@ -128,7 +149,25 @@ def select_round_studies(db, settings, *, replay_fraction: float = 0.0, replay_m
             study = _round_study(db, settings, overview.latest_correction, overview.images, replay=True)
             if study is not None:
                 selection.replay.append(study)
+        missing = wanted - len(selection.replay)
+        if phantom_size and missing > 0:
+            selection.phantom_replay = phantom_replay(settings, missing, size=phantom_size, seed=seed)
     return selection
+
+
+def phantom_replay(settings, n: int, *, size: int = 256, seed: int = 0) -> list[PhantomReplayStudy]:
+    """`n` PhantomCXR studies for replay, written once under `<data>/replay/phantomcxr-<seed>-<n>-<size>/`."""
+    from orapo_core.data import load_dataset
+    from orapo_core.data.phantom import write_dataset
+
+    # Seeds far from the validation split's (20240) and from every starter build stream.
+    folder = settings.resolved_data_dir / "replay" / f"phantomcxr-{9_000_000 + seed}-{n}-{size}"
+    if not (folder / ".complete").exists():
+        write_dataset(folder, n, seed=9_000_000 + seed, size=size)
+        (folder / ".complete").write_text("ok")
+    return [PhantomReplayStudy(study_id=f"phantom-replay-{r.study_id}", image_path=str(r.image_paths[0]),
+                               report=sectioned(r.findings, r.impression))
+            for r in load_dataset(folder) if r.image_paths][:n]
 
 
 def _label_cells(report: str) -> dict[str, str]:
@@ -145,6 +184,8 @@ def write_training_csv(selection: RoundSelection, path: Path) -> Path:
 
     if not selection.studies:
         raise OrapoError("nothing_to_train", "There are no signed, untrained corrections of training studies yet.")
+    rows = [(f"study-{s.study_id}", s.image_path, s.corrected_report, s.draft_text) for s in selection.studies]
+    rows += [(p.study_id, p.image_path, p.report, None) for p in selection.phantom_replay]
     path.parent.mkdir(parents=True, exist_ok=True)
     # `id` is the study key the CheXpert Plus loader uses (`study_id` for older readers of the same file).
     columns = ["id", "study_id", "split", "path_to_image", "section_findings", "section_impression", *CHEXPERT_14, "oracle_report",
@@ -152,14 +193,14 @@ def write_training_csv(selection: RoundSelection, path: Path) -> Path:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
-        for s in selection.studies:
-            findings, impression = split_report(s.corrected_report)
-            writer.writerow({"id": f"study-{s.study_id}", "study_id": f"study-{s.study_id}", "split": "train",
-                             "path_to_image": s.image_path, "section_findings": findings,
-                             "section_impression": impression, **_label_cells(s.corrected_report),
-                             "oracle_report": s.corrected_report,
-                             "clinician_chosen": s.corrected_report if s.draft_text else "",
-                             "clinician_rejected": s.draft_text or ""})
+        for key, image_path, report, draft_text in rows:
+            findings, impression = split_report(report)
+            writer.writerow({"id": key, "study_id": key, "split": "train",
+                             "path_to_image": image_path, "section_findings": findings,
+                             "section_impression": impression, **_label_cells(report),
+                             "oracle_report": report,
+                             "clinician_chosen": report if draft_text else "",
+                             "clinician_rejected": draft_text or ""})
     return path
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from app.services.rounds_gate import decide
-from app.services.rounds_policy import POLICY_KEYS, RoundPolicy, estimate_steps
+from app.services.rounds_policy import POLICY_KEYS, RoundPolicy, check_overrides, estimate_steps
 from app.services.rounds_versions import install_candidate, served_model, stored_path
 from app.services.rounds_worker import (
     JsonlTail,
@@ -69,17 +69,20 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%H:%M:%S")
 
 
+def serves_phantom_starter(served: dict[str, Any]) -> bool:
+    """Whether the model drafting now is the PhantomCXR starter itself (no promoted version, a starter card)."""
+    from orapo_core.models.starter.build import read_card
+
+    return served.get("version_id") is None and not served.get("adapter") and read_card(served["base"]) is not None
+
+
 def untrusted_heldout(heldout, served: dict[str, Any], min_heldout: int) -> str | None:
     """Why this round's held-out set may not promote or reject on its own, or None when it may.
 
     PhantomCXR stands in for missing signed held-out studies, but no PhantomCXR number says anything about
     patients: it may decide only for the PhantomCXR starter itself (a fresh install), never for a model the
     clinic already serves in its place."""
-    from orapo_core.models.starter.build import read_card
-
-    if heldout.source != "phantomcxr_valid":
-        return None
-    if served.get("version_id") is None and served.get("adapter") is None and read_card(served["base"]) is not None:
+    if heldout.source != "phantomcxr_valid" or serves_phantom_starter(served):
         return None
     return (f"only {heldout.signed} signed held-out studies (fewer than min_heldout={min_heldout}), and the served "
             f"model is not the PhantomCXR starter, so its PhantomCXR numbers say nothing about this clinic's patients")
@@ -116,16 +119,22 @@ class RoundRunner:
         policy = policy.updated({k: v for k, v in config.get("policy", {}).items() if k in POLICY_KEYS})
         folder = round_folder(self.settings, record.id)
         folder.mkdir(parents=True, exist_ok=True)
+        served = served_model(self.db, self.settings)
         selection = select_round_studies(self.db, self.settings, replay_fraction=policy.replay_fraction,
-                                         replay_max=policy.replay_max, seed=record.id)
+                                         replay_max=policy.replay_max, seed=record.id,
+                                         phantom_size=policy.phantom_size if serves_phantom_starter(served) else None)
         if len(selection.new) < policy.min_new_corrections:
             raise OrapoError("nothing_to_train", f"Only {len(selection.new)} signed, untrained corrections with images; "
                                                  f"a round needs at least {policy.min_new_corrections}.")
+        studies_per_step = check_overrides(config["recipe"], config.get("overrides", {}))
+        if selection.n_training_rows < studies_per_step:
+            raise OrapoError("too_few_corrections", f"{len(selection.new)} new and {selection.n_training_rows - len(selection.new)} "
+                                                    f"replayed studies; one optimizer step of this recipe takes "
+                                                    f"{studies_per_step}. Nothing was trained and no correction was used.")
         csv_path = write_training_csv(selection, folder / "train.csv")
         heldout = select_heldout(self.db, self.settings, min_heldout=policy.min_heldout, max_heldout=policy.max_heldout,
                                  phantom_studies=policy.phantom_studies, phantom_size=policy.phantom_size)
         heldout.write(folder / "heldout.json")
-        served = served_model(self.db, self.settings)
         gate_untrusted = untrusted_heldout(heldout, served, policy.min_heldout)
         recipe_values = yaml.safe_load(Path(config["recipe"]).read_text()) or {}
         overrides = dict(config.get("overrides", {}))
@@ -137,7 +146,7 @@ class RoundRunner:
         summary = selection.summary()
         plan = RoundPlan(round_id=record.id, round_dir=folder, recipe=config["recipe"], overrides=overrides, policy=policy,
                          served=served, correction_ids=summary["correction_ids"], pair_ids=summary["pair_ids"],
-                         study_ids=selection.study_ids, max_steps=estimate_steps(merged_values, len(selection.studies)),
+                         study_ids=selection.study_ids, max_steps=estimate_steps(merged_values, selection.n_training_rows),
                          actor=actor or record.trigger, started_by=record.started_by, trigger=record.trigger,
                          gate_untrusted=gate_untrusted)
         rounds = RoundRepository(self.db)
@@ -145,7 +154,8 @@ class RoundRunner:
             "phase": "preparing", "supervisor_pid": os.getpid(), "selection": summary, "heldout": heldout.summary(),
             "served_version_id": served["version_id"], "max_steps": plan.max_steps})
         rounds.set_process(record.id, pid=None, output_dir=str(folder))
-        self._log(record.id, f"{len(selection.new)} new and {len(selection.replay)} replayed studies; "
+        self._log(record.id, f"{len(selection.new)} new and {len(selection.replay) + len(selection.phantom_replay)} "
+                             f"replayed studies ({len(selection.phantom_replay)} from PhantomCXR); "
                              f"held-out: {heldout.summary()['n']} ({heldout.source})")
         return plan
 
@@ -300,8 +310,10 @@ class RoundRunner:
                                   metrics={"phase": "finished", "heldout_metrics": heldout, "gate": decision.to_dict()})
                 versions = ModelVersionRepository(session)
                 parent_id = plan.served["version_id"]
-                if parent_id is None and decision.promote:
-                    # The model served until now becomes a version too, so a rollback to it is one action.
+                if parent_id is None:
+                    # The model served until now becomes a version too, whatever the gate says: the versions table
+                    # and the round charts show it as the baseline beside the candidate, and a rollback to it is
+                    # one action.
                     served_dir = Path(plan.served["base"])
                     base = versions.create(f"base-{served_dir.name}", base_model_path=stored_path(self.settings, served_dir),
                                            metrics={"heldout": results["served"]["metrics"]},
