@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import types
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,6 @@ import gradio as gr
 from app.runtime import upload_cache_dir
 from app.web_security import RequireSession
 from orapo_core.config import Settings
-from orapo_core.errors import OrapoError
 
 # Gradio's cache holds patient-derived files (viewer renders, export zips): every CACHE_SWEEP_S, what the app
 # put there more than CACHE_MAX_AGE_S ago is deleted, and all of it when the server closes.
@@ -49,15 +47,6 @@ class AppContext:
                          allow_password_change=allow_password_change)
 
 
-@contextlib.contextmanager
-def shown_to_user() -> Iterator[None]:
-    """An OrapoError becomes a message in the page (and an error for API callers), never a traceback."""
-    try:
-        yield
-    except OrapoError as exc:
-        raise gr.Error(exc.message, title=exc.code.replace("_", " ").capitalize()) from exc
-
-
 def build_app(*, settings: Settings, database, registry=None, rounds=None, signin=None) -> gr.Blocks:
     """The Blocks of the whole app. `rounds` (a `RoundScheduler`, default one with the default policy) is
     not started here: the server's lifespan (`launch_options`) starts it and stops it, so building an
@@ -66,6 +55,7 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     from app.services.export_downloads import prune_downloads
     from app.services.rounds_schedule import RoundScheduler
     from app.services.signin import SessionBook, SignInGuard
+    from app.messages import in_page
     from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist
 
     # Gradio reads its upload folder from the environment when the server starts;
@@ -79,18 +69,21 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
                      signin if signin is not None else SignInGuard(database), SessionBook())
 
     with gr.Blocks(title="OraPO: chest X-ray reporting", delete_cache=(CACHE_SWEEP_S, CACHE_MAX_AGE_S)) as demo:
-        with gr.Row():
+        with gr.Row(equal_height=True):
             gr.Markdown("## OraPO · chest X-ray report drafting")
             whoami = gr.Markdown(elem_id="orapo-whoami")
+            # the same tab goes to /logout (a same-origin navigation, which the middleware accepts) and then to the
+            # sign-in page: no signed-in page is left open behind
+            gr.Button("Sign out", link="/logout", link_target="_self", size="sm", scale=0, elem_id="orapo-sign-out")
         with gr.Tabs() as tabs:
             with gr.Tab("Read", id="read", visible=False) as read_tab:
                 read_ui = read.build(ctx)
             with gr.Tab("Worklist", id="worklist", visible=False) as worklist_tab:
-                worklist_ui = worklist.build(ctx)
+                worklist_ui = worklist.build(ctx, worklist_tab)
             with gr.Tab("Dashboard", id="dashboard", visible=False) as dashboard_tab:
                 dashboard_ui = dashboard.build(ctx)
             with gr.Tab("Admin", id="admin", visible=False) as admin_tab:
-                admin.build(ctx)
+                admin.build(ctx, admin_tab)
             with gr.Tab("Rounds", id="rounds", visible=False) as rounds_tab:
                 rounds_tab_module.build(ctx, rounds_tab)
             with gr.Tab("Account", id="account"):
@@ -98,12 +91,12 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
         worklist.wire_open(ctx, worklist_ui, read_ui, tabs)
         dashboard.wire_select(dashboard_ui, dashboard_tab)
 
+        @in_page()
         def session_start(request: gr.Request):
             """Which tabs this user sees. Cosmetic only: every handler checks the role again."""
-            with shown_to_user():
-                user = ctx.user(request, allow_password_change=True)
+            user = ctx.user(request, allow_password_change=True)
             ready = not user.must_change_password
-            note = f"Signed in as **{user.username}** ({user.role}) · [Sign out](/logout)"
+            note = f"Signed in as **{user.username}** ({user.role})"
             if not ready:
                 note += " · **change your one-time password to continue**"
             return (note, gr.Tab(visible=ready), gr.Tab(visible=ready), gr.Tab(visible=ready),

@@ -161,7 +161,9 @@ def test_the_charts_draw_the_numbers_and_an_empty_dashboard(seeded):
     findings = tab.findings_figure(data)
     missed, overcalled = findings.data
     assert (missed.orientation, set(missed.y), list(overcalled.y)) == ("h", {"Edema", "Pleural Effusion"}, ["Pleural Effusion"])
-    assert list(overcalled.text) == ["1/1 (100%)"]
+    # one measure per chart: each bar is as long as the count it is labelled with (the share is in the hover)
+    assert list(overcalled.text) == ["1"] and list(overcalled.x) == [1] and list(overcalled.customdata) == [[1, "100%"]]
+    assert [str(x) for x in missed.x] == list(missed.text)
     assert list(tab.models_figure(data).data[0].y) == ["tiny", "starter"]
     html = tab.tiles_html(data)
     assert "33%" in html and "everyone" in html and ">5<" in html

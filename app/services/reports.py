@@ -173,9 +173,9 @@ def _attrs(attributes: dict[str, str]) -> str:
 class PendingReport:
     """What Save, Sign or Accept is about to store, shown to the clinician before anything is stored.
 
-    The text is exactly what will be stored; `base_version` and `base_signed` are the study's
-    latest report version (0: none yet) and whether it was signed when the question was asked,
-    so a report changed meanwhile is refused rather than amended unseen.
+    The text is exactly what will be stored; `base_version` and `base_signed` are the report
+    version the page opened (0: none yet) and whether it was signed, so a report changed since,
+    by anyone, is refused rather than amended unseen.
     """
 
     study_id: int
@@ -201,11 +201,14 @@ class PendingReport:
 
 
 def prepare_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool,
-                   accept: bool = False) -> PendingReport:
+                   accept: bool = False, base_version: int | None = None) -> PendingReport:
     """Check what the clinician asked to store, and say what storing it will do, before anything is stored.
 
     Accepting is refused once the text differs from the draft (whitespace aside): an edited
     report is signed as written, never swapped for the draft behind the clinician's back.
+    `base_version` is the report version the clinician's page opened (0: none); when someone
+    stored another version since, storing is refused (`stale_correction`) and nothing is
+    stored. None (a script that reads the latest version itself) takes the latest as it is.
     """
     from app.services.drafting import open_study
     from db import DraftRepository
@@ -219,9 +222,30 @@ def prepare_report(db, user: UserRecord, study_id: int, draft_id: int | None, te
             raise OrapoError("no_draft", "There is no draft to accept; press Draft report first.")
         _check_unchanged(DraftRepository(db).get(int(draft_id)), overview.study.id, text)
     latest = overview.latest_correction
+    if base_version is not None:
+        check_base_version(db, latest, int(base_version))
     return PendingReport(study_id=overview.study.id, draft_id=draft_id, text=text, sign=sign or accept, accept=accept,
                          base_version=latest.version if latest else 0,
                          base_signed=latest is not None and latest.signed_at is not None)
+
+
+def check_base_version(db, latest: CorrectionRecord | None, base_version: int) -> None:
+    """Refuse to store over a report version the clinician has not seen (optimistic concurrency)."""
+    from db import UserRepository
+
+    if (latest.version if latest else 0) == base_version:
+        return
+    if latest is None or latest.version < base_version:
+        raise OrapoError("stale_correction", "This report is not the version your page opened; nothing was saved. "
+                                             "Reload the study to see the latest version.")
+    try:
+        who = UserRepository(db).get(latest.author_id).username
+    except OrapoError:
+        who = "another user"
+    raise OrapoError("stale_correction",
+                     f"{who} saved version {latest.version} of this report after your page opened "
+                     f"{'version ' + str(base_version) if base_version else 'the study'}; nothing was saved. "
+                     "Reload the study to see it; your text stays on screen until you do.")
 
 
 def store_report(db, user: UserRecord, pending: PendingReport, current_text: str) -> CorrectionRecord:
@@ -238,8 +262,10 @@ def store_report(db, user: UserRecord, pending: PendingReport, current_text: str
         raise OrapoError("stale_correction", "This report has been changed since you asked to store it; nothing was "
                                              "saved. Reopen it from the worklist to see the latest version.")
     if pending.accept:
-        return accept_draft(db, user, pending.study_id, pending.draft_id, pending.text)
-    return save_report(db, user, pending.study_id, pending.draft_id, pending.text, sign=pending.sign)
+        return accept_draft(db, user, pending.study_id, pending.draft_id, pending.text,
+                            base_version=pending.base_version)
+    return save_report(db, user, pending.study_id, pending.draft_id, pending.text, sign=pending.sign,
+                       base_version=pending.base_version)
 
 
 def _check_unchanged(draft: DraftRecord, study_id: int, text: str) -> None:
@@ -250,9 +276,12 @@ def _check_unchanged(draft: DraftRecord, study_id: int, text: str) -> None:
                                          "nothing was signed. Sign it as written with Save and sign.")
 
 
-def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool) -> CorrectionRecord:
+def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool,
+                base_version: int | None = None) -> CorrectionRecord:
     """Store the clinician's report (version 1, or an amendment of the latest), and its preference pair if edited.
 
+    With `base_version` (the version the clinician's page opened), a report stored by someone else since is
+    refused (`stale_correction`); the repository refuses a version written meanwhile by anyone.
     The correction, its pair and its audit entries are one transaction: all of them are stored, or none."""
     from app.services.drafting import open_study
     from db import AuditRepository, CorrectionRepository, DraftRepository, PairRepository
@@ -267,6 +296,8 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
         raise OrapoError("draft_not_found", "That draft belongs to another study.")
     labels = label_report(text)
     latest = overview.latest_correction
+    if base_version is not None:
+        check_base_version(db, latest, int(base_version))
     with db.session() as session:
         corrections, audit = CorrectionRepository(session), AuditRepository(session)
         if latest is not None and latest.signed_at is None and sign and same_text(latest.text, text):
@@ -301,7 +332,8 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
         return record
 
 
-def accept_draft(db, user: UserRecord, study_id: int, draft_id: int, text: str) -> CorrectionRecord:
+def accept_draft(db, user: UserRecord, study_id: int, draft_id: int, text: str, *,
+                 base_version: int | None = None) -> CorrectionRecord:
     """The draft, unchanged, as the signed report; `text` is the report the clinician sees.
 
     Refused when `text` is not the draft (whitespace aside): what is signed is the text on
@@ -312,7 +344,12 @@ def accept_draft(db, user: UserRecord, study_id: int, draft_id: int, text: str) 
 
     overview = open_study(db, user, study_id)
     _check_unchanged(DraftRepository(db).get(int(draft_id)), overview.study.id, text or "")
-    return save_report(db, user, study_id, int(draft_id), text, sign=True)
+    return save_report(db, user, study_id, int(draft_id), text, sign=True, base_version=base_version)
+
+
+# What a study's split means, in a reader's words (the worklist's column, the Read tab's header).
+STUDY_USE_SHORT = {"train": "may train the model", "holdout": "kept aside to check the model"}
+HELD_OUT = "kept aside to check the model; not used to train it"
 
 
 def worklist(db, user: UserRecord, *, status: str | None = None, everyone: bool = False, limit: int = 200) -> list[StudyOverview]:
@@ -331,12 +368,23 @@ class StudyHistory:
     overview: StudyOverview
     drafts: list[DraftRecord]
     corrections: list[CorrectionRecord]
+    authors: dict[int, str] = field(default_factory=dict)  # user id -> username, for every id in `corrections`
+
+    def author(self, correction: CorrectionRecord) -> str:
+        return self.authors.get(correction.author_id, "a deleted user")
 
 
 def history(db, user: UserRecord, study_id: int) -> StudyHistory:
     from app.services.drafting import open_study
-    from db import CorrectionRepository, DraftRepository
+    from db import CorrectionRepository, DraftRepository, UserRepository
 
     overview = open_study(db, user, study_id)
-    return StudyHistory(overview, DraftRepository(db).for_study(overview.study.id),
-                        CorrectionRepository(db).history(overview.study.id))
+    corrections = CorrectionRepository(db).history(overview.study.id)
+    users = UserRepository(db)
+    authors = {}
+    for author_id in {c.author_id for c in corrections}:
+        try:
+            authors[author_id] = users.get(author_id).username
+        except OrapoError:
+            pass
+    return StudyHistory(overview, DraftRepository(db).for_study(overview.study.id), corrections, authors)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.server import AppContext, shown_to_user
+from app.messages import in_page
+from app.server import AppContext
 from app.services import auth
 
 
@@ -24,14 +25,14 @@ def build(ctx: AppContext) -> AccountUI:
         new = gr.Textbox(label="New password (8 characters or more)", type="password", elem_id="orapo-new-password")
         repeat = gr.Textbox(label="New password again", type="password", elem_id="orapo-repeat-password")
         button = gr.Button("Change password", variant="primary", elem_id="orapo-change-password")
-        result = gr.Markdown()
+        result = gr.Markdown(elem_id="orapo-password-result")
 
+    @in_page(status=result)  # a refusal keeps what was typed, to correct it
     def change_password(old_value, new_value, repeat_value, request: gr.Request):
-        with shown_to_user():
-            user = ctx.user(request, allow_password_change=True)
-            auth.change_own_password(ctx.database, user, old_value, new_value, repeat_value)
-            ended = auth.end_other_sessions(ctx.database, ctx.sessions, user, request)
-            return "", "", "", "Password changed." + (f" Signed out your {ended} other session(s)." if ended else "")
+        user = ctx.user(request, allow_password_change=True)
+        auth.change_own_password(ctx.database, user, old_value, new_value, repeat_value)
+        ended = auth.end_other_sessions(ctx.database, ctx.sessions, user, request)
+        return "", "", "", "Password changed." + (f" Signed out your {ended} other session(s)." if ended else "")
 
     event = button.click(change_password, inputs=[old, new, repeat], outputs=[old, new, repeat, result],
                          api_name="change_password")

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.server import AppContext, shown_to_user
+from app.messages import in_page
+from app.server import AppContext
 from app.services import auth, export_downloads
 from app.services.export import PAIR_FORMATS
 
@@ -46,7 +47,8 @@ def _kept_for() -> str:
     return f"{export_downloads.DOWNLOAD_RETENTION_S // 60} minutes"
 
 
-def build(ctx: AppContext) -> AdminUI:
+def build(ctx: AppContext, tab: gr.Tab | None = None) -> AdminUI:
+    """The tab's components and handlers; opening `tab` loads the users, the lockouts and the audit log."""
     with gr.Accordion("Users", open=True):
         users = gr.Dataframe(headers=USER_COLUMNS, interactive=False, elem_id="orapo-users")
         with gr.Row():
@@ -67,7 +69,7 @@ def build(ctx: AppContext) -> AdminUI:
             locked_key = gr.Textbox(label="Account or address", scale=2, elem_id="orapo-lockout-key")
             lift_btn = gr.Button("Lift lockout", scale=0)
             lockouts_refresh = gr.Button("Refresh", scale=0)
-        lockout_result = gr.Markdown()
+        lockout_result = gr.Markdown(elem_id="orapo-lockout-result")
     with gr.Accordion("Audit log", open=True):
         with gr.Row():
             action = gr.Textbox(label="Action (e.g. 'user.' for a prefix)", scale=2)
@@ -87,63 +89,63 @@ def build(ctx: AppContext) -> AdminUI:
 
     # -- rounds and dashboard: rounds, the schedule and version charts are the Rounds tab (app.tabs.rounds) --
 
+    @in_page()
     def list_users(request: gr.Request):
-        with shown_to_user():
-            return _user_rows(auth.list_users(ctx.database, ctx.user(request, role="admin")))
+        return _user_rows(auth.list_users(ctx.database, ctx.user(request, role="admin")))
 
+    @in_page(status=users_result)
     def create_user(name, role_value, request: gr.Request):
-        with shown_to_user():
-            actor = ctx.user(request, role="admin")
-            user, password = auth.create_user(ctx.database, actor, name, role_value)
-            return (_user_rows(auth.list_users(ctx.database, actor)),
-                    f"Created **{user.username}** ({user.role}). One-time password, shown once: `{password}`")
+        actor = ctx.user(request, role="admin")
+        user, password = auth.create_user(ctx.database, actor, name, role_value)
+        return (_user_rows(auth.list_users(ctx.database, actor)),
+                f"Created **{user.username}** ({user.role}). One-time password, shown once: `{password}`")
 
     def set_active(active: bool):
+        @in_page(status=users_result)
         def handler(name, request: gr.Request):
-            with shown_to_user():
-                actor = ctx.user(request, role="admin")
-                user = auth.set_user_active(ctx.database, actor, name, active)
-                if not active and ctx.sessions is not None:
-                    ctx.sessions.end_user(user.username)  # the middleware refuses them anyway; forget them now
-                return (_user_rows(auth.list_users(ctx.database, actor)),
-                        f"**{user.username}** is now {'active' if user.active else 'disabled'}.")
+            actor = ctx.user(request, role="admin")
+            user = auth.set_user_active(ctx.database, actor, name, active)
+            if not active and ctx.sessions is not None:
+                ctx.sessions.end_user(user.username)  # the middleware refuses them anyway; forget them now
+            return (_user_rows(auth.list_users(ctx.database, actor)),
+                    f"**{user.username}** is now {'active' if user.active else 'disabled'}.")
         return handler
 
+    @in_page(status=users_result)
     def reset(name, request: gr.Request):
-        with shown_to_user():
-            actor = ctx.user(request, role="admin")
-            user, password = auth.reset_password(ctx.database, actor, name)
-            return (_user_rows(auth.list_users(ctx.database, actor)),
-                    f"New one-time password for **{user.username}**, shown once: `{password}`")
+        actor = ctx.user(request, role="admin")
+        user, password = auth.reset_password(ctx.database, actor, name)
+        return (_user_rows(auth.list_users(ctx.database, actor)),
+                f"New one-time password for **{user.username}**, shown once: `{password}`")
 
+    @in_page()
     def list_lockouts(request: gr.Request):
-        with shown_to_user():
-            return _lockout_rows(ctx.signin.lockouts(ctx.user(request, role="admin")))
+        return _lockout_rows(ctx.signin.lockouts(ctx.user(request, role="admin")))
 
+    @in_page(status=lockout_result)
     def lift_lockout(key, request: gr.Request):
-        with shown_to_user():
-            actor = ctx.user(request, role="admin")
-            lifted = ctx.signin.lift(actor, key)
-            return _lockout_rows(ctx.signin.lockouts(actor)), f"Lifted the lockout of **{key.strip()}** ({', '.join(lifted)})."
+        actor = ctx.user(request, role="admin")
+        lifted = ctx.signin.lift(actor, key)
+        return _lockout_rows(ctx.signin.lockouts(actor)), f"Lifted the lockout of **{key.strip()}** ({', '.join(lifted)})."
 
+    @in_page()
     def show_audit(action_value, who_value, request: gr.Request):
-        with shown_to_user():
-            actor = ctx.user(request, role="admin")
-            return _audit_rows(auth.audit_log(ctx.database, actor, action=action_value, actor_name=who_value))
+        actor = ctx.user(request, role="admin")
+        return _audit_rows(auth.audit_log(ctx.database, actor, action=action_value, actor_name=who_value))
 
+    @in_page(status=export_result)
     def export_pairs(chosen, request: gr.Request):
-        with shown_to_user():
-            download = export_downloads.download_training_data(ctx.database, ctx.settings,
-                                                               ctx.user(request, role="admin"), chosen)
-            lines = [f"- **{s.format}**: {s.rows} rows" + (f" ({s.skipped} skipped: no image)" if s.skipped else "")
-                     for s in download.summaries]
-            return (f"Ready to download for the next {_kept_for()}:\n" + "\n".join(lines), str(download.archive))
+        download = export_downloads.download_training_data(ctx.database, ctx.settings,
+                                                           ctx.user(request, role="admin"), chosen)
+        lines = [f"- **{s.format}**: {s.rows} rows" + (f" ({s.skipped} skipped: no image)" if s.skipped else "")
+                 for s in download.summaries]
+        return (f"Ready to download for the next {_kept_for()}:\n" + "\n".join(lines), str(download.archive))
 
+    @in_page(status=export_result)
     def export_fhir(request: gr.Request):
-        with shown_to_user():
-            download = export_downloads.download_fhir(ctx.database, ctx.settings, ctx.user(request, role="admin"))
-            return (f"{download.bundles} FHIR R4 Bundles (DiagnosticReport + Provenance per study), ready to download "
-                    f"for the next {_kept_for()}.", str(download.archive))
+        download = export_downloads.download_fhir(ctx.database, ctx.settings, ctx.user(request, role="admin"))
+        return (f"{download.bundles} FHIR R4 Bundles (DiagnosticReport + Provenance per study), ready to download "
+                f"for the next {_kept_for()}.", str(download.archive))
 
     users_refresh.click(list_users, outputs=users, api_name="list_users")
     create_btn.click(create_user, inputs=[username, role], outputs=[users, users_result], api_name="create_user")
@@ -155,4 +157,14 @@ def build(ctx: AppContext) -> AdminUI:
     audit_btn.click(show_audit, inputs=[action, who], outputs=audit, api_name="audit_log")
     pairs_btn.click(export_pairs, inputs=formats, outputs=[export_result, export_file], api_name="export_pairs")
     fhir_btn.click(export_fhir, outputs=[export_result, export_file], api_name="export_fhir")
+
+    @in_page()
+    def opened(action_value, who_value, request: gr.Request):
+        """Everything the tab lists, fresh, when it opens: nobody looks at an empty table until Refresh."""
+        actor = ctx.user(request, role="admin")
+        return (_user_rows(auth.list_users(ctx.database, actor)), _lockout_rows(ctx.signin.lockouts(actor)),
+                _audit_rows(auth.audit_log(ctx.database, actor, action=action_value, actor_name=who_value)))
+
+    if tab is not None:
+        tab.select(opened, inputs=[action, who], outputs=[users, lockouts, audit], api_visibility="private")
     return AdminUI(users=users, audit=audit)

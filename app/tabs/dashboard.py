@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.server import AppContext, shown_to_user
+from app.messages import in_page
+from app.server import AppContext
 from app.services import dashboard
 from app.services.dashboard import DashboardData
 
@@ -25,7 +26,7 @@ TOP_FINDINGS = 10
 
 @dataclass
 class DashboardUI:
-    show: Callable  # the handler: (scope, bucket, request) -> every output
+    opened: Callable  # the handler of opening the tab: (scope, bucket, request) -> the scope choice and every output
     inputs: list
     outputs: list
 
@@ -105,9 +106,14 @@ def findings_figure(data: DashboardData, top: int = TOP_FINDINGS):
             fig.update_yaxes(visible=False, row=1, col=col)
             continue
         rates = list(reversed(rates[:top]))  # plotly draws the first bar at the bottom
-        fig.add_trace(go.Bar(y=[r.finding for r in rates], x=[r.errors for r in rates], orientation="h", marker_color=color,
-                             text=[f"{r.errors}/{r.out_of} ({100 * r.rate:.0f}%)" for r in rates], textposition="auto",
-                             hovertemplate=f"%{{y}}: %{{text}} {what} reports stating it<extra></extra>"), row=1, col=col)
+        # one measure per chart, the one it is ranked by: each bar is as long as the count it is labelled with;
+        # the share of the reports stating the finding is in the hover
+        fig.add_trace(go.Bar(y=[r.finding for r in rates], x=[r.errors for r in rates], orientation="h",
+                             marker_color=color, text=[str(r.errors) for r in rates], textposition="auto",
+                             customdata=[[r.out_of, f"{100 * r.rate:.0f}%"] for r in rates],
+                             hovertemplate=f"%{{y}}: {what} %{{x}} of the %{{customdata[0]}} reports stating it "
+                                           "(%{customdata[1]})<extra></extra>"), row=1, col=col)
+        fig.update_xaxes(title_text="reports", row=1, col=col)
     fig.update_xaxes(**_whole_ticks(max(r.errors for r in data.misses + data.overcalls)))
     return _layout(fig, title, height=max(360, 60 + 28 * min(top, max(len(data.misses), len(data.overcalls)))))
 
@@ -130,7 +136,7 @@ def tiles_html(data: DashboardData) -> str:
     rate = f"{100 * data.acceptance_rate:.0f}%" if data.acceptance_rate is not None else "–"
     sources = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in data.pairs_by_source.items() if n) or "none yet"
     tiles = [
-        ("Studies", data.studies, f"{data.holdout_studies} held out for evaluation"),
+        ("Studies", data.studies, f"{data.holdout_studies} kept aside to check the model"),
         ("Drafts", data.drafts, f"{len(data.drafts_by_model)} model version(s)"),
         ("Reports", data.reports, f"{data.corrections} saved versions, {data.signed} signed"),
         ("Accepted unchanged", rate, f"{data.accepted_unchanged} of {data.reports} reports"),
@@ -150,8 +156,9 @@ def tiles_html(data: DashboardData) -> str:
 
 def build(ctx: AppContext) -> DashboardUI:
     with gr.Row():
-        scope = gr.Radio(["everyone", "mine"], value=None, label="Whose numbers", scale=2,
-                         info="'everyone' is for administrators", elem_id="orapo-dashboard-scope")
+        # shown to administrators only, when the tab opens: a radiologist sees her own numbers
+        scope = gr.Radio(["everyone", "mine"], value=None, label="Whose numbers", scale=2, visible=False,
+                         elem_id="orapo-dashboard-scope")
         bucket = gr.Radio(["auto", "day", "week"], value="auto", label="Acceptance per", scale=1)
         refresh = gr.Button("Refresh", scale=0, elem_id="orapo-dashboard-refresh")
     tiles = gr.HTML(elem_id="orapo-dashboard-tiles-box")
@@ -161,20 +168,28 @@ def build(ctx: AppContext) -> DashboardUI:
     findings_plot = gr.Plot(label="Misses and over-calls", show_label=False)
     models_plot = gr.Plot(label="Drafts per model version", show_label=False)
 
+    @in_page()
     def show(scope_value, bucket_value, request: gr.Request):
-        with shown_to_user():
-            user = ctx.user(request)
-            data = dashboard.dashboard_data(ctx.database, user, scope=scope_value, bucket=bucket_value or "auto")
-            return (data.scope, tiles_html(data), status_figure(data), acceptance_figure(data),
-                    findings_figure(data), models_figure(data))
+        user = ctx.user(request)
+        data = dashboard.dashboard_data(ctx.database, user, scope=scope_value, bucket=bucket_value or "auto")
+        return (data.scope, tiles_html(data), status_figure(data), acceptance_figure(data),
+                findings_figure(data), models_figure(data))
+
+    @in_page()
+    def opened(scope_value, bucket_value, request: gr.Request):
+        user = ctx.user(request)
+        data = dashboard.dashboard_data(ctx.database, user, scope=scope_value if user.is_admin else None,
+                                        bucket=bucket_value or "auto")
+        return (gr.Radio(value=data.scope, visible=user.is_admin), tiles_html(data), status_figure(data),
+                acceptance_figure(data), findings_figure(data), models_figure(data))
 
     outputs = [scope, tiles, status_plot, acceptance_plot, findings_plot, models_plot]
     refresh.click(show, inputs=[scope, bucket], outputs=outputs, api_name="dashboard")
     scope.input(show, inputs=[scope, bucket], outputs=outputs, api_visibility="private")
     bucket.input(show, inputs=[scope, bucket], outputs=outputs, api_visibility="private")
-    return DashboardUI(show=show, inputs=[scope, bucket], outputs=outputs)
+    return DashboardUI(opened=opened, inputs=[scope, bucket], outputs=outputs)
 
 
 def wire_select(ui: DashboardUI, tab: gr.Tab) -> None:
     """Opening the tab loads the numbers, so nobody looks at an empty page."""
-    tab.select(ui.show, inputs=ui.inputs, outputs=ui.outputs, api_visibility="private")
+    tab.select(ui.opened, inputs=ui.inputs, outputs=ui.outputs, api_visibility="private")

@@ -20,7 +20,8 @@ from typing import Any
 
 import gradio as gr
 
-from app.server import AppContext, shown_to_user
+from app.messages import in_page
+from app.server import AppContext
 from app.services import drafting, reports
 from orapo_core.errors import OrapoError
 
@@ -200,57 +201,57 @@ def build(ctx: AppContext) -> ReadUI:
     study_outputs = [*closing, accept_btn, state, viewer, center, width, preset, zoom, header, study_info, highlights,
                      missed, sentence, facts, report, status]
 
+    @in_page(status=upload_status)
     def upload(paths, request: gr.Request):
-        with shown_to_user():
-            user = ctx.user(request)
-            outcomes = [drafting.ingest_upload(ctx.database, ctx.settings, user, p) for p in (paths or [])]
-            lines = []
-            for o in outcomes:
-                if o.ok:
-                    lines.append(f"- Stored **{o.file}**: study {o.study_id}" + (" (already uploaded)" if o.duplicate else ""))
-                else:
-                    lines.append(f"- Refused **{o.file}**: {o.message}")
-            opened = next((o.study_id for o in outcomes if o.ok), None)
-            summary = "\n".join(lines) or "No file received."
-            if opened is None:
-                return (None, summary, *[gr.skip()] * len(study_outputs))
-            return (None, summary, *load_study(ctx, user, opened))
+        user = ctx.user(request)
+        outcomes = [drafting.ingest_upload(ctx.database, ctx.settings, user, p) for p in (paths or [])]
+        lines = []
+        for o in outcomes:
+            if o.ok:
+                lines.append(f"- Stored **{o.file}**: study {o.study_id}" + (" (already uploaded)" if o.duplicate else ""))
+            else:
+                lines.append(f"- Refused **{o.file}**: {o.message}")
+        opened = next((o.study_id for o in outcomes if o.ok), None)
+        summary = "\n".join(lines) or "No file received."
+        if opened is None:
+            return (None, summary, *[gr.skip()] * len(study_outputs))
+        return (None, summary, *load_study(ctx, user, opened))
 
     files.upload(upload, inputs=files, outputs=[files, upload_status, *study_outputs], api_name="upload_studies")
 
+    @in_page()
     def render_view(c, w, z, session, request: gr.Request):
-        with shown_to_user():
-            user = ctx.user(request)
-            view = _checked_view(ctx, user, _mine(session, user))
-            return _view_image(view, c, w, z)
+        user = ctx.user(request)
+        view = _checked_view(ctx, user, _mine(session, user))
+        return _view_image(view, c, w, z)
 
+    @in_page()
     def apply_preset(name, z, session, request: gr.Request):
-        with shown_to_user():
-            user = ctx.user(request)
-            view = _checked_view(ctx, user, _mine(session, user))
-            c, w = drafting.preset(view, name)
-            return gr.Slider(value=c), gr.Slider(value=w), _view_image(view, c, w, z)
+        user = ctx.user(request)
+        view = _checked_view(ctx, user, _mine(session, user))
+        c, w = drafting.preset(view, name)
+        return gr.Slider(value=c), gr.Slider(value=w), _view_image(view, c, w, z)
 
     for slider in (center, width, zoom):
         slider.release(render_view, inputs=[center, width, zoom, state], outputs=viewer,
                        api_name=f"render_view_{slider.elem_id}", trigger_mode="always_last")
     preset.input(apply_preset, inputs=[preset, zoom, state], outputs=[center, width, viewer], api_name="window_preset")
 
+    @in_page(status=status)
     def draft(session, request: gr.Request, progress=gr.Progress()):
-        with shown_to_user():
-            user = ctx.user(request)
-            session = _mine(session, user)
-            if not session.get("study_id"):
-                raise OrapoError("no_study", "Upload or open a study first.")
-            record = drafting.draft_study(ctx.database, ctx.settings, ctx.registry, user, session["study_id"],
-                                          progress=progress)
-            session = {**session, "draft_id": record.id, "draft_text": record.text}
-            hl = reports.confidence_highlights(record)
-            return (*_editing(), gr.Button(interactive=True), session, _highlighted(hl), _missed_md(hl),
-                    gr.Dropdown(choices=reports.sentence_choices(record.text), value=None),
-                    [], gr.Textbox(value=record.text, interactive=True),
-                    f"Draft {record.id} by **{record.model_name}** in {record.latency_ms / 1000:.1f} s",
-                    _study_info(ctx, user, session))
+        user = ctx.user(request)
+        session = _mine(session, user)
+        if not session.get("study_id"):
+            raise OrapoError("no_study", "Upload or open a study first.")
+        record = drafting.draft_study(ctx.database, ctx.settings, ctx.registry, user, session["study_id"],
+                                      progress=progress)
+        session = {**session, "draft_id": record.id, "draft_text": record.text}
+        hl = reports.confidence_highlights(record)
+        return (*_editing(), gr.Button(interactive=True), session, _highlighted(hl), _missed_md(hl),
+                gr.Dropdown(choices=reports.sentence_choices(record.text), value=None),
+                [], gr.Textbox(value=record.text, interactive=True),
+                f"Draft {record.id} by **{record.model_name}** in {record.latency_ms / 1000:.1f} s",
+                _study_info(ctx, user, session))
 
     # 8 drafts may wait at once: the registry's DraftBatcher, not Gradio, bounds the compute (one batched
     # generate at a time), and drafts waiting together are drafted together
@@ -259,32 +260,32 @@ def build(ctx: AppContext) -> ReadUI:
                              study_info],
                     api_name="draft_report", concurrency_limit=drafting.DRAFT_MAX_BATCH)
 
+    @in_page()
     def rescore(text, session, request: gr.Request):
-        with shown_to_user():
-            session = _mine(session, ctx.user(request))
-            if not session.get("draft_text"):
-                return [], ""
-            hl = reports.rescore(ctx.database, session["draft_id"], text)
-            return _highlighted(hl), _missed_md(hl)
+        session = _mine(session, ctx.user(request))
+        if not session.get("draft_text"):
+            return [], ""
+        hl = reports.rescore(ctx.database, session["draft_id"], text)
+        return _highlighted(hl), _missed_md(hl)
 
     # .change, not .input: it also fires when a draft or a reopened report fills the box
     report.change(rescore, inputs=[report, state], outputs=[highlights, missed], api_name="rescore_report",
                  trigger_mode="always_last", show_progress="hidden")
     # the button follows the text; the server still refuses an accept whose text is not the draft
+    @in_page()
     def accept_allowed(text, session, request: gr.Request):
-        with shown_to_user():
-            return _accept_allowed(text, _mine(session, ctx.user(request)))
+        return _accept_allowed(text, _mine(session, ctx.user(request)))
 
     report.change(accept_allowed, inputs=[report, state], outputs=accept_btn, api_visibility="private",
                   trigger_mode="always_last", show_progress="hidden")
 
+    @in_page()
     def show_facts(index, text, session, request: gr.Request):
-        with shown_to_user():
-            session = _mine(session, ctx.user(request))
-            if index is None or not session.get("draft_text"):
-                return []
-            edited = None if reports.same_text(text, session["draft_text"]) else text
-            return reports.sentence_facts(session["draft_text"], int(index), edited)
+        session = _mine(session, ctx.user(request))
+        if index is None or not session.get("draft_text"):
+            return []
+        edited = None if reports.same_text(text, session["draft_text"]) else text
+        return reports.sentence_facts(session["draft_text"], int(index), edited)
 
     sentence.change(show_facts, inputs=[sentence, report, state], outputs=facts, api_name="sentence_facts")
 
@@ -307,21 +308,21 @@ def build(ctx: AppContext) -> ReadUI:
                 _study_info(ctx, user, session))
 
     def ask(kind: str):
+        @in_page(status=status)
         def handler(text, session, request: gr.Request):
-            with shown_to_user():
-                user = ctx.user(request)
-                session = _mine(session, user)
-                if not session.get("study_id"):
-                    raise OrapoError("no_study", "Upload or open a study first.")
-                ahead = reports.prepare_report(ctx.database, user, session["study_id"], session.get("draft_id"), text,
-                                               sign=kind != "save", accept=kind == "accept")
-                if not ahead.needs_confirmation:  # an unsigned save that amends no signed report
-                    record = reports.store_report(ctx.database, user, ahead, text)
-                    return (*stored(record, ahead, user, session), gr.skip(), gr.skip(), gr.skip())
-                # the report is locked while the confirmation shows the exact text to be stored
-                return (ahead, gr.Column(visible=True), gr.Row(visible=False), gr.Textbox(interactive=False),
-                        gr.skip(), gr.skip(), f"**{ahead.question()}**", ahead.text,
-                        gr.Button(value="Sign" if ahead.sign else "Save amendment"))
+            user = ctx.user(request)
+            session = _mine(session, user)
+            if not session.get("study_id"):
+                raise OrapoError("no_study", "Upload or open a study first.")
+            ahead = reports.prepare_report(ctx.database, user, session["study_id"], session.get("draft_id"), text,
+                                           sign=kind != "save", accept=kind == "accept")
+            if not ahead.needs_confirmation:  # an unsigned save that amends no signed report
+                record = reports.store_report(ctx.database, user, ahead, text)
+                return (*stored(record, ahead, user, session), gr.skip(), gr.skip(), gr.skip())
+            # the report is locked while the confirmation shows the exact text to be stored
+            return (ahead, gr.Column(visible=True), gr.Row(visible=False), gr.Textbox(interactive=False),
+                    gr.skip(), gr.skip(), f"**{ahead.question()}**", ahead.text,
+                    gr.Button(value="Sign" if ahead.sign else "Save amendment"))
         return handler
 
     asking = [*closing, report, status, study_info, question, confirm_text, confirm_btn]
@@ -329,14 +330,14 @@ def build(ctx: AppContext) -> ReadUI:
     save_btn.click(ask("save"), inputs=[report, state], outputs=asking, api_name="save_correction")
     sign_btn.click(ask("sign"), inputs=[report, state], outputs=asking, api_name="sign_report")
 
+    @in_page(status=status)
     def confirm(ahead, text, session, request: gr.Request):
-        with shown_to_user():
-            user = ctx.user(request)
-            session = _mine(session, user)
-            if ahead is None or ahead.study_id != session.get("study_id"):
-                raise OrapoError("nothing_to_confirm",
-                                 "There is nothing waiting to be stored; save or sign the report again.")
-            return stored(reports.store_report(ctx.database, user, ahead, text), ahead, user, session)
+        user = ctx.user(request)
+        session = _mine(session, user)
+        if ahead is None or ahead.study_id != session.get("study_id"):
+            raise OrapoError("nothing_to_confirm",
+                             "There is nothing waiting to be stored; save or sign the report again.")
+        return stored(reports.store_report(ctx.database, user, ahead, text), ahead, user, session)
 
     confirm_btn.click(confirm, inputs=[pending, report, state], outputs=[*closing, report, status, study_info],
                       api_name="confirm_report")

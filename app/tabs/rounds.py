@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.server import AppContext, shown_to_user
+from app.messages import in_page
+from app.server import AppContext
+from app.tabs.fields import entered_id, id_field
 from app.services import auth, round_charts
 from app.services.rounds_policy import parse_settings, recipe_names
 from app.services.rounds_schedule import schedule_status, set_schedule
@@ -37,8 +39,8 @@ STATUS_CSS = """
 
 @dataclass
 class RoundsUI:
-    round_id: gr.Number
-    version_id: gr.Number
+    round_id: gr.Textbox
+    version_id: gr.Textbox
     timer: gr.Timer
 
 
@@ -144,7 +146,7 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
                     cron = gr.Textbox(label="Cron (minute hour day month weekday)", placeholder="0 2 * * *", scale=3)
                     cron_on = gr.Checkbox(label="Scheduled rounds on", scale=1)
                 with gr.Row():
-                    threshold = gr.Number(label="New-corrections threshold", precision=0, minimum=1, scale=3)
+                    threshold = gr.Number(label="New-corrections threshold", precision=0, scale=3, placeholder="e.g. 50")
                     threshold_on = gr.Checkbox(label="Threshold trigger on", scale=1)
                 save_btn = gr.Button("Save schedule", elem_id="orapo-save-schedule")
                 schedule_md = gr.Markdown(elem_id="orapo-schedule-status")
@@ -155,7 +157,7 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
                                     column_widths=["7%", "9%", "8%", "8%", "9%", "13%", "13%", "13%", "20%"],
                                     elem_id="orapo-rounds-table")
         with gr.Row(equal_height=True):
-            round_id = gr.Number(label="Round", precision=0, scale=1, elem_id="orapo-round-id")
+            round_id = id_field("Round", elem_id="orapo-round-id", placeholder="click a round in the table")
             watch_btn = gr.Button("Show round", scale=1)
             cancel_btn = gr.Button("Cancel round", variant="stop", scale=1, elem_id="orapo-cancel-round")
             refresh_btn = gr.Button("Refresh all", scale=1)
@@ -177,8 +179,8 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
                                       column_widths=["8%", "12%", "9%", "7%", "7%", "9%", "10%", "24%", "14%"],
                                       elem_id="orapo-versions-table")
         with gr.Row(equal_height=True):
-            version_id = gr.Number(label="Version (roll back: empty = the served version's parent)", precision=0,
-                                   scale=2, elem_id="orapo-version-id")
+            version_id = id_field("Version (roll back: empty = the served version's parent)", scale=2,
+                                  elem_id="orapo-version-id", placeholder="click a version in the table")
             reason = gr.Textbox(label="Reason (kept in the audit log)", scale=3)
             promote_btn = gr.Button("Promote", variant="primary", scale=1, elem_id="orapo-promote")
             rollback_btn = gr.Button("Roll back", scale=1, elem_id="orapo-rollback")
@@ -194,9 +196,9 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
     def admin(request):
         return ctx.user(request, role="admin")
 
-    def chosen(number) -> int | None:
-        """An id typed or picked in a number field; an empty field arrives as None or 0 (ids start at 1)."""
-        return int(number) if number else None
+    def chosen(value, what: str = "round") -> int | None:
+        """The id typed or picked in an id field; None when it is empty."""
+        return entered_id(value, what)
 
     def names(actor) -> dict[int, str]:
         return {u.id: u.username for u in auth.list_users(ctx.database, actor)}
@@ -222,68 +224,71 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
         s = status.settings
         return [s.cron or "", s.schedule_enabled, s.corrections_threshold, s.threshold_enabled, schedule_markdown(status)]
 
+    @in_page()
     def overview(rid, request: gr.Request):
         """Everything on the tab, fresh (on opening the tab and on Refresh)."""
-        with shown_to_user():
-            actor = admin(request)
-            return [*live_view(actor, rid), *versions_view(), *schedule_view()]
+        actor = admin(request)
+        return [*live_view(actor, rid), *versions_view(), *schedule_view()]
 
+    @in_page()
     def round_status(rid, request: gr.Request):
         """The live view of one round; the version charts too once it has finished."""
-        with shown_to_user():
-            actor = admin(request)
-            live = live_view(actor, rid)
-            finished = chosen(rid) is not None and ctx.rounds.service.get_round(chosen(rid)).status not in ACTIVE
-            return [*live, *(versions_view() if finished else [gr.skip()] * len(version_outputs))]
+        actor = admin(request)
+        live = live_view(actor, rid)
+        finished = chosen(rid) is not None and ctx.rounds.service.get_round(chosen(rid)).status not in ACTIVE
+        return [*live, *(versions_view() if finished else [gr.skip()] * len(version_outputs))]
 
+    @in_page(status=result)
     def start_round(recipe_name, overrides_text, request: gr.Request):
-        with shown_to_user():
-            actor = admin(request)
-            record = ctx.rounds.service.start_round(trigger="manual", actor=actor, recipe=recipe_name or None,
-                                                    settings=parse_overrides(overrides_text), wait=False)
-            return [record.id, f"Round **{record.id}** started: watch it below.", *live_view(actor, record.id)]
+        actor = admin(request)
+        record = ctx.rounds.service.start_round(trigger="manual", actor=actor, recipe=recipe_name or None,
+                                                settings=parse_overrides(overrides_text), wait=False)
+        return [record.id, f"Round **{record.id}** started: watch it below.", *live_view(actor, record.id)]
 
+    @in_page(status=result)
     def cancel_round(rid, request: gr.Request):
-        with shown_to_user():
-            actor = admin(request)
-            if chosen(rid) is None:
-                raise OrapoError("no_round", "Choose the round to cancel (click it in the table).")
-            record = ctx.rounds.service.cancel_round(chosen(rid), actor=actor)
-            return [f"Round **{record.id}** cancelled.", *live_view(actor, record.id)]
+        actor = admin(request)
+        if chosen(rid) is None:
+            raise OrapoError("no_round", "Choose the round to cancel (click it in the table).")
+        record = ctx.rounds.service.cancel_round(chosen(rid), actor=actor)
+        return [f"Round **{record.id}** cancelled.", *live_view(actor, record.id)]
 
+    @in_page(status=result)
     def save_schedule(cron_value, cron_enabled, threshold_value, threshold_enabled, request: gr.Request):
-        with shown_to_user():
-            actor = admin(request)
-            set_schedule(ctx.database, actor=actor, scheduler=ctx.rounds, cron=(cron_value or "").strip() or None,
-                         schedule_enabled=bool(cron_enabled),
-                         corrections_threshold=int(threshold_value) if threshold_value else None,
-                         threshold_enabled=bool(threshold_enabled))
-            return ["Schedule saved.", *schedule_view()]
+        actor = admin(request)
+        if threshold_value is not None and threshold_value < 1:  # checked here: Gradio's own bound check is a badge
+            raise OrapoError("invalid_threshold", "The new-corrections threshold is a number of corrections, 1 or more.")
+        set_schedule(ctx.database, actor=actor, scheduler=ctx.rounds, cron=(cron_value or "").strip() or None,
+                     schedule_enabled=bool(cron_enabled),
+                     corrections_threshold=int(threshold_value) if threshold_value else None,
+                     threshold_enabled=bool(threshold_enabled))
+        return ["Schedule saved.", *schedule_view()]
 
+    @in_page(status=result)
     def promote(vid, why, request: gr.Request):
-        with shown_to_user():
-            actor = admin(request)
-            if chosen(vid) is None:
-                raise OrapoError("no_version", "Choose the version to promote (click it in the table).")
-            version = ctx.rounds.service.promote_version(chosen(vid), actor=actor, reason=(why or "").strip() or None)
-            return [f"Version **{version.id}** ({version.name}) now drafts the reports.", *versions_view()]
+        actor = admin(request)
+        if chosen(vid, "version") is None:
+            raise OrapoError("no_version", "Choose the version to promote (click it in the table).")
+        version = ctx.rounds.service.promote_version(chosen(vid, "version"), actor=actor,
+                                                     reason=(why or "").strip() or None)
+        return [f"Version **{version.id}** ({version.name}) now drafts the reports.", *versions_view()]
 
+    @in_page(status=result)
     def rollback(vid, why, request: gr.Request):
-        with shown_to_user():
-            actor = admin(request)
-            version = ctx.rounds.service.rollback(chosen(vid), actor=actor,
-                                                  reason=(why or "").strip() or None)
-            return [f"Rolled back: version **{version.id}** ({version.name}) drafts the reports again.", *versions_view()]
+        actor = admin(request)
+        version = ctx.rounds.service.rollback(chosen(vid, "version"), actor=actor,
+                                              reason=(why or "").strip() or None)
+        return [f"Rolled back: version **{version.id}** ({version.name}) drafts the reports again.", *versions_view()]
 
+    @in_page()
     def pick_round(evt: gr.SelectData, request: gr.Request):
-        with shown_to_user():
-            admin(request)
-            return int(evt.row_value[0])
+        admin(request)
+        return int(evt.row_value[0])
 
+    @in_page()
     def pick_version(evt: gr.SelectData, request: gr.Request):
-        with shown_to_user():
-            admin(request)
-            return int(evt.row_value[0])
+        admin(request)
+        return int(evt.row_value[0])
 
     everything = [*live_outputs, *version_outputs, *schedule_outputs]
     if tab is not None:

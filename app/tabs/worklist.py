@@ -6,16 +6,19 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.server import AppContext, shown_to_user
+from app.messages import in_page
+from app.server import AppContext
+from app.tabs.fields import entered_id, id_field
 from app.services import reports
+from orapo_core.errors import OrapoError
 
 STATUSES = ["all", "new", "drafted", "corrected", "signed", "trained"]
-COLUMNS = ["Study", "Patient (pseudonym)", "View", "Status", "Split", "Uploaded", "Latest draft", "Report version", "Signed"]
+COLUMNS = ["Study", "Patient (pseudonym)", "View", "Status", "Use", "Uploaded", "Latest draft", "Report version", "Signed"]
 
 
 @dataclass
 class WorklistUI:
-    study_id: gr.Number
+    study_id: gr.Textbox
     open_btn: gr.Button
 
 
@@ -23,7 +26,7 @@ def rows(overviews) -> list[list]:
     out = []
     for o in overviews:
         s, d, c = o.study, o.latest_draft, o.latest_correction
-        out.append([s.id, s.patient_pseudonym, s.view_position or "", s.status, s.split,
+        out.append([s.id, s.patient_pseudonym, s.view_position or "unknown", s.status, reports.STUDY_USE_SHORT[s.split],
                     s.created_at.strftime("%Y-%m-%d %H:%M"), f"{d.id} ({d.model_name})" if d else "",
                     c.version if c else "", c.signed_at.strftime("%Y-%m-%d %H:%M") if c and c.signed_at else ""])
     return out
@@ -31,42 +34,53 @@ def rows(overviews) -> list[list]:
 
 def history_rows(h: reports.StudyHistory) -> list[list]:
     out = [[f"draft {d.id}", d.created_at.strftime("%Y-%m-%d %H:%M"), d.model_name, "", d.text] for d in h.drafts]
-    out += [[f"report v{c.version}", c.created_at.strftime("%Y-%m-%d %H:%M"), f"author {c.author_id}",
+    out += [[f"report v{c.version}", c.created_at.strftime("%Y-%m-%d %H:%M"), h.author(c),
              ("signed" if c.signed_at else "unsigned") + (", accepted unchanged" if c.accepted_unchanged else "")
              + (f", amends v{c.version - 1}" if c.previous_id is not None else ""), c.text]
             for c in h.corrections]
     return out
 
 
-def build(ctx: AppContext) -> WorklistUI:
+def build(ctx: AppContext, tab: gr.Tab | None = None) -> WorklistUI:
+    """The tab's components and handlers; opening `tab` lists the studies (and offers administrators everyone's)."""
     with gr.Row():
         status = gr.Dropdown(STATUSES, value="all", label="Status", scale=1)
-        scope = gr.Radio(["mine", "everyone"], value="mine", label="Studies", scale=1,
-                         info="'everyone' is for administrators")
+        # shown to administrators only, when the tab opens: a radiologist is never offered a refusal
+        scope = gr.Radio(["mine", "everyone"], value="mine", label="Studies", scale=1, visible=False,
+                         elem_id="orapo-worklist-scope")
         refresh = gr.Button("Refresh", scale=0, elem_id="orapo-worklist-refresh")
     table = gr.Dataframe(headers=COLUMNS, interactive=False, wrap=True, elem_id="orapo-worklist")
     with gr.Row():
-        study_id = gr.Number(label="Selected study", value=None, precision=0, scale=1, elem_id="orapo-worklist-study")
+        study_id = id_field("Selected study", elem_id="orapo-worklist-study", placeholder="click a study in the table")
         open_btn = gr.Button("Open in Read tab (to amend)", variant="primary", scale=0, elem_id="orapo-worklist-open")
     history = gr.Dataframe(headers=["Entry", "When", "By", "State", "Text"], interactive=False, wrap=True,
                            label="History: drafts and report versions", elem_id="orapo-worklist-history")
 
+    @in_page()
     def list_studies(status_value, scope_value, request: gr.Request):
-        with shown_to_user():
-            user = ctx.user(request)
-            return rows(reports.worklist(ctx.database, user, status=status_value, everyone=scope_value == "everyone"))
+        user = ctx.user(request)
+        return rows(reports.worklist(ctx.database, user, status=status_value, everyone=scope_value == "everyone"))
 
     inputs = [status, scope]
     refresh.click(list_studies, inputs=inputs, outputs=table, api_name="worklist")
     status.input(list_studies, inputs=inputs, outputs=table, api_visibility="private")
     scope.input(list_studies, inputs=inputs, outputs=table, api_visibility="private")
 
+    @in_page()
+    def opened(status_value, scope_value, request: gr.Request):
+        user = ctx.user(request)
+        everyone = user.is_admin and scope_value == "everyone"
+        return (gr.Radio(visible=user.is_admin, value="everyone" if everyone else "mine"),
+                rows(reports.worklist(ctx.database, user, status=status_value, everyone=everyone)))
+
+    if tab is not None:
+        tab.select(opened, inputs=inputs, outputs=[scope, table], api_visibility="private")
+
+    @in_page()
     def study_history(study, request: gr.Request):
-        with shown_to_user():
-            user = ctx.user(request)
-            if study is None:
-                return []
-            return history_rows(reports.history(ctx.database, user, int(study)))
+        user = ctx.user(request)
+        study = entered_id(study, "study")
+        return [] if study is None else history_rows(reports.history(ctx.database, user, study))
 
     def pick(evt: gr.SelectData, table_value):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -82,11 +96,12 @@ def wire_open(ctx: AppContext, ui: WorklistUI, read_ui, tabs: gr.Tabs) -> None:
     """Reopening a study fills the Read tab (so saving there amends it) and switches to it."""
     from app.tabs.read import load_study
 
+    @in_page()
     def open_study(study, request: gr.Request):
-        with shown_to_user():
-            user = ctx.user(request)
-            if study is None:
-                raise gr.Error("Select a study in the worklist first.")
-            return (*load_study(ctx, user, int(study)), gr.Tabs(selected="read"))
+        user = ctx.user(request)
+        study = entered_id(study, "study")
+        if study is None:
+            raise OrapoError("no_study", "Select a study in the worklist first.")
+        return (*load_study(ctx, user, study), gr.Tabs(selected="read"))
 
     ui.open_btn.click(open_study, inputs=ui.study_id, outputs=[*read_ui.study_outputs, tabs], api_name="open_study")
