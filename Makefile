@@ -36,10 +36,16 @@ test: $(STAMP)
 	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_POSTGRES:-}" ]; then pg_url=$$(.ci/postgres.sh) || exit 1; fi; \
 	env $${pg_url:+ORAPO_TEST_POSTGRES_URL=$$pg_url} OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --timeout=900
 
-# Benchmarks are never part of the suite; see benchmarks/README.md.
+# Every test not marked `slow` (browsers, live servers, training runs, starter builds, anything over ~2 s):
+# pure functions, the engine on tiny models, the database. Under a minute on 2 cores; run it after each change
+# and `make test` before a commit that others build on.
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" --timeout=300
+
+# Benchmarks are never part of the suite: `make bench` lists them, `make bench NAME=decode ARGS="--runs 3"`
+# runs one (the same as `orapo bench decode --runs 3`); each prints its numbers and the command that made them.
 bench: $(STAMP)
-	$(BIN)/pip install -q --no-deps torchxrayvision==1.5.7
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/orapo bench $(NAME) $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

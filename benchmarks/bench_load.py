@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the readers and the tiny VLM live with the tests
+sys.path.insert(0, str(ROOT))  # the readers and the tiny VLM live with the tests (tests.support)
 
 
 def served_model(arg: str | None, tiny: bool, workdir: Path) -> tuple[Path, str]:
     if tiny:
-        from tiny_vlms import build_tiny_vlm
+        from tests.support.tiny_vlms import build_tiny_vlm
 
         return build_tiny_vlm(workdir / "tiny" / "qwen2_vl", family="qwen2_vl"), "tiny random qwen2_vl (--tiny)"
     if arg:
@@ -83,8 +83,8 @@ def main() -> None:
     from app.runtime import open_database
     from app.services.drafting import ModelRegistry
     from orapo_core.config import Settings
-    from test_app_load import check_stored_once, corrected_text, make_readers, phantom_png, run_readers, summarize
-    from test_app_security import launched_app
+    from tests.support.app import launched_app, phantom_png
+    from tests.support.readers import check_stored_once, corrected_text, make_readers, run_readers, summarize
 
     command = shlex.join([f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}", sys.executable, *sys.argv])
     print(f"command: {command}")

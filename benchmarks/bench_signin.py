@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
 GUESSERS = 4
 GOAL_MS = 50.0
@@ -126,7 +126,7 @@ def measure(url: str, seconds: float, guessers: int, one_account: bool = False):
 
 class Server:
     def __init__(self, data_dir: Path, mode: str):
-        from test_app_security import free_port
+        from tests.support.app import free_port
 
         self.port = free_port()
         self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(data_dir), str(self.port), mode],

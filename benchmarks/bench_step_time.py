@@ -112,8 +112,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="orapo-steptime-"))
     model_dir = Path(opts.model) if opts.model else default_model()
     if model_dir is None:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from tiny_vlms import build_tiny_vlm
+        from tests.support.tiny_vlms import build_tiny_vlm
 
         model_dir = build_tiny_vlm(work / "tiny-vlm")
         print("no starter model found: using a tiny random test VLM (build one with `orapo starter build`)")

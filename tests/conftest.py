@@ -1,4 +1,16 @@
-"""Shared test set-up: offline, one thread, a fresh data folder per test."""
+"""Shared test set-up: offline, one thread, and the fixtures more than one test module uses.
+
+Helpers (builders, launchers, seeders) are in `tests.support`; fixtures are here,
+so no test module imports another. Fixtures that build something slow to make
+(a tiny model, PhantomCXR studies, Chromium) are made once per session and are
+never written to by a test.
+
+Tiers: `make test-fast` runs every test not marked `slow`; a test that takes
+more than about 2 s on a busy 2-core machine (a browser, a live server, a training
+run, a starter build) carries `@pytest.mark.slow` or its module's
+`pytestmark = pytest.mark.slow`, and every test_browser_* module is slow
+whether it says so or not (`pytest_collection_modifyitems`).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +21,39 @@ os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+from tests.support.databases import BACKEND_PARAMS, empty_database  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.path.name.startswith("test_browser_"):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def quick_password_hashes() -> Iterator[None]:
+    """Argon2id at its lowest cost for every test that stores a user in this process.
+
+    The product's hasher (db.repositories.users, the library's defaults) takes about half a second a password
+    on a busy machine, and most app tests create three users; the hashes stay argon2id and verify the same way.
+    Servers a test starts in another process keep the real cost."""
+    from argon2 import PasswordHasher
+
+    from db.repositories import users
+
+    real = users._hasher
+    users._hasher = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+    users._dummy_hash.cache_clear()
+    try:
+        yield
+    finally:
+        users._hasher = real
+        users._dummy_hash.cache_clear()
 
 
 @pytest.fixture
@@ -24,12 +66,64 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
-def pydicom_data_file(name: str) -> Path:
-    """A file of the `pydicom-data` package (real DICOMs such as RG1_UNCI.dcm), found without any download."""
-    import importlib.util
+# --- databases ---------------------------------------------------------------------------------------------
 
-    spec = importlib.util.find_spec("data_store")
-    assert spec is not None and spec.origin, "pydicom-data is a test dependency: `make test` installs it"
-    path = Path(spec.origin).parent / "data" / name
-    assert path.exists(), f"{name} is not in pydicom-data"
-    return path
+
+@pytest.fixture(params=BACKEND_PARAMS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def blank_database(backend: str, tmp_path: Path):
+    """A database with no tables, on each configured backend (SQLite; PostgreSQL with ORAPO_TEST_POSTGRES_URL)."""
+    with empty_database(backend, tmp_path) as database:
+        yield database
+
+
+@pytest.fixture
+def database(blank_database):
+    """A database migrated to head, on each configured backend."""
+    blank_database.upgrade()
+    return blank_database
+
+
+# --- models and data ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A tiny random Qwen2-VL checkpoint folder (tests.support.tiny_vlms), built once per session."""
+    from tests.support.tiny_vlms import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("model") / "qwen2_vl", family="qwen2_vl")
+
+
+@pytest.fixture(scope="session")
+def phantom(tmp_path_factory):
+    """Eight small PhantomCXR studies (PNG + report) to seed the database with."""
+    from orapo_core.data import load_dataset
+    from orapo_core.data.phantom import write_dataset
+
+    folder = tmp_path_factory.mktemp("phantom")
+    write_dataset(folder, 8, seed=3, size=64)
+    return load_dataset(folder)
+
+
+# --- the browser -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    """Debian's Chromium under Playwright, with explicit timeouts (skipped without Chromium, except in CI).
+
+    Per module, not per session: Playwright's sync API keeps an event loop of its own while it runs."""
+    from tests.support.browser import launch, require_chromium
+
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()

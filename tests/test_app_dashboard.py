@@ -45,7 +45,7 @@ def seed(db) -> tuple:
 
 @pytest.fixture
 def seeded(tmp_path):
-    from test_app_security import make_env
+    from tests.support.app import make_env
 
     settings, db = make_env(tmp_path)  # boss (admin), rita and omar (radiologists)
     return (db, *seed(db))
@@ -146,6 +146,7 @@ def test_acceptance_is_grouped_by_day_or_iso_week(seeded):
         dashboard_data(db, boss, bucket="month")
 
 
+@pytest.mark.slow
 def test_the_charts_draw_the_numbers_and_an_empty_dashboard(seeded):
     from app.services.dashboard import dashboard_data
     from app.tabs import dashboard as tab
@@ -175,10 +176,11 @@ def test_the_charts_draw_the_numbers_and_an_empty_dashboard(seeded):
     assert "–" in tab.tiles_html(empty)
 
 
+@pytest.mark.slow
 def test_the_launched_app_enforces_whose_numbers(tmp_path):
     from gradio_client.exceptions import AppError
 
-    from test_app_security import client, launched_app, make_env
+    from tests.support.app import client, launched_app, make_env
 
     settings, db = make_env(tmp_path)
     seed(db)
@@ -192,34 +194,29 @@ def test_the_launched_app_enforces_whose_numbers(tmp_path):
         assert scope == "everyone" and "everyone" in tiles and ">5<" in tiles and all(p for p in plots)
 
 
-def test_the_dashboard_draws_its_charts_in_a_browser(tmp_path):
-    from playwright.sync_api import expect, sync_playwright
+@pytest.mark.slow
+def test_the_dashboard_draws_its_charts_in_a_browser(tmp_path, browser):
+    from playwright.sync_api import expect
 
-    from test_app_security import launched_app, make_env
-    from browser_harness import ARTIFACTS, launch, require_chromium
-
-    require_chromium()
+    from tests.support.app import launched_app, make_env
+    from tests.support.browser import ARTIFACTS
 
     settings, db = make_env(tmp_path)
     seed(db)
     ARTIFACTS.mkdir(exist_ok=True)
-    with launched_app(settings, db) as (url, _), sync_playwright() as p:
-        browser = launch(p)
-        try:
-            for who, password, scope, studies in (("boss", "admin-pass-1", "everyone", "5"), ("rita", "rita-pass-1", "your", "3")):
-                page = browser.new_page(viewport={"width": 1500, "height": 1100})
-                page.set_default_timeout(30_000)
-                page.goto(url)
-                page.get_by_label("username").fill(who)
-                page.get_by_label("password").fill(password)
-                page.get_by_role("button", name="Login").click()
-                page.get_by_role("tab", name="Dashboard").click()  # opening the tab loads the numbers
-                tiles = page.locator("#orapo-dashboard-tiles")
-                expect(tiles).to_contain_text(f"Studies{studies}")
-                expect(page.get_by_text(f"Showing {scope}")).to_be_visible()
-                expect(page.locator(".js-plotly-plot")).to_have_count(4)
-                expect(page.locator(".js-plotly-plot").nth(2)).to_contain_text("Pleural Effusion")
-                page.screenshot(path=str(ARTIFACTS / f"dashboard-{who}.png"), full_page=True)
-                page.close()
-        finally:
-            browser.close()
+    with launched_app(settings, db) as (url, _):
+        for who, password, scope, studies in (("boss", "admin-pass-1", "everyone", "5"), ("rita", "rita-pass-1", "your", "3")):
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page.set_default_timeout(30_000)
+            page.goto(url)
+            page.get_by_label("username").fill(who)
+            page.get_by_label("password").fill(password)
+            page.get_by_role("button", name="Login").click()
+            page.get_by_role("tab", name="Dashboard").click()  # opening the tab loads the numbers
+            tiles = page.locator("#orapo-dashboard-tiles")
+            expect(tiles).to_contain_text(f"Studies{studies}", timeout=30_000)
+            expect(page.get_by_text(f"Showing {scope}")).to_be_visible(timeout=30_000)
+            expect(page.locator(".js-plotly-plot")).to_have_count(4, timeout=30_000)
+            expect(page.locator(".js-plotly-plot").nth(2)).to_contain_text("Pleural Effusion", timeout=30_000)
+            page.screenshot(path=str(ARTIFACTS / f"dashboard-{who}.png"), full_page=True)
+            page.close()

@@ -9,15 +9,11 @@ do); the round scheduler's life is tied to the server's.
 
 from __future__ import annotations
 
-import sys
 import threading
 import zipfile
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 ROUND_ENDPOINTS = {  # api_name -> arguments
     "/rounds_overview": (None,),
@@ -89,9 +85,10 @@ def test_overrides_are_key_value_lines():
         parse_overrides("max_steps 2")
 
 
+@pytest.mark.slow
 def test_building_the_app_starts_no_scheduler(tmp_path):
     from app.server import build_app
-    from test_app_security import make_env
+    from tests.support.app import make_env
 
     settings, db = make_env(tmp_path)
     before = {t.ident for t in threading.enumerate()}
@@ -103,20 +100,14 @@ def test_building_the_app_starts_no_scheduler(tmp_path):
 # --- the launched app ----------------------------------------------------------------------------------------
 
 
-def launched(settings, database, rounds=None):
-    from test_app_security import launched_app
-
-    return launched_app(settings, database, rounds=rounds)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """Users, one signed correction with its pair, two versions (served and a candidate) and a queued round."""
     from db import ModelVersionRepository, RoundRepository, UserRepository
     from orapo_core.data import load_dataset
     from orapo_core.data.phantom import write_dataset
-    from test_app_security import make_env
-    from test_rounds_service import seed_study
+    from tests.support.app import launched_app, make_env
+    from tests.support.rounds import seed_study
 
     root = tmp_path_factory.mktemp("rounds-app")
     settings, db = make_env(root)
@@ -129,24 +120,26 @@ def server(tmp_path_factory):
     candidate = versions.create("round-x", base_model_path="models/tiny", parent_id=base.id,
                                 metrics={"heldout": heldout(0.5, 25)})
     queued = RoundRepository(db).create(trigger="manual", config={})
-    with launched(settings, db) as (url, demo):
+    with launched_app(settings, db) as (url, demo):
         yield SimpleNamespace(url=url, settings=settings, db=db, demo=demo, base=base, candidate=candidate, queued=queued)
     assert not demo.round_scheduler.running  # closing the server stopped it
     assert not [t for t in threading.enumerate() if "APScheduler" in t.name or t.name.startswith("orapo-round")]
 
 
+@pytest.mark.slow
 def test_the_scheduler_runs_with_the_server_and_fails_rounds_left_behind(server):
     scheduler = server.demo.round_scheduler
     assert scheduler.running and scheduler.service.get_round(server.queued.id).status == "failed"  # a queued round
     # left by a process that is gone is failed at start (recover)
 
 
+@pytest.mark.slow
 def test_a_radiologist_is_refused_by_every_rounds_and_export_handler(server):
     from gradio_client.exceptions import AppError
 
     from app.services.export_downloads import downloads_dir, work_dir
     from db import AuditRepository, ModelVersionRepository, ScheduleRepository
-    from test_app_security import client
+    from tests.support.app import client
 
     rita = client(server.url, "rita", "rita-pass-1")
     for api_name, args in ROUND_ENDPOINTS.items():
@@ -159,12 +152,13 @@ def test_a_radiologist_is_refused_by_every_rounds_and_export_handler(server):
                 if e.actor_name == "rita" and not e.action.startswith("auth.")]  # her sign-in is audited, nothing else
 
 
+@pytest.mark.slow
 def test_an_administrator_schedules_cancels_promotes_rolls_back_and_exports(server):
     from gradio_client.exceptions import AppError
 
     from app.services.export_downloads import work_dir
     from db import AuditRepository, ModelVersionRepository, RoundRepository, ScheduleRepository
-    from test_app_security import client
+    from tests.support.app import client
 
     boss = client(server.url, "boss", "admin-pass-1")
     result = boss.predict("0 2 * * *", True, 5, True, api_name="/set_schedule")

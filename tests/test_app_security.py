@@ -7,15 +7,16 @@ routes Gradio exposes, not the buttons the page happens to show.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
 
-from conftest import pydicom_data_file
+from tests.support.app import client, launched_app, make_env
+from tests.support.dicom import pydicom_data_file
+
+pytestmark = pytest.mark.slow  # a live server
 
 ADMIN_ENDPOINTS = {  # api_name -> arguments
     "/list_users": (),
@@ -27,52 +28,11 @@ ADMIN_ENDPOINTS = {  # api_name -> arguments
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def launched_app(settings, database, registry=None, rounds=None):
-    """The app as `orapo serve` launches it, on a free local port; yields its URL and the Blocks."""
-    from app.server import build_app, launch_options
-
-    demo = build_app(settings=settings, database=database, registry=registry, rounds=rounds)
-    port = free_port()
-    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                   prevent_thread_lock=True, **launch_options(settings, database))
-    try:
-        yield f"http://127.0.0.1:{port}", demo
-    finally:
-        demo.close()
-
-
-def make_env(root: Path, model_dir: Path | None = None):
-    from app.runtime import open_database
-    from db import UserRepository
-    from orapo_core.config import Settings
-
-    settings = Settings(data_dir=root / "data", model_dir=model_dir, deid_secret="test-secret")
-    db = open_database(settings)
-    users = UserRepository(db)
-    users.create("boss", "admin-pass-1", role="admin")
-    users.create("rita", "rita-pass-1")
-    users.create("omar", "omar-pass-1")
-    return settings, db
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     settings, db = make_env(tmp_path_factory.mktemp("security"))
     with launched_app(settings, db) as (url, demo):
         yield url, settings, db, demo
-
-
-def client(url, user, password):
-    from gradio_client import Client
-
-    return Client(url, auth=(user, password), verbose=False, download_files=False)
 
 
 def test_every_route_refuses_a_request_without_a_session(server):
@@ -194,7 +154,7 @@ def test_exports_leave_nothing_patient_derived_behind(tmp_path):
     from db import UserRepository
     from orapo_core.data import load_dataset
     from orapo_core.data.phantom import write_dataset
-    from test_rounds_service import seed_study
+    from tests.support.rounds import seed_study
 
     settings, db = make_env(tmp_path)
     write_dataset(tmp_path / "phantom", 1, seed=3, size=64)

@@ -6,30 +6,19 @@ import shutil
 
 import pytest
 
-from conftest import pydicom_data_file
+from tests.support.dicom import pydicom_data_file
 from orapo_core.errors import OrapoError
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from tiny_vlms import build_tiny_vlm
-
-    return build_tiny_vlm(tmp_path_factory.mktemp("model") / "qwen2_vl", family="qwen2_vl")
 
 
 @pytest.fixture
 def app_env(tmp_path, tiny_model):
-    from app.runtime import open_database
+    """(settings, db, boss, rita, omar): the app tests' data folder serving the tiny model."""
     from db import UserRepository
-    from orapo_core.config import Settings
+    from tests.support.app import make_env
 
-    settings = Settings(data_dir=tmp_path / "data", model_dir=tiny_model, deid_secret="test-secret")
-    db = open_database(settings)
+    settings, db = make_env(tmp_path, tiny_model)
     users = UserRepository(db)
-    admin = users.create("boss", "admin-pass-1", role="admin")
-    rad = users.create("rita", "rita-pass-1")
-    other = users.create("omar", "omar-pass-1")
-    return settings, db, admin, rad, other
+    return (settings, db, *(users.get_by_username(name) for name in ("boss", "rita", "omar")))
 
 
 def _train_study(db, user, text="There is a small right pleural effusion. No pneumothorax."):
@@ -103,6 +92,7 @@ def test_admin_services_refuse_a_radiologist_and_work_for_an_admin(app_env):
     assert AuditRepository(db).query(actor_name="boss", action="user.create")
 
 
+@pytest.mark.slow
 def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
     from app.services import drafting, reports
     from db import AuditRepository, CorrectionRepository, PairRepository, StudyRepository
@@ -307,6 +297,7 @@ def test_worklist_scopes_and_filters(app_env):
     assert drafting.open_study(db, admin, theirs.id).study.id == theirs.id
 
 
+@pytest.mark.slow
 def test_readers_drafting_at_once_share_batched_generates(app_env, tmp_path):
     import threading
 

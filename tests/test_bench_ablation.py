@@ -7,17 +7,15 @@ It must train through `train_round` on a recipe with the method's overrides and 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("trl")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(ROOT))
+from tests.support.tiny_vlms import build_tiny_vlm
 
-from tiny_vlms import build_tiny_vlm  # noqa: E402
+pytest.importorskip("trl")
+pytestmark = pytest.mark.slow  # three methods trained and evaluated
+ROOT = Path(__file__).resolve().parents[1]
 
 SMOKE = ROOT / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml"
 TINY = {"per_device_train_batch_size": 4, "num_generations": 2, "max_completion_length": 8, "use_peft": True,

@@ -10,13 +10,10 @@ Screenshots of each step go to tests/artifacts/.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
-from browser_harness import ARTIFACTS, browser, require_chromium  # noqa: F401 - fixture
 
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.support.browser import ARTIFACTS, require_chromium
 
 require_chromium()
 pytest.importorskip("trl")
@@ -25,16 +22,14 @@ OVERRIDES = "\n".join(["max_steps=2", "max_completion_length=8", "per_device_tra
                        "use_peft=true", "lora_r=4", "lora_alpha=8", "lora_target_modules=[q_proj, v_proj]"])
 
 
-def seeded(tmp_path):
+def seeded(tmp_path, model):
     """Users, a promoted tiny base model, three signed training corrections and two signed held-out studies."""
     from db import ModelVersionRepository, UserRepository
     from orapo_core.data import load_dataset
     from orapo_core.data.phantom import write_dataset
-    from test_app_security import make_env
-    from test_rounds_service import seed_study
-    from tiny_vlms import build_tiny_vlm
+    from tests.support.app import make_env
+    from tests.support.rounds import seed_study
 
-    model = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
     settings, db = make_env(tmp_path, model)
     settings.ensure_dirs()
     write_dataset(tmp_path / "phantom", 5, seed=3, size=64)
@@ -52,22 +47,22 @@ def seeded(tmp_path):
 def fast_rounds(settings, db):
     from app.services.rounds import RoundPolicy, RoundService
     from app.services.rounds_schedule import RoundScheduler
-    from test_rounds_service import SMOKE
+    from tests.support.rounds import SMOKE
 
     policy = RoundPolicy(recipe=SMOKE, min_heldout=1, eval_max_new_tokens=8, poll_s=0.2, cancel_grace_s=3.0,
                          f1_tolerance=1.0, reward_margin=-1.0)
     return RoundScheduler(db, settings, service=RoundService(db, settings, policy=policy))
 
 
-def test_admin_starts_watches_rolls_back_and_promotes_a_round(browser, tmp_path):
+def test_admin_starts_watches_rolls_back_and_promotes_a_round(browser, tmp_path, tiny_model):
     from playwright.sync_api import expect
 
     from db import AuditRepository, ModelVersionRepository, RoundRepository
-    from test_app_rounds import launched
+    from tests.support.app import launched_app
 
-    settings, db, base = seeded(tmp_path)
+    settings, db, base = seeded(tmp_path, tiny_model)
     ARTIFACTS.mkdir(exist_ok=True)
-    with launched(settings, db, fast_rounds(settings, db)) as (url, demo):
+    with launched_app(settings, db, rounds=fast_rounds(settings, db)) as (url, demo):
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
         page.set_default_timeout(30_000)
         shot = lambda name: page.screenshot(path=str(ARTIFACTS / f"rounds-{name}.png"), full_page=True)  # noqa: E731

@@ -11,7 +11,8 @@ the tables and the typed text visible and editable.
 from __future__ import annotations
 
 import pytest
-from browser_harness import ARTIFACTS, browser, require_chromium  # noqa: F401 - fixture
+
+from tests.support.browser import ARTIFACTS, require_chromium
 
 require_chromium()
 
@@ -26,8 +27,8 @@ def app(tmp_path_factory):
     from app.services import reports
     from app.services.ingest import ingest_bytes
     from db import ModelVersionRepository, UserRepository
-    from test_app_load import phantom_png
-    from test_app_security import launched_app, make_env
+    from tests.support.app import phantom_png
+    from tests.support.app import launched_app, make_env
 
     root = tmp_path_factory.mktemp("messages")
     settings, db = make_env(root)

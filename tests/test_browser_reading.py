@@ -1,7 +1,7 @@
 """The clinician's flow in a real browser: sign in, upload, draft, see highlights, edit, sign, find it in the worklist.
 
 Drives Debian's Chromium through Playwright against the launched app. The
-served model is a tiny random VLM from tests/tiny_vlms.py, loaded through the
+served model is a tiny random VLM from tests/support/tiny_vlms.py, loaded through the
 real path; its `generate` is scripted to write a readable report (random
 weights write noise with no findings in it, which would leave nothing for the
 highlights to show). Screenshots of each step go to tests/artifacts/.
@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
-import pytest
-from browser_harness import ARTIFACTS, browser, require_chromium  # noqa: F401 - fixture
+from tests.support.browser import ARTIFACTS, require_chromium
 
-from conftest import pydicom_data_file
+from tests.support.dicom import pydicom_data_file
 
 require_chromium()
 
@@ -44,8 +42,8 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
     from playwright.sync_api import expect
 
     from db import CorrectionRepository, PairRepository, StudyRepository
-    from test_app_security import launched_app, make_env
-    from tiny_vlms import build_tiny_vlm
+    from tests.support.app import launched_app, make_env
+    from tests.support.tiny_vlms import build_tiny_vlm
 
     settings, db = make_env(tmp_path, build_tiny_vlm(tmp_path / "model", family="qwen2_vl"))
     ARTIFACTS.mkdir(exist_ok=True)
@@ -157,9 +155,9 @@ def test_what_is_signed_is_exactly_the_report_on_screen(browser, tmp_path):
     from playwright.sync_api import expect
 
     from db import CorrectionRepository, StudyRepository
-    from test_app_load import phantom_png
-    from test_app_security import launched_app, make_env
-    from tiny_vlms import build_tiny_vlm
+    from tests.support.app import phantom_png
+    from tests.support.app import launched_app, make_env
+    from tests.support.tiny_vlms import build_tiny_vlm
 
     wait = 30_000  # every wait is explicit: the app drafts on 2 busy cores
     settings, db = make_env(tmp_path, build_tiny_vlm(tmp_path / "model", family="qwen2_vl"))
@@ -242,7 +240,7 @@ def test_what_is_signed_is_exactly_the_report_on_screen(browser, tmp_path):
 def test_admin_creates_a_user_who_must_change_the_password_first(browser, tmp_path):
     from playwright.sync_api import expect
 
-    from test_app_security import launched_app, make_env
+    from tests.support.app import launched_app, make_env
 
     settings, db = make_env(tmp_path)
     ARTIFACTS.mkdir(exist_ok=True)

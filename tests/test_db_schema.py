@@ -10,7 +10,6 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from db_fixtures import backend, blank_database, database  # noqa: F401 - fixtures
 from sqlalchemy.exc import DBAPIError
 
 from db.database import Database

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from db_fixtures import backend, blank_database, database  # noqa: F401 - fixtures
 
 from db.database import Database
 from db.records import UserRecord

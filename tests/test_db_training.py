@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from db_fixtures import backend, blank_database, database  # noqa: F401 - fixtures
 
 from db.database import Database
 from db.models import ModelVersion

@@ -6,7 +6,6 @@ import io
 from pathlib import Path
 
 import pytest
-from db_fixtures import backend, blank_database, database  # noqa: F401 - fixtures
 from sqlalchemy import select
 
 from app.cli import main

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tiny_vlms import build_tiny_vlm
+from tests.support.tiny_vlms import build_tiny_vlm
 
 from app.cli import main
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("trl")
-sys.path.insert(0, str(Path(__file__).parent))
 
 from app.cli import main  # noqa: E402
-from test_rounds_service import phantom, seed_study, tiny_model  # noqa: E402,F401
+
+from tests.support.rounds import seed_study
 
 
 @pytest.fixture

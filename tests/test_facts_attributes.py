@@ -4,7 +4,6 @@ hold-out pairs in tests/data/facts_attribute_pairs.jsonl in both directions, and
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -186,9 +185,8 @@ def test_trainer_builds_the_reward_from_the_config(tmp_path):
     """The reward OraPOTrainer makes from `reward_name: facts`, called as TRL calls it."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("trl")
-    sys.path.insert(0, str(Path(__file__).parent))
     from PIL import Image
-    from tiny_vlms import build_tiny_vlm
+    from tests.support.tiny_vlms import build_tiny_vlm
     from transformers import AutoModelForImageTextToText
 
     from orapo_core.models.compat import load_processor
@@ -215,8 +213,7 @@ def test_trainer_builds_the_reward_from_the_config(tmp_path):
 
 
 def test_the_measurement_finds_no_false_contradiction_on_rephrased_phantom_reports():
-    sys.path.insert(0, str(Path(__file__).parent))
-    from measure_facts_attributes import measure
+    from tests.measure_facts_attributes import measure
 
     result = measure(studies=150, seed=1)
     assert result["rephrased"]["changed"] == 0

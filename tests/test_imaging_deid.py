@@ -8,7 +8,8 @@ import io
 import pydicom
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
-from test_imaging_factories import dicom_bytes, image_dataset
+
+from tests.support.dicom import dicom_bytes, image_dataset
 
 from orapo_core.imaging import deidentify, ingest_bytes
 

@@ -13,9 +13,10 @@ from PIL import Image
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.encaps import encapsulate
 from pydicom.uid import ExplicitVRLittleEndian, JPEG2000Lossless, MPEG2MPML, generate_uid
-from test_imaging_factories import BASIC_TEXT_SR, dicom_bytes, image_dataset, write
 
-from conftest import pydicom_data_file
+from tests.support.dicom import BASIC_TEXT_SR, dicom_bytes, image_dataset, write
+
+from tests.support.dicom import pydicom_data_file
 from orapo_core.errors import OrapoError
 from orapo_core.imaging import ingest_bytes, ingest_path
 

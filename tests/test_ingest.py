@@ -13,7 +13,8 @@ import pytest
 from pydicom.dataset import Dataset
 
 from app.cli import main
-from conftest import pydicom_data_file
+
+from tests.support.dicom import pydicom_data_file
 
 PHI = {
     "PatientName": "Quimby^Harriet^Rose",

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from orapo_core.errors import OrapoError
-from tiny_vlms import build_tiny_vlm
+
+from tests.support.tiny_vlms import build_tiny_vlm
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_vlms import build_tiny_vlm
+from tests.support.tiny_vlms import build_tiny_vlm
 
 
 @pytest.fixture(scope="module")

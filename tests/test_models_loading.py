@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from orapo_core.errors import OrapoError
-from tiny_vlms import FAMILIES, build_tiny_vlm
+
+from tests.support.tiny_vlms import FAMILIES, build_tiny_vlm
 
 MODEL_CLASSES = {
     "qwen2_vl": ("Qwen2VLForConditionalGeneration", "Qwen2VLProcessor"),

@@ -53,6 +53,7 @@ def test_eval_on_a_fresh_data_folder_uses_the_shipped_starter(fresh, tmp_path, c
     assert (fresh.resolve() / "models" / "starter" / "config.json").is_file()
 
 
+@pytest.mark.slow
 def test_the_smoke_recipe_runs_as_written(fresh, tmp_path, monkeypatch, capsys):
     """`orapo train --config orapo_core/train/recipes/smoke-cpu.yaml`, nothing else: the starter, generated phantoms."""
     from app.cli import main

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pydicom_data_file
+from tests.support.dicom import pydicom_data_file
 
 _GUARD = textwrap.dedent(
     """
@@ -75,6 +75,7 @@ def test_guard_itself_catches_an_outbound_connection(tmp_path: Path) -> None:
     assert result.returncode != 0 and "('connect', '192.0.2.1')" in result.stdout
 
 
+@pytest.mark.slow
 def test_import_cli_and_app_open_no_outbound_connection(tmp_path: Path) -> None:
     dcm = pydicom_data_file("RG1_UNCI.dcm")
     csv_path = tmp_path / "reports.csv"

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import time
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("trl")
-sys.path.insert(0, str(Path(__file__).parent))
 
 from app.cli import main  # noqa: E402
-from test_rounds_service import FAST_TRAINING, SMOKE, phantom, seed_study, tiny_model  # noqa: E402,F401
+
+from tests.support.rounds import FAST_TRAINING, SMOKE, seed_study
+
+pytestmark = pytest.mark.slow  # rounds that train and evaluate in child processes
 
 
 @pytest.fixture

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from db_fixtures import backend, blank_database, database  # noqa: E402,F401
 from orapo_core.errors import OrapoError  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Training rounds end to end: seeded corrections, a real `orapo train` child, the held-out gate, versions.
 
 Each round test runs on a real SQLite file and, with ORAPO_TEST_POSTGRES_URL,
-on PostgreSQL (tests/db_fixtures.py). The served model is a tiny random
+on PostgreSQL (the `database` fixture, tests/conftest.py). The served model is a tiny random
 Qwen2-VL registered as the promoted base version; training is the smoke recipe
 with a LoRA adapter and two steps, so a whole round takes seconds.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,68 +18,10 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("trl")
-sys.path.insert(0, str(Path(__file__).parent))
 
-from db_fixtures import backend, blank_database, database  # noqa: E402,F401
-from orapo_core.errors import OrapoError  # noqa: E402
+from orapo_core.errors import OrapoError
 
-SMOKE = str(Path(__file__).parent.parent / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml")
-FAST_TRAINING = {"max_steps": 2, "max_completion_length": 8, "per_device_train_batch_size": 4, "num_generations": 2,
-                 "use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"]}
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from tiny_vlms import build_tiny_vlm
-
-    return build_tiny_vlm(tmp_path_factory.mktemp("model") / "qwen2_vl", family="qwen2_vl")
-
-
-@pytest.fixture(scope="module")
-def phantom(tmp_path_factory):
-    """Eight small PhantomCXR studies (PNG + report) to seed the database with."""
-    from orapo_core.data import load_dataset
-    from orapo_core.data.phantom import write_dataset
-
-    folder = tmp_path_factory.mktemp("phantom")
-    write_dataset(folder, 8, seed=3, size=64)
-    return load_dataset(folder)
-
-
-def uid_with_split(prefix: str, split: str) -> str:
-    from db.repositories import split_for
-
-    for k in range(10_000):
-        uid = f"{prefix}-{k}"
-        if split_for(uid) == split:
-            return uid
-    raise AssertionError("no uid found")
-
-
-def seed_study(db, settings, record, *, author, split: str = "train", tag: str = "", edited: bool = True,
-               signed: bool = True):
-    """One study as the app would have stored it: image in storage, a model draft, the clinician's report and pair."""
-    import shutil
-
-    from db import CorrectionRepository, DraftRepository, PairRepository, StudyRepository
-    from orapo_core.models.prompt import REPORT_PROMPT
-
-    studies = StudyRepository(db)
-    study = studies.create(uid_with_split(f"{record.study_id}{tag}", split), f"ANON-{record.study_id}{tag}")
-    assert study.split == split
-    rel = Path(f"seed/{study.id}/frontal.png")
-    (settings.storage_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(record.image_paths[0], settings.storage_dir / rel)
-    studies.add_image(study.id, display_path=rel.as_posix(), width=64, height=64, source_format="png")
-    draft = DraftRepository(db).create(study.id, model_name="tiny", prompt=REPORT_PROMPT,
-                                       text="Findings: The lungs are clear.\nImpression: No acute process.")
-    text = f"Findings: {record.findings}\nImpression: {record.impression}" if edited else draft.text
-    correction = CorrectionRepository(db).create(study.id, author_id=author.id, text=text, draft_id=draft.id, signed=signed)
-    if edited and split == "train":
-        PairRepository(db).add(study.id, prompt=draft.prompt, chosen=text, rejected=draft.text, source="clinician_edit",
-                               correction_id=correction.id)
-    return study, correction
-
+from tests.support.rounds import FAST_TRAINING, SMOKE, seed_study
 
 @pytest.fixture
 def env(database, tmp_path, tiny_model, phantom):
@@ -107,6 +48,7 @@ def service(env, **policy):
     return RoundService(env.db, env.settings, policy=RoundPolicy(**{**defaults, **policy}))
 
 
+@pytest.mark.slow
 def test_round_from_corrections_to_promoted_version_with_real_evaluation(env):
     from db import AuditRepository, CorrectionRepository, ModelVersionRepository, PairRepository
 
@@ -153,6 +95,7 @@ def test_round_from_corrections_to_promoted_version_with_real_evaluation(env):
     assert rounds.rollback(version.id, actor=env.admin).id == version.id  # and forward again, one action
 
 
+@pytest.mark.slow
 def test_worse_candidate_is_kept_as_rejected_with_its_numbers(env):
     from db import CorrectionRepository, ModelVersionRepository
 
@@ -180,6 +123,7 @@ def _wait_for(predicate, timeout=60.0):
     raise AssertionError("timed out")
 
 
+@pytest.mark.slow
 def test_killed_worker_fails_the_round_and_changes_nothing(env):
     from db import CorrectionRepository, ModelVersionRepository, PairRepository
 
@@ -259,6 +203,7 @@ def test_managed_and_unknown_settings_are_refused(env):
     assert exc.value.code == "recipe_missing"
 
 
+@pytest.mark.slow
 def test_round_csv_carries_labels_oracle_and_clinician_pairs_to_the_trainer(env):
     from app.services.rounds_data import select_round_studies, write_training_csv
     from orapo_core.train import dataset as training_data

@@ -32,7 +32,8 @@ from pydicom.sequence import Sequence
 from pydicom.tag import Tag
 
 from app.cli import main
-from conftest import pydicom_data_file
+
+from tests.support.dicom import pydicom_data_file
 from orapo_core.imaging import deid, ingest_bytes
 
 SECRET = "profile-test-secret"

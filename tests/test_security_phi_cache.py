@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from test_app_security import free_port, make_env
+from tests.support.app import free_port, make_env
+
+pytestmark = pytest.mark.slow  # servers in child processes, stopped and killed
 
 START_TIMEOUT_S = 60
 

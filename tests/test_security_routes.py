@@ -17,7 +17,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from test_app_security import client, free_port
+from tests.support.app import client, free_port
+
+pytestmark = pytest.mark.slow  # a live server
 
 MAX_UPLOAD_MB = 1
 
@@ -114,7 +116,7 @@ def test_no_file_route_serves_an_export_to_a_radiologist(server, tmp_path):
     from db import UserRepository
     from orapo_core.data import load_dataset
     from orapo_core.data.phantom import write_dataset
-    from test_rounds_service import seed_study
+    from tests.support.rounds import seed_study
 
     url, settings, db, demo = server
     write_dataset(tmp_path / "phantom", 1, seed=3, size=64)

@@ -17,7 +17,9 @@ import time
 import httpx
 import pytest
 
-from test_app_security import client, free_port, make_env
+from tests.support.app import client, free_port, make_env
+
+pytestmark = pytest.mark.slow  # a live server, and sign-ins that wait out lockouts
 
 ADDRESS_LIMIT = 8  # the test server's per-address limit, to keep the test short (the default is 20)
 

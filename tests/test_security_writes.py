@@ -20,10 +20,9 @@ from types import SimpleNamespace
 import pydicom
 import pytest
 import sqlalchemy as sa
-from db_fixtures import backend, blank_database, database  # noqa: F401 - fixtures
 from sqlalchemy.exc import DBAPIError
 
-from conftest import pydicom_data_file
+from tests.support.dicom import pydicom_data_file
 from db import (
     AuditRepository,
     CorrectionRepository,
@@ -99,6 +98,7 @@ def test_reused_study_uid_of_another_radiologist_is_refused_before_anything_is_w
 # --- 2. one image however many upload it at once ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_eight_simultaneous_uploads_of_one_file_store_one_image(database, people, settings, monkeypatch):
     import orapo_core.imaging
     from app.services.ingest import ingest_bytes

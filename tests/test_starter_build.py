@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # starter builds
+
 TINY = dict(n_train=12, steps=3, batch_size=4, warmup_steps=1, vision_steps=2, vision_batch=4, vision_n_train=8)
 
 

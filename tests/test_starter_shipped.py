@@ -15,6 +15,8 @@ import pytest
 
 from orapo_core.models.starter.build import SHIPPED_DIR
 
+pytestmark = pytest.mark.slow  # the shipped starter drafting
+
 STUDIES_PER_FINDING = 20  # five gave a 3-of-5 majority that a retrained starter passes or fails by one draft
 COMMON = {
     "cardiomegaly": "Cardiomegaly",
@@ -70,7 +72,7 @@ def test_make_run_copies_the_shipped_starter_instead_of_building_it(drafter, tmp
 
 
 def test_the_shipped_starter_drafts_a_real_radiograph_and_a_png(drafter, tmp_path, data_dir, capsys):
-    from conftest import pydicom_data_file
+    from tests.support.dicom import pydicom_data_file
     from PIL import Image
 
     from app.cli import main

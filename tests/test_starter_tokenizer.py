@@ -40,6 +40,7 @@ def test_qwen_special_tokens_are_single_ids_and_the_template_has_no_system_turn(
                    "<|im_start|>assistant\n"
 
 
+@pytest.mark.slow
 def test_same_seed_same_vocabulary(tokenizer):
     from orapo_core.models.starter.tokenizer import train_report_tokenizer
 

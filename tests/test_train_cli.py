@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("trl")
-sys.path.insert(0, str(Path(__file__).parent))
 
 from app.cli import main  # noqa: E402
-from test_train_dataset import write_chexpert_csv  # noqa: E402
+
+from tests.support.data import write_chexpert_csv
 
 SMOKE = str(Path(__file__).parent.parent / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml")
 
@@ -30,8 +29,9 @@ def test_bad_recipe_is_a_code_and_a_sentence(tmp_path, capsys):
     assert "recipe_missing" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys):
-    from tiny_vlms import build_tiny_vlm
+    from tests.support.tiny_vlms import build_tiny_vlm
 
     model_dir = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
     csv_path = write_chexpert_csv(tmp_path / "data", [
@@ -60,7 +60,7 @@ def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys):
 
 def test_a_run_that_takes_no_optimizer_step_fails_and_saves_nothing(tmp_path, capsys):
     """transformers ends 'successfully' at step 0 when one study cannot fill a batch; `orapo train` must not."""
-    from tiny_vlms import build_tiny_vlm
+    from tests.support.tiny_vlms import build_tiny_vlm
 
     model_dir = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
     csv_path = write_chexpert_csv(tmp_path / "data", [

@@ -2,36 +2,14 @@
 
 from __future__ import annotations
 
-import csv
 import json
-from pathlib import Path
 
 import pytest
 
-from orapo_core.data.records import CHEXPERT_14
 from orapo_core.errors import OrapoError
 from orapo_core.train.dataset import build_training_dataset, load_training_records, oracle_for, select_studies
 
-
-def write_chexpert_csv(folder: Path, rows: list[dict]) -> Path:
-    """A CheXpert Plus style CSV with one small PNG per study (shared with the CLI test)."""
-    from PIL import Image
-
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "train.csv"
-    fields = ["path_to_image", "section_findings", "section_impression", *CHEXPERT_14, "oracle_report"]
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields)
-        writer.writeheader()
-        for i, row in enumerate(rows):
-            image = Path(f"train/patient{i:05d}/study1/view1_frontal.png")
-            (folder / image).parent.mkdir(parents=True, exist_ok=True)
-            Image.new("L", (56, 56), color=20 * i % 255).save(folder / image)
-            labels = {name: "" for name in CHEXPERT_14} | {k: "1.0" for k in row.get("positive", [])}
-            writer.writerow({"path_to_image": str(image), "section_findings": row.get("findings", ""),
-                             "section_impression": row.get("impression", ""), "oracle_report": row.get("oracle", ""),
-                             **labels})
-    return path
+from tests.support.data import write_chexpert_csv
 
 
 def test_oracle_is_the_correction_else_the_reference():

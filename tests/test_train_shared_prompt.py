@@ -8,16 +8,13 @@ different lengths (left padding) where the family's processor keeps the size.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_vlms import FAMILIES, build_tiny_vlm  # noqa: E402
+from tests.support.tiny_vlms import FAMILIES, build_tiny_vlm  # noqa: E402
 
 K = 3
 

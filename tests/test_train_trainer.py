@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -11,9 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_vlms import build_tiny_vlm  # noqa: E402
+from tests.support.tiny_vlms import build_tiny_vlm  # noqa: E402
 
 K = 2
 
@@ -199,6 +196,7 @@ def test_with_a_kl_term_the_reference_log_probs_of_rejected_rollouts_are_trls_ow
     assert reference == [2 * K, studies, studies]
 
 
+@pytest.mark.slow
 def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_vlm, dataset, tmp_path):
     trainer = _trainer(tiny_vlm, dataset, tmp_path / "run", max_rejected_per_group=1)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}

@@ -1,9 +1,10 @@
-"""Database fixtures shared by the tests/test_db_*.py modules (imported by name, not via conftest).
+"""The databases tests run on: a new SQLite file, and PostgreSQL when ORAPO_TEST_POSTGRES_URL names a server.
 
-`database` runs each test on a migrated SQLite file and, when
-ORAPO_TEST_POSTGRES_URL is set, again on PostgreSQL in a schema of its own that
-is dropped afterwards. A set variable with no server behind it fails the
-PostgreSQL tests loudly: it never turns them into skips.
+The `backend`, `blank_database` and `database` fixtures (tests/conftest.py) run
+each test on a migrated SQLite file and, when ORAPO_TEST_POSTGRES_URL is set,
+again on PostgreSQL in a schema of its own that is dropped afterwards. A set
+variable with no server behind it fails the PostgreSQL tests loudly: it never
+turns them into skips.
 """
 
 from __future__ import annotations
@@ -51,21 +52,3 @@ def empty_database(backend: str, tmp_path: Path) -> Iterator[Database]:
                 conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
     finally:
         admin.dispose()
-
-
-@pytest.fixture(params=BACKEND_PARAMS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-def blank_database(backend: str, tmp_path: Path) -> Iterator[Database]:
-    with empty_database(backend, tmp_path) as database:
-        yield database
-
-
-@pytest.fixture
-def database(blank_database: Database) -> Database:
-    """A database migrated to head, on each configured backend."""
-    blank_database.upgrade()
-    return blank_database

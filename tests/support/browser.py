@@ -1,8 +1,10 @@
 """Debian's Chromium driven by Playwright, as every browser test uses it.
 
 Never `playwright install`: the browser is Debian's (`.ci/chromium.sh` installs
-it in CI). Without it, tests that import this module are skipped with a reason,
-except in CI (CI=true), where they run and fail loudly.
+it in CI). Without it, tests that use the `browser` fixture (tests/conftest.py)
+are skipped with a reason, except in CI (CI=true), where they run and fail
+loudly. `launch` sets `expect`'s default wait to TIMEOUT_MS: no test depends on
+Playwright's 5 s default, which a busy shared machine exceeds.
 """
 
 from __future__ import annotations
@@ -13,10 +15,21 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 # No background networking: this machine has no network and Chromium would keep trying.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
+
+#: Every wait of a browser test: actions, navigation and `expect` assertions. Playwright's own default (5 s) is
+#: what a page of this app can take on a busy 2-core machine, so no browser test may rely on it.
+TIMEOUT_MS = 30_000
+
+
+def use_explicit_timeouts() -> None:
+    """Make `expect(...)` wait TIMEOUT_MS unless a call says otherwise (Playwright's default is 5 s)."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
 
 
 def require_chromium() -> None:
@@ -27,14 +40,6 @@ def require_chromium() -> None:
 
 
 def launch(playwright):
+    """Chromium, with `expect` waiting TIMEOUT_MS by default (pages' own defaults are Playwright's 30 s)."""
+    use_explicit_timeouts()
     return playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()

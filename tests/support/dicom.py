@@ -1,8 +1,4 @@
-"""Builders of small DICOM files for the imaging tests (no tests here).
-
-Named test_imaging_* only so that it sits with the tests it serves; the tests
-import it by module name (pytest puts tests/ on sys.path).
-"""
+"""Builders of small DICOM files for the imaging tests, and the real DICOMs of the `pydicom-data` package."""
 
 from __future__ import annotations
 
@@ -52,4 +48,15 @@ def dicom_bytes(ds: Dataset) -> bytes:
 
 def write(ds: Dataset, path: Path) -> Path:
     path.write_bytes(dicom_bytes(ds))
+    return path
+
+
+def pydicom_data_file(name: str) -> Path:
+    """A file of the `pydicom-data` package (real DICOMs such as RG1_UNCI.dcm), found without any download."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("data_store")
+    assert spec is not None and spec.origin, "pydicom-data is a test dependency: `make test` installs it"
+    path = Path(spec.origin).parent / "data" / name
+    assert path.exists(), f"{name} is not in pydicom-data"
     return path

@@ -10,7 +10,7 @@ the Qwen2.5-VL folder copies the Qwen2.5-VL-3B-Instruct layout (flat pre-v5
 `config.json`, `preprocessor_config.json`, `chat_template.json`, sharded
 safetensors) so the product is tested against what users actually download.
 
-    from tiny_vlms import build_tiny_vlm
+    from tests.support.tiny_vlms import build_tiny_vlm
     model_dir = build_tiny_vlm(tmp_path / "model", family="qwen2_5_vl")
 """
 
