@@ -30,22 +30,21 @@ def scripted_registry(settings, db):
     from orapo_core.models.loading import load_model
 
     class ScriptedDrafter(Drafter):
-        def _generate(self, picture, samples, max_new_tokens, temperature, top_p, seed):
-            assert picture.mode == "RGB" and min(picture.size) > 16  # the real image reached the model
-            return GREEDY, SAMPLES[:samples]
+        def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed):
+            assert all(p.mode == "RGB" and min(p.size) > 16 for p in pictures)  # the real image reached the model
+            return [(GREEDY, SAMPLES[:samples]) for _ in pictures]
 
     return ModelRegistry(settings, db, loader=lambda served: ScriptedDrafter(load_model(served.model_dir),
                                                                              model_version=served.name))
 
 
-def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_path):
+def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_path, tiny_model):
     from playwright.sync_api import expect
 
     from db import CorrectionRepository, PairRepository, StudyRepository
     from tests.support.app import launched_app, make_env
-    from tests.support.tiny_vlms import build_tiny_vlm
 
-    settings, db = make_env(tmp_path, build_tiny_vlm(tmp_path / "model", family="qwen2_vl"))
+    settings, db = make_env(tmp_path, tiny_model)
     ARTIFACTS.mkdir(exist_ok=True)
     upload = tmp_path / "RG1_J2KR.dcm"
     shutil.copy(pydicom_data_file("RG1_J2KR.dcm"), upload)
@@ -149,7 +148,7 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         assert edited in [p.chosen for p in PairRepository(db).list()]
 
 
-def test_what_is_signed_is_exactly_the_report_on_screen(browser, tmp_path):
+def test_what_is_signed_is_exactly_the_report_on_screen(browser, tmp_path, tiny_model):
     """Edit the draft: accepting it is no longer offered; signing shows the exact text first, and stores it;
     amending the signed report from the Read tab says so before anything is saved."""
     from playwright.sync_api import expect
@@ -157,10 +156,9 @@ def test_what_is_signed_is_exactly_the_report_on_screen(browser, tmp_path):
     from db import CorrectionRepository, StudyRepository
     from tests.support.app import phantom_png
     from tests.support.app import launched_app, make_env
-    from tests.support.tiny_vlms import build_tiny_vlm
 
     wait = 30_000  # every wait is explicit: the app drafts on 2 busy cores
-    settings, db = make_env(tmp_path, build_tiny_vlm(tmp_path / "model", family="qwen2_vl"))
+    settings, db = make_env(tmp_path, tiny_model)
     ARTIFACTS.mkdir(exist_ok=True)
     upload = phantom_png(tmp_path / "chest.png", seed=7)
     with launched_app(settings, db, scripted_registry(settings, db)) as (url, _):

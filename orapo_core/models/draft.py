@@ -123,11 +123,7 @@ class Drafter:
         started = time.perf_counter()
         pictures = [self.prepare(image) for image in images]
         with self._lock:
-            if type(self)._generate is not Drafter._generate:
-                # a subclass that scripts single drafts (tests do): keep honouring it, one image at a time
-                results = [self._generate(p, samples, max_new_tokens, temperature, top_p, seed) for p in pictures]
-            else:
-                results = self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)
+            results = self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)
         generated_s = time.perf_counter() - started
         sampling = {"samples": samples, "max_new_tokens": max_new_tokens, "temperature": temperature,
                     "top_p": top_p, "top_k": 0, "seed": seed}
@@ -151,9 +147,6 @@ class Drafter:
                 latency_ms=round((generated_s + time.perf_counter() - scoring) * 1000, 1),
             ))
         return drafts
-
-    def _generate(self, picture, samples, max_new_tokens, temperature, top_p, seed) -> tuple[str, list[str]]:
-        return self._generate_many([picture], samples, max_new_tokens, temperature, top_p, seed)[0]
 
     def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed) -> list[tuple[str, list[str]]]:
         import torch
