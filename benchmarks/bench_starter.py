@@ -78,7 +78,7 @@ def efficacy(loaded, n: int, seed: int) -> dict:
     from orapo_core.data.phantom import iter_studies
     from orapo_core.facts import label_report
     from orapo_core.facts.metrics import clinical_efficacy
-    from orapo_core.models.starter.tokenizer import report_text
+    from orapo_core.report_layout import report_text
 
     studies = [s for _, s in iter_studies(n, seed=seed, size=512)]
     drafts = greedy_drafts(loaded, [s.image for s in studies])

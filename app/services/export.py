@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from orapo_core.errors import OrapoError
+from orapo_core.report_layout import report_text, same_text, split_report
 
 PAIR_FORMATS = ("trl-dpo", "trl-grpo")
 LOINC = "http://loinc.org"
@@ -100,7 +101,6 @@ def _export_dpo(db, settings, out: Path, *, source, round_id) -> ExportSummary:
 
 
 def _export_grpo(db, settings, out: Path) -> ExportSummary:
-    from app.services.rounds_data import sectioned, split_report
     from db import PairRepository, StudyRepository
     from orapo_core.facts import label_report
     from orapo_core.train.dataset import build_training_dataset
@@ -117,11 +117,11 @@ def _export_grpo(db, settings, out: Path) -> ExportSummary:
             skipped += 1
             continue
         edits = [p for p in pairs.list(study_id=overview.study.id, source="clinician_edit")
-                 if p.chosen.strip() == correction.text.strip()]
+                 if same_text(p.chosen, correction.text)]
         draft_text = edits[-1].rejected if edits else None
         findings, impression = split_report(correction.text)
         records.append({"study_id": str(overview.study.id), "image": {"bytes": data, "path": None},
-                        "labels": label_report(correction.text), "reference_report": sectioned(findings, impression),
+                        "labels": label_report(correction.text), "reference_report": report_text(findings, impression),
                         "oracle_report": correction.text, "clinician_chosen": correction.text if draft_text else None,
                         "clinician_rejected": draft_text})
     if not records:
@@ -143,8 +143,6 @@ def _instant(value) -> str:
 
 
 def _diagnostic_report(study, text: str, *, status: str, issued, performer: str | None, identifier: str) -> dict[str, Any]:
-    from app.services.rounds_data import split_report
-
     _, impression = split_report(text)
     report: dict[str, Any] = {
         "resourceType": "DiagnosticReport",

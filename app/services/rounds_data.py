@@ -17,35 +17,12 @@ import csv
 import json
 import math
 import random
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orapo_core.errors import OrapoError
-
-_SECTION = re.compile(r"^\s*(findings|impression)\s*:", re.IGNORECASE | re.MULTILINE)
-
-
-def sectioned(findings: str, impression: str) -> str:
-    """A report in the reference layout ("FINDINGS: ...\n\nIMPRESSION: ...") that StudyRecord.report uses."""
-    return "\n\n".join(p for p in (f"FINDINGS: {findings}" if findings else "", f"IMPRESSION: {impression}" if impression else "") if p)
-
-
-def split_report(text: str) -> tuple[str, str]:
-    """(findings, impression) of a report written with 'Findings:'/'Impression:' headers; all findings if none."""
-    marks = list(_SECTION.finditer(text or ""))
-    if not marks:
-        return " ".join((text or "").split()), ""
-    sections = {"findings": "", "impression": ""}
-    head = text[: marks[0].start()].strip()
-    for mark, following in zip(marks, marks[1:] + [None]):
-        body = text[mark.end(): following.start() if following else len(text)]
-        key = mark.group(1).lower()
-        sections[key] = " ".join(f"{sections[key]} {body}".split())
-    if head:
-        sections["findings"] = " ".join(f"{head} {sections['findings']}".split())
-    return sections["findings"], sections["impression"]
+from orapo_core.report_layout import report_text, same_text, split_report
 
 
 @dataclass(frozen=True)
@@ -111,11 +88,11 @@ def _round_study(db, settings, correction, images, *, replay: bool) -> RoundStud
     if image_path is None:
         return None
     pairs = [p for p in PairRepository(db).list(study_id=correction.study_id, source="clinician_edit")
-             if p.chosen.strip() == correction.text.strip()]
+             if same_text(p.chosen, correction.text)]
     draft_text = pairs[-1].rejected if pairs else None
     if draft_text is None and correction.draft_id is not None and not correction.accepted_unchanged:
         text = DraftRepository(db).get(correction.draft_id).text
-        draft_text = text if " ".join(text.split()) != " ".join(correction.text.split()) else None
+        draft_text = None if same_text(text, correction.text) else text
     return RoundStudy(study_id=correction.study_id, correction_id=correction.id, image_path=image_path,
                       corrected_report=correction.text, draft_text=draft_text,
                       pair_ids=tuple(p.id for p in pairs), replay=replay)
@@ -166,7 +143,7 @@ def phantom_replay(settings, n: int, *, size: int = 256, seed: int = 0) -> list[
         write_dataset(folder, n, seed=9_000_000 + seed, size=size)
         (folder / ".complete").write_text("ok")
     return [PhantomReplayStudy(study_id=f"phantom-replay-{r.study_id}", image_path=str(r.image_paths[0]),
-                               report=sectioned(r.findings, r.impression))
+                               report=report_text(r.findings, r.impression))
             for r in load_dataset(folder) if r.image_paths][:n]
 
 

@@ -19,6 +19,7 @@ from db.models import Correction, Draft, Study, TrainingRound, User, utcnow
 from db.records import CorrectionRecord, DraftRecord
 from db.repositories.base import Repository, as_utc, must_utc
 from orapo_core.errors import OrapoError
+from orapo_core.report_layout import same_text
 
 
 def draft_record(draft: Draft) -> DraftRecord:
@@ -60,11 +61,6 @@ def _study(session: Session, study_id: int) -> Study:
     if study is None:
         raise OrapoError("study_not_found", f"There is no study with id {study_id}.")
     return study
-
-
-def same_text(a: str | None, b: str | None) -> bool:
-    """Two report texts are the same report when they differ only in whitespace."""
-    return " ".join((a or "").split()) == " ".join((b or "").split())
 
 
 def _latest_versions():

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orapo_core.facts.ontology import CHEXPERT_14  # the one label space (stdlib-only, cheap to import)
+from orapo_core.report_layout import report_text
 
 SPLITS = ("train", "valid", "test")
 
@@ -36,12 +37,8 @@ class StudyRecord:
 
     @property
     def report(self) -> str:
-        parts = []
-        if self.findings:
-            parts.append(f"FINDINGS: {self.findings}")
-        if self.impression:
-            parts.append(f"IMPRESSION: {self.impression}")
-        return "\n\n".join(parts)
+        """The reference report in the project's layout (`orapo_core.report_layout.report_text`)."""
+        return report_text(self.findings, self.impression)
 
 
 def empty_labels() -> dict[str, int | None]:

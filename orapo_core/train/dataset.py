@@ -22,18 +22,14 @@ from pathlib import Path
 
 from orapo_core.data.records import CHEXPERT_14, StudyRecord
 from orapo_core.errors import OrapoError
-
-
-def default_prompt_text() -> str:
-    try:
-        from orapo_core.models.prompt import REPORT_PROMPT
-    except ImportError:  # the models package is optional for data-only use
-        return "Write the findings and impression of this chest X-ray."
-    return REPORT_PROMPT
+from orapo_core.models.prompt import REPORT_PROMPT
 
 
 def oracle_for(record: Mapping) -> str:
-    """The oracle of a study: the clinician's corrected report if there is one, else the reference report."""
+    """The oracle of a study: the clinician's corrected report if there is one, else the reference report.
+
+    The one rule for the chosen answer: the dataset writes it into ``oracle_report`` and the trainer reads rows
+    through it too (`OraPOTrainer.oracle_text`), so a row built elsewhere is judged the same way."""
     corrected = (record.get("oracle_report") or "").strip()
     return corrected or (record.get("reference_report") or "").strip()
 
@@ -58,7 +54,7 @@ def build_training_dataset(records: Iterable, *, prompt_text: str | None = None)
     """A `datasets.Dataset` from dicts (keys as the columns above; ``image`` a path or PIL image) or StudyRecords."""
     from datasets import Dataset, Image
 
-    prompt_text = prompt_text or default_prompt_text()
+    prompt_text = prompt_text or REPORT_PROMPT
     rows = [_as_row(r) for r in records]
     if not rows:
         raise OrapoError("no_studies", "The round has no studies to train on: check the CSV or the selection.")

@@ -46,6 +46,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, split_pixel_values_by_grid, unsplit_pixel_values_by_grid, use_adapter
 
 from orapo_core.train.config import OraPOConfig
+from orapo_core.train.dataset import oracle_for
 from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps, sft_loss
 from orapo_core.train.metrics_log import MetricsJsonlCallback
 from orapo_core.train.pairs import MinedGroup, OraclePairMiner, RolloutGroup
@@ -118,9 +119,8 @@ class OraPOTrainer(GRPOTrainer):
         return [g.effective_weight for g in mined]
 
     def oracle_text(self, example: dict) -> str | None:
-        """The chosen answer of a study: ``oracle_report``, else ``reference_report`` (see `dataset.oracle_for`)."""
-        text = (example.get("oracle_report") or "").strip() or (example.get("reference_report") or "").strip()
-        return text or None
+        """The chosen answer of a study (`dataset.oracle_for`: ``oracle_report``, else ``reference_report``)."""
+        return oracle_for(example) or None
 
     # ------------------------------------------------------- TRL overrides
 

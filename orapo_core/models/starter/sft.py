@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from orapo_core.models.starter.tokenizer import report_text
+from orapo_core.report_layout import report_text
 
 RARE_KINDS = ("pneumothorax", "fracture", "lung_lesion", "pleural_other")
 # Findings the starter must already report when they are in the image; drawn more often in the

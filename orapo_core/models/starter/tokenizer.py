@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from orapo_core.report_layout import report_text
+
 QWEN_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                        "<|image_pad|>", "<|video_pad|>")
 
@@ -26,14 +28,6 @@ CHAT_TEMPLATE = (
     "<|vision_start|><|image_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}"
     "{% endfor %}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-
-
-def report_text(findings: str, impression: str) -> str:
-    """The answer the starter is taught to write: the layout of the project's reference reports."""
-    parts = [f"FINDINGS: {findings.strip()}"] if findings.strip() else []
-    if impression.strip():
-        parts.append(f"IMPRESSION: {impression.strip()}")
-    return "\n\n".join(parts)
 
 
 def report_corpus(n_reports: int, seed: int) -> list[str]:
