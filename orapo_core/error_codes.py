@@ -40,7 +40,6 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "unknown_schema": "The label schema is not one of chexpert and chestxray14.",
         "reward_shape": "A reward got a different number of completions and reference rows.",
         "unknown_reward": "A reward name is neither in the registry nor an importable 'package.module:function'.",
-        "reward_missing": "The FactS reward is not in this build; name another reward by dotted import.",
         "metrics_shape": "Clinical-efficacy metrics got a different number of predictions and references.",
     },
     "data (PhantomCXR, dataset loaders, training data)": {

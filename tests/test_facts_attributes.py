@@ -170,15 +170,15 @@ def test_config_switch_reaches_the_reward():
 
     from orapo_core.facts.reward import ATTRIBUTE_CHECK_DEFAULT
     from orapo_core.train.config import OraPOConfig
-    from orapo_core.train.rewards import resolve_reward
+    from orapo_core.train.rewards import RewardSettings, get_reward
 
     field = next(f for f in fields(OraPOConfig) if f.name == "facts_attribute_check")
     assert field.default is ATTRIBUTE_CHECK_DEFAULT is True and "reference_report" in field.metadata["help"]
     completions = ["Small left pleural effusion. No pneumothorax."]
     columns = dict(labels=[{"Pleural Effusion": 1, "Pneumothorax": 0}], reference_report=["Large right pleural effusion. No pneumothorax."])
-    assert call_like_trl(resolve_reward("facts", attribute_check=False), completions, **columns) == [pytest.approx(1.0)]
-    assert call_like_trl(resolve_reward("facts", attribute_check=True), completions, **columns) == [pytest.approx(0.75)]
-    assert call_like_trl(resolve_reward("facts"), completions, **columns) == [pytest.approx(0.75)]  # FactS's default
+    assert call_like_trl(get_reward("facts", RewardSettings(attribute_check=False)), completions, **columns) == [pytest.approx(1.0)]
+    assert call_like_trl(get_reward("facts", RewardSettings(attribute_check=True)), completions, **columns) == [pytest.approx(0.75)]
+    assert call_like_trl(get_reward("facts"), completions, **columns) == [pytest.approx(0.75)]  # FactS's default
 
 
 def test_trainer_builds_the_reward_from_the_config(tmp_path):

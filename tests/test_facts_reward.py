@@ -8,7 +8,7 @@ import math
 import pytest
 
 from orapo_core.errors import OrapoError
-from orapo_core.facts import facts_reward, get_reward, make_facts_reward, score_report
+from orapo_core.facts import facts_reward, make_facts_reward, score_report
 from orapo_core.facts.score import fbeta
 
 
@@ -85,15 +85,6 @@ def test_factory_names_are_metric_keys():
     assert make_facts_reward(name="my_facts").__name__ == "my_facts"
     with pytest.raises(OrapoError):
         make_facts_reward(beta=0)
-
-
-def test_get_reward_by_name_and_dotted_path():
-    assert get_reward("facts") is facts_reward
-    assert get_reward("orapo_core.facts.reward.facts_reward") is facts_reward
-    assert get_reward("orapo_core.facts.reward:facts_reward") is facts_reward
-    with pytest.raises(OrapoError) as exc:
-        get_reward("nonexistent_reward")
-    assert exc.value.code == "unknown_reward"
 
 
 def test_fbeta_formula():

@@ -21,7 +21,7 @@ def test_paper_defaults_and_metrics_path(tmp_path):
     config = _config(tmp_path)
     assert (config.dpo_weight_min, config.dpo_weight_max, config.dpo_weight_gamma) == (0.05, 0.15, 2.0)
     assert config.zero_reward_ema_alpha == 0.5 and config.zero_reward_threshold == 0.0
-    assert config.oracle_mode == "dpo" and config.loss_type == "grpo" and config.reward_name == "facts"
+    assert config.oracle_mode == "dpo" and config.loss_type == "grpo" and config.reward_funcs == ["facts"]
     assert config.metrics_jsonl == str(tmp_path / "metrics.jsonl")
     from dataclasses import fields
 
@@ -41,12 +41,24 @@ def test_paper_defaults_and_metrics_path(tmp_path):
         ({"dpo_beta": 0.0}, "dpo_beta (τ) must be > 0"),
         ({"max_rejected_per_group": 0}, "max_rejected_per_group must be >= 1 or None"),
         ({"use_clinician_pairs": True, "oracle_mode": "sft"}, "use_clinician_pairs needs oracle_mode='dpo'"),
+        ({"reward_name": "facts", "reward_funcs": ["rouge_l"]}, "reward_name ('facts') is an alias of reward_funcs"),
+        ({"reward_funcs": ["facts", "rouge_l"], "reward_weights": [1.0]}, "give one weight per name in reward_funcs"),
     ],
 )
 def test_bad_combinations_are_refused_with_a_fix(tmp_path, kwargs, fix):
     with pytest.raises(ValueError) as info:
         _config(tmp_path, **kwargs)
     assert fix in str(info.value)
+
+
+def test_rewards_are_named_as_in_trls_grpo_script_and_reward_name_is_an_alias(tmp_path):
+    assert _config(tmp_path, reward_name="rouge_l").reward_funcs == ["rouge_l"]
+    both = _config(tmp_path, reward_funcs=["facts", "token_f1"], reward_weights=[1.0, 0.5])
+    assert both.reward_funcs == ["facts", "token_f1"] and both.reward_weights == [1.0, 0.5]
+    _, from_cli, _ = parse_recipe(RECIPES / "smoke-cpu.yaml", ["--output_dir", str(tmp_path), "--reward_name", "",
+                                                                "--reward_funcs", "facts", "rouge_l",
+                                                                "--reward_weights", "1", "0.25"])
+    assert from_cli.reward_funcs == ["facts", "rouge_l"] and from_cli.reward_weights == [1.0, 0.25]
 
 
 def test_yaml_cli_and_dict_build_the_same_config(tmp_path):

@@ -1,10 +1,13 @@
-"""Rewards by name, called exactly as TRL calls them (completions plus every dataset column by name)."""
+"""The one reward registry: rewards by name or dotted path, called exactly as TRL calls them (completions plus every
+dataset column by name)."""
 
 from __future__ import annotations
 
 import pytest
 
-from orapo_core.train.rewards import resolve_reward
+from orapo_core.errors import OrapoError
+from orapo_core.facts import facts_reward
+from orapo_core.train.rewards import REWARDS, RewardSettings, get_reward
 
 
 def _call(reward, completions, references):
@@ -14,7 +17,7 @@ def _call(reward, completions, references):
 
 
 def test_rouge_l_by_hand():
-    reward = resolve_reward("rouge_l")
+    reward = get_reward("rouge_l")
     assert reward.__name__ == "rouge_l_reward"
     ref = "FINDINGS: Small right pleural effusion."  # words: findings small right pleural effusion (5)
     got = _call(reward, ["Findings: small LEFT pleural effusion", "right small", "", "anything"], [ref, ref, ref, ""])
@@ -25,7 +28,25 @@ def test_rouge_l_by_hand():
 
 
 def test_token_f1_ignores_order_and_reads_conversational_completions():
-    reward = resolve_reward("token_f1")
+    reward = get_reward("token_f1")
     completion = [{"role": "assistant", "content": "effusion pleural right small findings"}]
     assert _call(reward, [completion], ["FINDINGS: Small right pleural effusion."]) == [pytest.approx(1.0)]
-    assert resolve_reward("facts").__name__ == "facts_reward"
+    assert get_reward("facts").__name__ == "facts_reward"
+
+
+def test_rewards_by_name_by_dotted_path_and_refused_by_code():
+    assert {"facts", "facts_plain", "facts_recall", "rouge_l", "token_f1"} <= set(REWARDS)
+    assert get_reward("orapo_core.facts.reward.facts_reward") is facts_reward
+    assert get_reward("orapo_core.facts.reward:facts_reward") is facts_reward
+    assert get_reward("facts", RewardSettings(facts_beta=2.0, precision_aware=False)).__name__ == "facts_f2"
+    assert get_reward("facts_plain").__name__ == "facts_plain"
+    for bad in ("nonexistent_reward", "orapo_core.facts.reward:nothing_here"):
+        with pytest.raises(OrapoError) as exc:
+            get_reward(bad)
+        assert exc.value.code == "unknown_reward"
+
+
+def test_facts_is_the_only_registry():
+    import orapo_core.facts as facts
+
+    assert not hasattr(facts, "get_reward") and not hasattr(facts.reward, "REWARDS")

@@ -8,7 +8,7 @@ torch. `extract_facts` is the rule-based extractor; `LLMFactExtractor` (in
 from orapo_core.facts.consistency import SelfConsistency, self_consistency
 from orapo_core.facts.extract import Fact, ReportFacts, extract_facts, label_report, labels_from_facts
 from orapo_core.facts.labels import normalize_labels
-from orapo_core.facts.reward import facts_reward, get_reward, make_facts_reward
+from orapo_core.facts.reward import facts_reward, make_facts_reward
 from orapo_core.facts.score import FactJudgement, ReportScore, SentenceScore, score_facts, score_report
 from orapo_core.facts.text import Sentence
 
@@ -22,7 +22,6 @@ __all__ = [
     "SentenceScore",
     "extract_facts",
     "facts_reward",
-    "get_reward",
     "label_report",
     "labels_from_facts",
     "make_facts_reward",

@@ -4,12 +4,11 @@ TRL passes `prompts`, `completions`, `completion_ids`, every other dataset colum
 by name, and `trainer_state`, `log_extra`, `log_metric`; a reward returns one
 float per completion or None for "nothing to score". Parameterised variants come
 from a factory returning a named function (the name becomes the metric key, as
-in open-r1), and rewards are found by name or dotted import path.
+in open-r1); recipes find rewards by name in the one registry,
+`orapo_core.train.rewards`.
 """
 
 from __future__ import annotations
-
-import importlib
 
 from orapo_core.errors import OrapoError
 from orapo_core.facts.extract import extract_facts, labels_from_facts
@@ -111,27 +110,3 @@ def make_facts_reward(
 
 
 facts_reward = make_facts_reward()
-
-# Rewards by name, for recipes; anything else is imported by dotted path.
-REWARDS = {
-    "facts": facts_reward,
-    "facts_reward": facts_reward,
-    "facts_plain": make_facts_reward(precision_aware=False, name="facts_plain"),
-    "facts_recall": make_facts_reward(beta=2.0, precision_aware=True, name="facts_recall"),
-}
-
-
-def get_reward(name_or_path: str):
-    """A reward function by registry name or dotted path ("pkg.module.func" or "pkg.module:func")."""
-    if name_or_path in REWARDS:
-        return REWARDS[name_or_path]
-    module_name, sep, attr = name_or_path.replace(":", ".").rpartition(".")
-    if not sep or not module_name:
-        raise OrapoError("unknown_reward", f"No reward named {name_or_path!r}; known: {', '.join(REWARDS)}, or give a dotted path.")
-    try:
-        func = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise OrapoError("unknown_reward", f"Cannot import reward {name_or_path!r}: {exc}.") from None
-    if not callable(func):
-        raise OrapoError("unknown_reward", f"{name_or_path!r} is not callable.")
-    return func

@@ -22,7 +22,8 @@ _EXPORTS = {
     "load_round_dataset": "orapo_core.train.dataset",
     "load_training_records": "orapo_core.train.dataset",
     "MetricsJsonlCallback": "orapo_core.train.metrics_log",
-    "resolve_reward": "orapo_core.train.rewards",
+    "get_reward": "orapo_core.train.rewards",
+    "rewards_for": "orapo_core.train.rewards",
     "train_round": "orapo_core.train.run",
 }
 

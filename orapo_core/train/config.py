@@ -64,12 +64,17 @@ class OraPOConfig(GRPOConfig):
             "or 'none' (plain GRPO, an ablation).",
         },
     )
-    reward_name: str = field(
-        default="facts",
+    reward_funcs: list[str] | None = field(
+        default=None,
         metadata={
-            "help": "Reward function: 'facts' (FactS), 'rouge_l' or 'token_f1' (text overlap with the reference report), "
-            "or a dotted import 'package.module:function' / 'package.module.function'."
+            "help": "Reward functions, as in TRL's GRPO script: 'facts' (FactS), 'facts_plain', 'facts_recall', 'rouge_l' "
+            "or 'token_f1' (text overlap with the reference report), or dotted imports 'package.module:function'. "
+            "Weighted by reward_weights (all 1.0 by default). Default: [reward_name], i.e. ['facts']."
         },
+    )
+    reward_name: str | None = field(
+        default=None,
+        metadata={"help": "One reward by name: an alias of reward_funcs: [reward_name] (older recipes use it); '' is unset."},
     )
     facts_beta: float = field(default=1.0, metadata={"help": "β of the FactS F-score (1.0 weighs precision and recall alike)."})
     precision_aware: bool = field(default=True, metadata={"help": "Use FactS's precision-aware scoring (penalises invented findings)."})
@@ -116,8 +121,16 @@ class OraPOConfig(GRPOConfig):
             )
         if self.use_clinician_pairs and self.oracle_mode != "dpo":
             problems.append("use_clinician_pairs needs oracle_mode='dpo' (a pair is a DPO signal): set one or the other")
-        if not self.reward_name or not isinstance(self.reward_name, str):
-            problems.append("reward_name must name a reward: 'facts' or a dotted import such as 'mypkg.rewards:my_reward'")
+        if self.reward_name and self.reward_funcs is not None and list(self.reward_funcs) != [self.reward_name]:
+            problems.append(f"reward_name ({self.reward_name!r}) is an alias of reward_funcs: [NAME], and reward_funcs is "
+                            f"{list(self.reward_funcs)!r}: set one of them (--reward_name '' clears a recipe's)")
+        if self.reward_funcs is None:
+            self.reward_funcs = [self.reward_name or "facts"]
+        if not self.reward_funcs or not all(isinstance(n, str) and n for n in self.reward_funcs):
+            problems.append("reward_funcs must name rewards: 'facts' or dotted imports such as 'mypkg.rewards:my_reward'")
+        elif self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+            problems.append(f"reward_weights has {len(self.reward_weights)} weights for {len(self.reward_funcs)} reward "
+                            "functions: give one weight per name in reward_funcs, or none (all 1.0)")
         if problems:
             raise ValueError("OraPOConfig: " + "; ".join(problems) + ".")
         super().__post_init__()

@@ -1,12 +1,14 @@
-"""Reward functions by name or dotted import (open-r1 style), FactS by default.
+"""The one reward registry: rewards by name or dotted import (TRL's `scripts/grpo.py`, open-r1), FactS by default.
 
-'facts' is FactS built with the recipe's `facts_beta`, `precision_aware` and
-`facts_attribute_check`;
-'rouge_l' and 'token_f1' are text-overlap rewards against the reference report
-(the paper's "accuracy reward" baseline: they reward wording, not findings);
-other names go to FactS' registry (`facts_plain`, `facts_recall`, ...) or are
-imported as 'package.module:function' / 'package.module.function', so users add
-rewards without forking.
+A recipe names its rewards as TRL's GRPO script does, `reward_funcs: [facts]`
+(weights in TRL's `reward_weights`), or one reward with `reward_name` (an
+alias). Names: 'facts' is FactS built with the recipe's `facts_beta`,
+`precision_aware` and `facts_attribute_check`; 'facts_plain' and
+'facts_recall' are fixed FactS variants; 'rouge_l' and 'token_f1' are
+text-overlap rewards against the reference report (the paper's "accuracy
+reward" baseline: they reward wording, not findings). Any other name is
+imported as 'package.module:function' / 'package.module.function', so users
+add rewards without forking.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import importlib
 import re
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from orapo_core.errors import OrapoError
 
@@ -68,27 +72,45 @@ token_f1_reward = _overlap_reward("token_f1_reward", lambda a, b: sum((Counter(a
 TEXT_REWARDS = {"rouge_l": rouge_l_reward, "token_f1": token_f1_reward}
 
 
-def resolve_reward(name: str, *, facts_beta: float = 1.0, precision_aware: bool = True, attribute_check: bool | None = None):
-    """The reward named `name`; FactS's parameters apply to 'facts' only (None: FactS's own default)."""
-    try:
-        from orapo_core.facts import get_reward, make_facts_reward
-    except ImportError:  # FactS missing from this build: dotted imports still work
-        get_reward = make_facts_reward = None
-    if name in TEXT_REWARDS:
-        return TEXT_REWARDS[name]
-    if name == "facts":
-        if make_facts_reward is None:
-            raise OrapoError(
-                "reward_missing",
-                "The FactS reward is not available in this build: set reward_name to a dotted import of another reward.",
-            )
-        extra = {} if attribute_check is None else {"attribute_check": attribute_check}
-        return make_facts_reward(beta=facts_beta, precision_aware=precision_aware, **extra)
-    if get_reward is not None:
-        return get_reward(name)
+@dataclass(frozen=True)
+class RewardSettings:
+    """The recipe's settings of the FactS reward ('facts'); None keeps FactS's own default."""
+
+    facts_beta: float = 1.0
+    precision_aware: bool = True
+    attribute_check: bool | None = None
+
+    @classmethod
+    def from_config(cls, args) -> RewardSettings:
+        return cls(args.facts_beta, args.precision_aware, args.facts_attribute_check)
+
+
+def _facts(settings: RewardSettings, **fixed):
+    from orapo_core.facts.reward import make_facts_reward
+
+    extra = {} if settings.attribute_check is None else {"attribute_check": settings.attribute_check}
+    return make_facts_reward(**{**extra, **fixed})
+
+
+# name -> factory(settings) -> reward function. 'facts_reward' is the function's own name, kept as a name too.
+REWARDS: dict[str, Callable[[RewardSettings], Callable]] = {
+    "facts": lambda s: _facts(s, beta=s.facts_beta, precision_aware=s.precision_aware),
+    "facts_reward": lambda s: _facts(s, beta=s.facts_beta, precision_aware=s.precision_aware),
+    "facts_plain": lambda s: _facts(s, precision_aware=False, name="facts_plain"),
+    "facts_recall": lambda s: _facts(s, beta=2.0, precision_aware=True, name="facts_recall"),
+    "rouge_l": lambda s: rouge_l_reward,
+    "token_f1": lambda s: token_f1_reward,
+}
+
+
+def get_reward(name: str, settings: RewardSettings | None = None):
+    """The reward called `name` in the registry, or imported from 'package.module:function'."""
+    if name in REWARDS:
+        return REWARDS[name](settings or RewardSettings())
     module_name, sep, attr = name.replace(":", ".").rpartition(".")
     if not sep or not module_name:
-        raise OrapoError("unknown_reward", f"Unknown reward {name!r}: use 'facts' or 'package.module:function'.")
+        raise OrapoError("unknown_reward", f"No reward named {name!r}; known: {', '.join(REWARDS)}, "
+                                           "or give a dotted path 'package.module:function'.")
     try:
         func = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -96,3 +118,9 @@ def resolve_reward(name: str, *, facts_beta: float = 1.0, precision_aware: bool 
     if not callable(func):
         raise OrapoError("unknown_reward", f"The reward {name!r} is not callable.")
     return func
+
+
+def rewards_for(args) -> list[Callable]:
+    """The reward functions an `OraPOConfig` names (`reward_funcs`, in order; their weights are `reward_weights`)."""
+    settings = RewardSettings.from_config(args)
+    return [get_reward(name, settings) for name in args.reward_funcs]

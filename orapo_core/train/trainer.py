@@ -50,7 +50,7 @@ from orapo_core.train.dataset import oracle_for
 from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps, sft_loss
 from orapo_core.train.metrics_log import MetricsJsonlCallback
 from orapo_core.train.pairs import MinedGroup, OraclePairMiner, RolloutGroup
-from orapo_core.train.rewards import resolve_reward
+from orapo_core.train.rewards import rewards_for
 from orapo_core.train.shared_prompt import answer_logps_after_prompts, supports_shared_prompt
 
 MINER_STATE_FILE = "orapo_miner_state.json"
@@ -86,7 +86,7 @@ class OraPOTrainer(GRPOTrainer):
     Dataset columns read besides TRL's ``prompt``/``image``: ``study_id`` (the EMA
     key), ``oracle_report`` (the chosen answer), and with ``use_clinician_pairs``
     ``clinician_chosen``/``clinician_rejected``. ``reward_funcs`` defaults to the
-    reward named by ``args.reward_name`` (FactS).
+    rewards ``args.reward_funcs`` names (FactS), weighted by TRL's ``args.reward_weights``.
     """
 
     _tag_names = ["trl", "grpo", "orapo"]
@@ -96,8 +96,7 @@ class OraPOTrainer(GRPOTrainer):
         if not isinstance(args, OraPOConfig):
             raise TypeError("OraPOTrainer needs an OraPOConfig as `args` (TRL's GRPOConfig lacks the oracle settings).")
         if reward_funcs is None:
-            reward_funcs = resolve_reward(args.reward_name, facts_beta=args.facts_beta, precision_aware=args.precision_aware,
-                                          attribute_check=args.facts_attribute_check)
+            reward_funcs = rewards_for(args)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         self.miner = miner or OraclePairMiner.from_config(args)
         self._last_rewards_per_func: torch.Tensor | None = None
