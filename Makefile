@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test test-fast bench clean
+.PHONY: install run test test-fast bench viewer clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ test-fast: $(STAMP)
 # runs one (the same as `orapo bench decode --runs 3`); each prints its numbers and the command that made them.
 bench: $(STAMP)
 	$(BIN)/orapo bench $(NAME) $(ARGS)
+
+# The Read tab's viewer script, app/static/viewer/orapo-viewer.js (committed, with THIRD_PARTY_LICENSES.txt), made
+# again from viewer/package.json and viewer/package-lock.json: Cornerstone3D and esbuild at their pinned versions
+# from the npm registry (Node.js 18 or later and npm), bundled by viewer/build.mjs. Nothing is fetched at run time.
+viewer:
+	cd viewer && npm ci --ignore-scripts --no-audit --no-fund && node build.mjs
 
 clean:
 	rm -rf $(VENV) .pytest_cache
