@@ -6,7 +6,8 @@ state across every user). `launch_options` is what `orapo serve` and the tests
 pass to `launch`: Gradio's sign-in page, answered by the session middleware
 (`app.web_security`: throttled sign-in, sessions that end with a password change
 or a disabled account, exports for administrators only, one user per session
-hash), and the upload size limit.
+hash), the viewer's routes behind it (`app.viewer_routes`), and the upload size
+limit.
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
     """Keyword arguments for `demo.launch`: the sign-in page, the session middleware and the upload limit."""
     from starlette.middleware import Middleware
 
+    from app import viewer_routes
     from app.services.export_downloads import downloads_dir
     from app.services.signin import ACCOUNT_FAILURES, WINDOW_MINUTES
 
@@ -146,6 +148,7 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
                       "(an administrator can lift the lockout)."),
         app_kwargs={"middleware": [Middleware(RequireSession, settings=settings, database=database,
                                               admin_files=downloads_dir(settings))],
+                    "routes": viewer_routes.routes(settings, database),  # behind the same middleware
                     "lifespan": rounds_lifespan},
         max_file_size=settings.max_upload_mb * 1024 * 1024,
         ssr_mode=False,

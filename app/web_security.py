@@ -13,6 +13,8 @@ chooses. So this middleware, in front of every route:
 - serves a file under the admin exports folder only to an administrator,
   deciding on the path the route would resolve, for every route that takes a
   path (`file=`, `file/`, ...), whatever the URL's spelling;
+- names the session's user in the request's scope (`SESSION_USER`) for the
+  app's own routes (`app.viewer_routes`), which check it again;
 - binds each Gradio session hash to the user who first used it, so another
   user's hash opens neither its state nor its event stream; deep links (a
   snapshot of a session's state by its hash) and `/gradio_api/token` (the
@@ -52,6 +54,7 @@ UPLOAD_PATHS = frozenset({"/gradio_api/upload", "/gradio_api/component_server", 
                           "/gradio_api/process_recording"})
 MAX_SIGN_IN_BODY = 16 * 1024
 MAX_JSON_BODY = 10 * 1024 * 1024  # event payloads carry text and file references, never file bytes
+SESSION_USER = "orapo.username"  # the scope key naming the user of a request that passed the session check
 
 
 class RequireSession:
@@ -105,6 +108,7 @@ class RequireSession:
         if book is not None and not all(book.claim_hash(h, username) for h in hashes):
             await _refuse(scope, receive, send, 403, "Forbidden", "This page session belongs to another user.")
             return
+        scope[SESSION_USER] = username  # the app's own routes (app.viewer_routes) read who this is here
         await self.app(scope, receive, send)
 
     # -- sign-in and sign-out ----------------------------------------------------------------------------------
