@@ -66,12 +66,11 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         page.locator("input[type=file]").first.set_input_files(str(upload))
         expect(page.locator("#orapo-upload-status")).to_contain_text("Stored RG1_J2KR.dcm: study", timeout=60_000)
         expect(page.locator("#orapo-study")).to_contain_text(re.compile(r"1[0-6]-bit DICOM"))
-        image = page.locator("#orapo-viewer img")
-        expect(image).to_be_visible()
+        viewer = page.locator(".orapo-viewer")  # Cornerstone3D over the decoded JPEG 2000, at full bit depth
+        expect(viewer).to_have_attribute("data-state", "ready")
         shot("3-uploaded")
-        default_src = image.get_attribute("src")
-        page.locator("#orapo-preset").get_by_text("lung").click()  # re-windowed from the full-bit-depth DICOM
-        expect(image).not_to_have_attribute("src", default_src)
+        page.locator("button[data-preset=lung]").click()  # re-windowed in the page (tests/test_browser_viewer.py)
+        expect(viewer).to_have_attribute("data-window", "lung")
         page.get_by_text("De-identified header").click()
         expect(page.locator("#orapo-header")).to_contain_text("DeidentificationMethod")
         shot("3b-lung-window-and-header")

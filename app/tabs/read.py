@@ -1,6 +1,7 @@
 """The Read tab: upload, view (window/level, zoom, header), draft, correct, sign.
 
-Image viewer on the left, report on the right, as on a reading workstation.
+Image viewer on the left (`app.tabs.viewer`: Cornerstone3D in the page, the full bit depth behind it),
+report on the right, as on a reading workstation.
 What this session is reading (study, image, draft) lives in a `gr.State`, so two
 radiologists never see each other's study; every handler still re-checks the
 user and their right to the study through the services. Gradio finds that state
@@ -23,10 +24,8 @@ import gradio as gr
 from app.messages import in_page
 from app.server import AppContext
 from app.services import drafting, reports
+from app.tabs import viewer
 from orapo_core.errors import OrapoError
-
-PRESETS = ["default", "full", "lung", "mediastinum", "bone"]
-VIEW_MAX_SIDE = 1400  # the browser scales further; more pixels only cost encoding time
 
 
 @dataclass
@@ -57,15 +56,6 @@ def _empty_state() -> dict:
     return {"owner": None, "study_id": None, "image_id": None, "draft_id": None, "draft_text": None}
 
 
-def _view_image(view: drafting.ViewerPixels, center: float, width: float, zoom: float):
-    from PIL import Image
-
-    picture = Image.fromarray(drafting.render(view, center, width, zoom))
-    if max(picture.size) > VIEW_MAX_SIDE:
-        picture.thumbnail((VIEW_MAX_SIDE, VIEW_MAX_SIDE), Image.Resampling.BILINEAR)
-    return picture
-
-
 def _study_markdown(overview, image) -> str:
     s = overview.study
     bits = f"{image.bits_stored}-bit " if image.bits_stored else ""
@@ -83,10 +73,6 @@ def load_study(ctx: AppContext, user, study_id: int) -> tuple:
     """Every output of the tab for one study: viewer, header, latest draft and report."""
     overview = drafting.open_study(ctx.database, user, study_id)
     image = drafting.first_image(overview)
-    view = drafting.viewer_pixels(ctx.settings, image)
-    center, width = view.default_window
-    lo, hi = view.value_range
-    span = max(hi - lo, 1.0)
     draft = overview.latest_draft
     report_text = overview.latest_correction.text if overview.latest_correction else (draft.text if draft else "")
     state = {"owner": user.username, "study_id": overview.study.id, "image_id": image.id,
@@ -107,11 +93,7 @@ def load_study(ctx: AppContext, user, study_id: int) -> tuple:
         *_editing(),
         _accept_allowed(report_text, state),
         state,
-        _view_image(view, center, width, 1.0),
-        gr.Slider(minimum=lo - span, maximum=hi + span, value=center),
-        gr.Slider(minimum=1, maximum=span * 2, value=width),
-        gr.Radio(value="default"),
-        gr.Slider(value=1.0),
+        viewer.value_for(overview.study.id, image),
         header,
         _study_markdown(overview, image),
         spans,
@@ -156,18 +138,11 @@ HIGHLIGHT_CSS = """<style>
 def build(ctx: AppContext) -> ReadUI:
     state = gr.State(_empty_state())
     with gr.Row(equal_height=False):
-        with gr.Column(scale=3, min_width=480):
+        with gr.Column(scale=2, min_width=480):  # as wide as the report's: a portrait film needs no more
             files = gr.File(label="Drop DICOM, PNG or JPEG files here", file_count="multiple",
                             file_types=[".dcm", ".dicom", ".dic", ".png", ".jpg", ".jpeg"], height=110)
             upload_status = gr.Markdown(elem_id="orapo-upload-status")
-            viewer = gr.Image(label="Image", type="pil", interactive=False, height=640, elem_id="orapo-viewer",
-                              buttons=["fullscreen"])
-            with gr.Row():
-                preset = gr.Radio(PRESETS, value="default", label="Window preset", scale=3, elem_id="orapo-preset")
-                zoom = gr.Slider(1.0, 4.0, value=1.0, step=0.25, label="Zoom (centre)", scale=1, elem_id="zoom")
-            with gr.Row():
-                center = gr.Slider(0, 4096, value=2048, label="Window centre (level)", elem_id="center")
-                width = gr.Slider(1, 8192, value=4096, label="Window width", elem_id="width")
+            image_viewer = viewer.build()
             with gr.Accordion("De-identified header", open=False):
                 header = gr.Dataframe(headers=["Element", "Value"], interactive=False, wrap=True, elem_id="orapo-header")
         with gr.Column(scale=2, min_width=420):
@@ -198,8 +173,8 @@ def build(ctx: AppContext) -> ReadUI:
     pending = gr.State(None)  # the PendingReport the confirmation shows, until stored or abandoned
 
     closing = [pending, confirm_panel, actions]
-    study_outputs = [*closing, accept_btn, state, viewer, center, width, preset, zoom, header, study_info, highlights,
-                     missed, sentence, facts, report, status]
+    study_outputs = [*closing, accept_btn, state, image_viewer, header, study_info, highlights, missed,
+                     sentence, facts, report, status]
 
     @in_page(status=upload_status)
     def upload(paths, request: gr.Request):
@@ -218,24 +193,6 @@ def build(ctx: AppContext) -> ReadUI:
         return (None, summary, *load_study(ctx, user, opened))
 
     files.upload(upload, inputs=files, outputs=[files, upload_status, *study_outputs], api_name="upload_studies")
-
-    @in_page()
-    def render_view(c, w, z, session, request: gr.Request):
-        user = ctx.user(request)
-        view = _checked_view(ctx, user, _mine(session, user))
-        return _view_image(view, c, w, z)
-
-    @in_page()
-    def apply_preset(name, z, session, request: gr.Request):
-        user = ctx.user(request)
-        view = _checked_view(ctx, user, _mine(session, user))
-        c, w = drafting.preset(view, name)
-        return gr.Slider(value=c), gr.Slider(value=w), _view_image(view, c, w, z)
-
-    for slider in (center, width, zoom):
-        slider.release(render_view, inputs=[center, width, zoom, state], outputs=viewer,
-                       api_name=f"render_view_{slider.elem_id}", trigger_mode="always_last")
-    preset.input(apply_preset, inputs=[preset, zoom, state], outputs=[center, width, viewer], api_name="window_preset")
 
     @in_page(status=status)
     def draft(session, request: gr.Request, progress=gr.Progress()):
@@ -350,9 +307,3 @@ def _study_info(ctx: AppContext, user, session) -> str:
     overview = drafting.open_study(ctx.database, user, session["study_id"])
     return _study_markdown(overview, drafting.first_image(overview))
 
-
-def _checked_view(ctx: AppContext, user, session) -> drafting.ViewerPixels:
-    if not session.get("study_id"):
-        raise OrapoError("no_study", "Open a study first.")
-    overview = drafting.open_study(ctx.database, user, session["study_id"])
-    return drafting.viewer_pixels(ctx.settings, drafting.first_image(overview))
