@@ -4,68 +4,18 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.support.training import K, four_studies, make_trainer
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
-from tests.support.tiny_vlms import build_tiny_vlm  # noqa: E402
-
-K = 2
-
-
-def parity_reward(completions, completion_ids, **kwargs):
-    """Deterministic from the tokens, so a test can recompute it: half the rollouts fail on average."""
-    return [float(sum(ids) % 2) for ids in completion_ids]
-
-
-@pytest.fixture(scope="module")
-def tiny_vlm(tmp_path_factory) -> Path:
-    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "model", family="qwen2_vl")
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    from PIL import Image
-
-    from orapo_core.train.dataset import build_training_dataset
-
-    folder = tmp_path_factory.mktemp("images")
-    records = []
-    for i in range(4):
-        path = folder / f"{i}.png"
-        Image.new("L", (56, 56), color=30 + 50 * i).save(path)
-        records.append(
-            {
-                "study_id": f"s{i}",
-                "image": str(path),
-                "labels": {"Pleural Effusion": 1},
-                "reference_report": "Findings: The lungs are clear.",
-                "oracle_report": "Findings: A moderate pleural effusion is present at the right base." if i % 2 else None,
-            }
-        )
-    return build_training_dataset(records)
-
-
-def _trainer(tiny_vlm, dataset, out: Path, **overrides):
-    from transformers import AutoModelForImageTextToText
-
-    from orapo_core.models.compat import load_processor
-    from orapo_core.train.config import OraPOConfig
-    from orapo_core.train.trainer import OraPOTrainer
-
-    torch.manual_seed(0)
-    model = AutoModelForImageTextToText.from_pretrained(tiny_vlm)
-    settings = dict(
-        output_dir=str(out), per_device_train_batch_size=2 * K, num_generations=K, max_completion_length=6,
-        max_steps=2, logging_steps=1, learning_rate=1e-2, bf16=False, gradient_checkpointing=False,
-        report_to="none", save_strategy="no", seed=0, dpo_beta=0.5, reward_name="tests.unused:reward",
-    )
-    settings.update(overrides)
-    args = OraPOConfig(**settings)
-    return OraPOTrainer(model=model, reward_funcs=parity_reward, args=args, train_dataset=dataset,
-                        processing_class=load_processor(tiny_vlm, model.config))
+    return four_studies(tmp_path_factory.mktemp("images"))
 
 
 def _answer_logps(model, batch, row: int, ids: torch.Tensor) -> float:
@@ -110,10 +60,10 @@ def _count_model_rows(model) -> list[int]:
     return calls
 
 
-def test_combined_loss_matches_a_hand_computation(tiny_vlm, dataset, tmp_path):
+def test_combined_loss_matches_a_hand_computation(tiny_model, dataset, tmp_path):
     import math
 
-    trainer = _trainer(tiny_vlm, dataset, tmp_path / "run", beta=0.0, loss_type="grpo")
+    trainer = make_trainer(tiny_model, dataset, tmp_path / "run", beta=0.0, loss_type="grpo")
     with torch.no_grad():  # move the policy away from the frozen reference, so Δ ≠ 0
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -173,8 +123,8 @@ def test_combined_loss_matches_a_hand_computation(tiny_vlm, dataset, tmp_path):
     assert trainer._metrics["train"]["orapo/all_zero_group_frac"][-1] == sum(z == 1.0 for z in miner_rates) / 2
 
 
-def test_with_a_kl_term_the_reference_log_probs_of_rejected_rollouts_are_trls_own(tiny_vlm, dataset, tmp_path):
-    trainer = _trainer(tiny_vlm, dataset, tmp_path / "run", beta=0.04)
+def test_with_a_kl_term_the_reference_log_probs_of_rejected_rollouts_are_trls_own(tiny_model, dataset, tmp_path):
+    trainer = make_trainer(tiny_model, dataset, tmp_path / "run", beta=0.04)
     with torch.no_grad():
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -197,8 +147,8 @@ def test_with_a_kl_term_the_reference_log_probs_of_rejected_rollouts_are_trls_ow
 
 
 @pytest.mark.slow
-def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_vlm, dataset, tmp_path):
-    trainer = _trainer(tiny_vlm, dataset, tmp_path / "run", max_rejected_per_group=1)
+def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_model, dataset, tmp_path):
+    trainer = make_trainer(tiny_model, dataset, tmp_path / "run", max_rejected_per_group=1)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     started = time.perf_counter()
     trainer.train()
@@ -217,8 +167,8 @@ def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_vlm, 
     assert elapsed < 60
 
 
-def test_grpo_only_ablation_has_no_oracle_term(tiny_vlm, dataset, tmp_path):
-    trainer = _trainer(tiny_vlm, dataset, tmp_path / "run", oracle_mode="none")
+def test_grpo_only_ablation_has_no_oracle_term(tiny_model, dataset, tmp_path):
+    trainer = make_trainer(tiny_model, dataset, tmp_path / "run", oracle_mode="none")
     assert trainer.ref_model is None  # beta = 0 and no DPO: no reference is built
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
@@ -231,7 +181,7 @@ def test_grpo_only_ablation_has_no_oracle_term(tiny_vlm, dataset, tmp_path):
     )
 
 
-def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(tiny_vlm, dataset, tmp_path):
+def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(tiny_model, dataset, tmp_path):
     from orapo_core.train.dataset import build_training_dataset
 
     image = dataset[0]["image"]
@@ -240,7 +190,7 @@ def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(
         "oracle_report": "Findings: No pleural effusion.", "clinician_chosen": "Findings: No pleural effusion.",
         "clinician_rejected": "Findings: Small pleural effusion.",
     }])
-    trainer = _trainer(tiny_vlm, clinician, tmp_path / "run", use_clinician_pairs=True, zero_reward_threshold=0.5,
+    trainer = make_trainer(tiny_model, clinician, tmp_path / "run", use_clinician_pairs=True, zero_reward_threshold=0.5,
                        max_rejected_per_group=1)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
@@ -252,7 +202,7 @@ def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(
     assert (batch["orapo_coef"] > 0).sum().item() == len([r for r in rejected if r])
     assert torch.isfinite(trainer._compute_loss(trainer.model, batch))
 
-    sft = _trainer(tiny_vlm, dataset, tmp_path / "sft", oracle_mode="sft", zero_reward_threshold=0.5)
+    sft = make_trainer(tiny_model, dataset, tmp_path / "sft", oracle_mode="sft", zero_reward_threshold=0.5)
     assert sft.ref_model is None  # SFT on the oracle needs no reference
     sft.model.train()
     sft.current_gradient_accumulation_steps = 1

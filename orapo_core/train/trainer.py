@@ -97,9 +97,18 @@ class OraPOTrainer(GRPOTrainer):
             raise TypeError("OraPOTrainer needs an OraPOConfig as `args` (TRL's GRPOConfig lacks the oracle settings).")
         if reward_funcs is None:
             reward_funcs = rewards_for(args)
+        # State one TRL hook hands to the next within a step, since TRL's methods do not return it (declared before
+        # TRL's __init__, which may call hooks). tests/test_train_trl_contract.py pins the hooks and their signatures.
+        # `_calculate_rewards` -> `_generate_and_score_completions`: the generation batch's rewards per function
+        # (gathered across processes), which TRL folds into advantages without returning them.
+        self._last_rewards_per_func: torch.Tensor | None = None
+        # `_compute_loss` sets `_capture_rollout_logps` for the one forward TRL makes for its own loss, and
+        # `_get_per_token_logps_and_entropies` keeps that forward's per-token log-probs of the rollouts in
+        # `_rollout_logps`, so `oracle_loss` reuses them for rejected rollouts instead of a second forward.
+        self._capture_rollout_logps = False
+        self._rollout_logps: torch.Tensor | None = None
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         self.miner = miner or OraclePairMiner.from_config(args)
-        self._last_rewards_per_func: torch.Tensor | None = None
         if args.oracle_mode == "dpo" and self.ref_model is None and not is_peft_model(self._unwrapped()):
             # TRL builds no reference when beta == 0; DPO needs one: the policy as it starts the round.
             self.ref_model = self._frozen_copy(self.model)
@@ -159,7 +168,7 @@ class OraPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if getattr(self, "_capture_rollout_logps", False):
+        if self._capture_rollout_logps:
             self._rollout_logps, self._capture_rollout_logps = result[0], False
         return result
 
@@ -381,9 +390,10 @@ class OraPOTrainer(GRPOTrainer):
         from trl.trainer.utils import add_fused_lm_head
 
         ref = copy.deepcopy(self.accelerator.unwrap_model(model)).eval()
-        # TRL's fused head is an instance attribute whose closure still calls the *policy's* original forward:
-        # drop it from the copy and patch the copy afresh, as TRL does for the reference it builds itself.
-        ref.__dict__.pop("forward", None)
+        # TRL's `add_fused_lm_head` sets `forward` on the instance, a closure over the *policy's* original forward,
+        # and the deep copy keeps that closure: remove the instance attribute (the class's forward shows through)
+        # and patch the copy afresh, as TRL does for the reference it builds itself (pinned by the contract test).
+        vars(ref).pop("forward", None)
         add_fused_lm_head(ref, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
         ref.requires_grad_(False)
         if self.is_deepspeed_enabled:
@@ -411,6 +421,11 @@ class OraPOTrainer(GRPOTrainer):
         groups = []
         for start in range(0, len(rows), k):
             study_id, oracle, chosen, rejected = rows[start]
+            if any(row[0] != study_id for row in rows[start : start + k]):
+                # TRL's RepeatSampler lays each prompt's K rollouts out contiguously; every group and the shared
+                # prompt key of `_attach_oracle_rows` rely on it, so a TRL that stops doing so must fail here.
+                raise RuntimeError(f"rows {start}..{start + k - 1} of the generation batch are not one study's "
+                                   f"{k} rollouts: TRL no longer keeps a prompt's rollouts contiguous.")
             groups.append(RolloutGroup(study_id, rewards[start : start + k], oracle, chosen, rejected))
         return groups
 
