@@ -15,7 +15,7 @@ from app.services import auth
 
 @dataclass
 class AccountUI:
-    password_changed: object  # the event a successful change triggers, so the app can reveal the other tabs
+    password_changed: object  # an event that follows each successful change only, so the app can reveal the other tabs
 
 
 def build(ctx: AppContext) -> AccountUI:
@@ -26,14 +26,16 @@ def build(ctx: AppContext) -> AccountUI:
         repeat = gr.Textbox(label="New password again", type="password", elem_id="orapo-repeat-password")
         button = gr.Button("Change password", variant="primary", elem_id="orapo-change-password")
         result = gr.Markdown(elem_id="orapo-password-result")
+    changes = gr.State(0)  # how many times this page changed the password: a refusal leaves it as it was
 
     @in_page(status=result)  # a refusal keeps what was typed, to correct it
-    def change_password(old_value, new_value, repeat_value, request: gr.Request):
+    def change_password(old_value, new_value, repeat_value, count, request: gr.Request):
         user = ctx.user(request, allow_password_change=True)
         auth.change_own_password(ctx.database, user, old_value, new_value, repeat_value)
         ended = auth.end_other_sessions(ctx.database, ctx.sessions, user, request)
-        return "", "", "", "Password changed." + (f" Signed out your {ended} other session(s)." if ended else "")
+        return ("", "", "", "Password changed." + (f" Signed out your {ended} other session(s)." if ended else ""),
+                (count or 0) + 1)
 
-    event = button.click(change_password, inputs=[old, new, repeat], outputs=[old, new, repeat, result],
-                         api_name="change_password")
-    return AccountUI(password_changed=event)
+    button.click(change_password, inputs=[old, new, repeat, changes], outputs=[old, new, repeat, result, changes],
+                 api_name="change_password")
+    return AccountUI(password_changed=changes.change(lambda: None, api_visibility="private"))
