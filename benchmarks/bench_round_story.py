@@ -1,0 +1,248 @@
+"""The clinic story: readers correct a finding the starter never reports; after one default round, is it reported?
+
+A fresh data folder and the app's own services, nothing else: `--n` PhantomCXR
+studies that all carry the finding (pneumothorax, moderate or large, by
+default) are uploaded as DICOM by a radiologist (`ingest_bytes`, as the Read
+tab does), drafted by the served model (`draft_study`), corrected with the
+study's reference report and signed (`save_report`). About a tenth of them are
+held out by the app's own split (never trained on; the gate's held-out set).
+Then one round runs with the default policy and recipe (`RoundService.start_round`,
+what `orapo rounds run --wait` does) and the benchmark reports whether the gate
+promoted the candidate, the round's wall time, and, on studies the round never
+saw, the served model before and after: recall of the finding on `--n-positive`
+new studies with it, the false-positive rate on `--n-negative` studies without
+it, and 14-observation macro-F1 over both sets (drafts labelled by FactS,
+references: PhantomCXR's own labels).
+
+    .venv/bin/python benchmarks/bench_round_story.py [--finding pneumothorax] [--json OUT.json]
+    orapo bench round_story
+
+Goals (issue 11): promoted; recall >= 0.6; FPR <= 0.05; macro-F1 not lower; round <= 30 min on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SEVERE = {"pneumothorax": ("moderate", "large"), "pleural_effusion": ("moderate", "large")}
+LABEL = {"pneumothorax": "Pneumothorax", "pleural_effusion": "Pleural Effusion", "fracture": "Fracture",
+         "lung_lesion": "Lung Lesion", "pleural_other": "Pleural Other"}
+
+
+def draw(n: int, stream: int, finding: str, present: bool, size: int):
+    """`n` PhantomCXR studies with (the severe form of) `finding`, or without it; the rest at usual prevalence."""
+    from orapo_core.data.phantom import generate_study
+
+    out, i = [], 0
+    while len(out) < n:
+        study = generate_study(np.random.default_rng([stream, i]), size=size, prevalence={finding: 1.0 if present else 0.0})
+        i += 1
+        if present and finding in SEVERE and not any(
+                f.kind == finding and f.severity in SEVERE[finding] for f in study.findings):
+            continue
+        out.append(study)
+    return out
+
+
+def write_dicoms(studies, folder: Path, seed: int) -> list[Path]:
+    """The studies as PhantomCXR DICOMs (with fake identities, which ingest must remove), one file each."""
+    from orapo_core.data.phantom_io import write_dicom
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, study in enumerate(studies):
+        path = folder / f"study{i:04d}.dcm"
+        write_dicom(path, study.image, study.view, seed, i)
+        paths.append(path)
+    return paths
+
+
+def report_of(study) -> str:
+    from orapo_core.report_layout import report_text
+
+    return report_text(study.report_findings, study.report_impression)
+
+
+def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path) -> dict:
+    """Greedy drafts of the one evaluator on PNGs of the test studies: recall, FPR and macro-F1."""
+    from PIL import Image
+
+    from orapo_core.data.records import StudyRecord
+    from orapo_core.models.draft import Drafter
+    from orapo_core.models.evaluate import evaluate_drafter
+
+    folder.mkdir(parents=True, exist_ok=True)
+    records = []
+    for tag, studies in (("pos", positives), ("neg", negatives)):
+        for i, s in enumerate(studies):
+            path = folder / f"{tag}-{i}.png"
+            if not path.exists():
+                Image.fromarray(np.round(s.image * 255).astype(np.uint8)).save(path)
+            records.append(StudyRecord(study_id=f"{tag}-{i}", image_paths=[path], view=None, findings=s.report_findings,
+                                       impression=s.report_impression, labels=dict(s.labels), source="phantomcxr",
+                                       split="test"))
+    result = evaluate_drafter(Drafter.from_dir(model_dir, adapter), records)
+    label = LABEL[finding]
+    said = [r["labels"].get(label) in (1, -1) for r in result.predictions]
+    pos = said[:len(positives)]
+    neg = said[len(positives):]
+    return {"recall": sum(pos) / len(pos), "false_positive_rate": sum(neg) / len(neg),
+            "macro_f1_14": result.metrics["macro_f1_14"], "macro_precision_14": result.metrics.get("macro_precision_14"),
+            "macro_recall_14": result.metrics.get("macro_recall_14"), "n_positive": len(pos), "n_negative": len(neg)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--finding", default="pneumothorax", choices=sorted(LABEL))
+    parser.add_argument("--n", type=int, default=168, help="studies corrected in the clinic (about 10%% held out)")
+    parser.add_argument("--n-positive", type=int, default=125)
+    parser.add_argument("--n-negative", type=int, default=200)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--data-dir", default=None, help="fresh data folder (default: a temporary one)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="round settings (default: none, the point is the defaults)")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--grpo-from-round", type=int, default=None, metavar="ID",
+                        help="in an existing --data-dir: train GRPO (oracle_mode none) on round ID's own train.csv with "
+                             "its recipe and step budget, and score it on the same test studies (OraPO vs GRPO)")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    import os
+
+    from app.runtime import open_database
+    from app.services import drafting, reports
+    from app.services.ingest import ingest_bytes
+    from app.services.rounds import RoundService
+    from app.services.rounds_policy import parse_settings
+    from app.services.rounds_versions import served_model
+    from db import ModelVersionRepository, UserRepository
+    from orapo_core.config import Settings
+    from orapo_core.models.starter import ensure_starter
+
+    if args.grpo_from_round is not None:
+        return grpo_comparison(args)
+    data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="orapo-story-"))
+    settings = Settings(data_dir=data_dir)
+    os.environ["ORAPO_DATA_DIR"] = str(data_dir)  # the round's child processes read the same folder
+    database = open_database(settings)
+    ensure_starter(settings.models_dir / "starter", show_progress=False)
+    users = UserRepository(database)
+    rad = users.create("rita", "rita-password-1")
+    admin = users.create("boss", "boss-password-1", role="admin")
+    report = {"command": "benchmarks/bench_round_story.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "finding": args.finding, "data_dir": str(data_dir)}
+
+    started = time.perf_counter()
+    clinic = draw(args.n, args.seed, args.finding, True, args.size)
+    files = write_dicoms(clinic, data_dir.parent / f"{data_dir.name}-uploads", args.seed)
+    registry = drafting.ModelRegistry(settings, database)
+    said_before, split = 0, {"train": 0, "holdout": 0}
+    for path, study in zip(files, clinic):
+        got = ingest_bytes(path.read_bytes(), path.name, db=database, settings=settings, user=rad, actor=rad.username)
+        path.unlink()
+        if not got.ok:
+            raise SystemExit(f"upload refused: {got.message}")
+        draft = drafting.draft_study(database, settings, registry, rad, got.study_id)
+        from orapo_core.facts import label_report
+
+        said_before += label_report(draft.text).get(LABEL[args.finding]) in (1, -1)
+        saved = reports.save_report(database, rad, got.study_id, draft.id, report_of(study), sign=True)
+        split[drafting.open_study(database, rad, saved.study_id).study.split] += 1
+    report["clinic"] = {"studies": args.n, "drafts_with_finding": said_before, **split,
+                        "seconds": round(time.perf_counter() - started, 1)}
+    print(f"clinic: {args.n} studies uploaded, drafted ({said_before} drafts called {args.finding}), corrected and "
+          f"signed ({split['train']} train / {split['holdout']} held out) in {report['clinic']['seconds']} s", flush=True)
+
+    before = served_model(database, settings)
+    service = RoundService(database, settings)
+    started = time.perf_counter()
+    finished = service.start_round(wait=True, actor=admin, settings=parse_settings(args.set))
+    wall = time.perf_counter() - started
+    version = next((v for v in ModelVersionRepository(database).list() if v.round_id == finished.id), None)
+    gate = (finished.metrics or {}).get("gate") or {}
+    report["round"] = {"id": finished.id, "status": finished.status, "error": finished.error,
+                       "version_status": version.status if version else None, "gate": gate.get("reason"),
+                       "seconds": round(wall, 1), "train": (finished.metrics or {}).get("train", {}),
+                       "selection": {k: (len(v) if isinstance(v, list) else v)
+                                     for k, v in ((finished.metrics or {}).get("selection") or {}).items()}}
+    print(f"round {finished.id}: {finished.status}, version {version.status if version else None} in {wall / 60:.1f} min; "
+          f"gate: {gate.get('reason') or finished.error}", flush=True)
+
+    positives = draw(args.n_positive, args.seed + 1, args.finding, True, args.size)
+    negatives = draw(args.n_negative, args.seed + 2, args.finding, False, args.size)
+    test_dir = data_dir.parent / f"{data_dir.name}-test"
+    report["before"] = outcome(before["base"], before["adapter"], positives, negatives, args.finding, test_dir)
+    if version is not None:
+        from app.services.rounds_versions import resolve_path
+
+        report["candidate"] = outcome(resolve_path(settings, version.base_model_path),
+                                      resolve_path(settings, version.adapter_path), positives, negatives, args.finding,
+                                      test_dir)
+    for name in ("before", "candidate"):
+        if name in report:
+            r = report[name]
+            print(f"{name:10s} recall {r['recall']:.3f} ({r['n_positive']} with {args.finding}), false-positive rate "
+                  f"{r['false_positive_rate']:.3f} ({r['n_negative']} without), macro-F1(14) {r['macro_f1_14']:.3f}")
+    if "candidate" in report:
+        c, b = report["candidate"], report["before"]
+        report["goals"] = {"promoted": version.status == "promoted", "recall>=0.6": c["recall"] >= 0.6,
+                           "fpr<=0.05": c["false_positive_rate"] <= 0.05,
+                           "macro_f1_not_lower": c["macro_f1_14"] >= b["macro_f1_14"], "round<=30min": wall <= 1800}
+        print("goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in report["goals"].items()))
+    print(f"command: {report['command']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+def grpo_comparison(args) -> int:
+    """GRPO on exactly the rows and steps an OraPO round trained on; the same outcome measures."""
+    import os
+    import subprocess
+
+    from app.runtime import open_database
+    from app.services.rounds_versions import resolve_path
+    from app.services.rounds_worker import override_argv
+    from db import ModelVersionRepository, RoundRepository
+    from orapo_core.config import Settings
+
+    data_dir = Path(args.data_dir)
+    settings = Settings(data_dir=data_dir)
+    os.environ["ORAPO_DATA_DIR"] = str(data_dir)
+    database = open_database(settings)
+    record = RoundRepository(database).get(args.grpo_from_round)
+    folder = data_dir / "rounds" / str(record.id)
+    version = next(v for v in ModelVersionRepository(database).list() if v.round_id == record.id)
+    base = resolve_path(settings, version.base_model_path)
+    out = data_dir / f"grpo-from-round-{record.id}"
+    overrides = {**record.config.get("overrides", {}), "model_name_or_path": base, "train_csv": str(folder / "train.csv"),
+                 "output_dir": str(out), "oracle_mode": "none", "use_clinician_pairs": False}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "app.cli", "train", "--config", record.config["recipe"],
+                    *override_argv(overrides)], check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    positives = draw(args.n_positive, args.seed + 1, args.finding, True, args.size)
+    negatives = draw(args.n_negative, args.seed + 2, args.finding, False, args.size)
+    test_dir = data_dir.parent / f"{data_dir.name}-test"
+    result = {"grpo": outcome(base, out, positives, negatives, args.finding, test_dir), "grpo_seconds": round(seconds, 1),
+              "oraPO_round": record.id, "command": "benchmarks/bench_round_story.py " + " ".join(sys.argv[1:])}
+    r = result["grpo"]
+    print(f"GRPO, same rows and steps as round {record.id}: recall {r['recall']:.3f}, false-positive rate "
+          f"{r['false_positive_rate']:.3f}, macro-F1(14) {r['macro_f1_14']:.3f} ({seconds / 60:.1f} min training)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
