@@ -54,7 +54,7 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     app, as tests do, leaves no thread behind. `signin` (a `SignInGuard`) defaults to the standard limits."""
     from app.services.drafting import ModelRegistry
     from app.services.export_downloads import prune_downloads
-    from app.services.rounds_schedule import RoundScheduler
+    from app.services.rounds import RoundScheduler
     from app.services.signin import SessionBook, SignInGuard
     from app.messages import in_page
     from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist

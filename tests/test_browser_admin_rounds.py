@@ -46,7 +46,7 @@ def seeded(tmp_path, model):
 
 def fast_rounds(settings, db):
     from app.services.rounds import RoundPolicy, RoundService
-    from app.services.rounds_schedule import RoundScheduler
+    from app.services.rounds.schedule import RoundScheduler
     from tests.support.rounds import SMOKE
 
     policy = RoundPolicy(recipe=SMOKE, min_heldout=1, eval_max_new_tokens=8, poll_s=0.2, cancel_grace_s=3.0,

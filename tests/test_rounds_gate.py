@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.services.rounds_gate import GatePolicy, decide  # noqa: E402
+from app.services.rounds import GatePolicy, decide
 
 SERVED = {"macro_f1_14": 0.40, "facts_reward_mean": 0.50, "n_reports": 20}
 
@@ -34,7 +34,7 @@ def test_gate_margin_and_both_reasons():
 
 def test_heldout_falls_back_to_phantom_validation_and_never_uses_training_studies(tmp_path):
     from app.runtime import open_database
-    from app.services.rounds_data import select_heldout
+    from app.services.rounds.data import select_heldout
     from orapo_core.config import Settings
 
     settings = Settings(data_dir=tmp_path / "data", deid_secret="t")
@@ -61,8 +61,9 @@ def test_an_untrusted_heldout_set_holds_the_candidate_for_an_administrator():
 def test_phantom_stands_in_for_the_gate_only_for_the_phantomcxr_starter(tmp_path):
     import json as _json
 
-    from app.services.rounds_data import HeldoutSet
-    from app.services.rounds_runner import untrusted_heldout
+    from app.services.rounds.data import HeldoutSet
+    from app.services.rounds.steps import untrusted_heldout
+    from app.services.served import ServedModel
 
     starter = tmp_path / "starter"
     starter.mkdir()
@@ -71,9 +72,8 @@ def test_phantom_stands_in_for_the_gate_only_for_the_phantomcxr_starter(tmp_path
     other.mkdir()
     phantom = HeldoutSet("phantomcxr_valid", [], signed=3)
     own = HeldoutSet("holdout_studies", [], signed=25)
-    assert untrusted_heldout(phantom, {"version_id": None, "base": str(starter), "adapter": None}, 20) is None
-    assert untrusted_heldout(own, {"version_id": 4, "base": str(other), "adapter": None}, 20) is None
-    for served in ({"version_id": None, "base": str(other), "adapter": None},
-                   {"version_id": 2, "base": str(starter), "adapter": str(tmp_path / "adapter")}):
+    assert untrusted_heldout(phantom, ServedModel(None, "starter", starter), 20) is None
+    assert untrusted_heldout(own, ServedModel(4, "v4", other), 20) is None
+    for served in (ServedModel(None, "hospital-model", other), ServedModel(2, "v2", starter, tmp_path / "adapter")):
         reason = untrusted_heldout(phantom, served, 20)
         assert reason and "only 3 signed held-out studies" in reason and "min_heldout=20" in reason

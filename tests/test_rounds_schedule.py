@@ -49,7 +49,7 @@ def _seed_untrained(db, n):
 
 
 def test_stored_cron_builds_a_trigger_and_survives_a_restart(database):
-    from app.services.rounds_schedule import CRON_JOB, RoundScheduler, cron_trigger, next_run, set_schedule
+    from app.services.rounds.schedule import CRON_JOB, RoundScheduler, cron_trigger, next_run, set_schedule
 
     with pytest.raises(OrapoError) as exc:
         set_schedule(database, cron="61 2 * * *", schedule_enabled=True)  # five fields, but minute 61
@@ -77,7 +77,7 @@ def test_stored_cron_builds_a_trigger_and_survives_a_restart(database):
 
 
 def test_a_scheduled_request_fires(database):
-    from app.services.rounds_schedule import RoundScheduler, set_schedule
+    from app.services.rounds.schedule import RoundScheduler, set_schedule
 
     set_schedule(database, cron="0 2 * * *", schedule_enabled=True)
     fake = FakeRounds()
@@ -95,7 +95,7 @@ def test_a_scheduled_request_fires(database):
 
 
 def test_threshold_fires_at_the_count_and_a_busy_refusal_is_audited(database):
-    from app.services.rounds_schedule import THRESHOLD_JOB, RoundScheduler, set_schedule
+    from app.services.rounds.schedule import THRESHOLD_JOB, RoundScheduler, set_schedule
     from db import AuditRepository
 
     set_schedule(database, corrections_threshold=3, threshold_enabled=True)
@@ -117,7 +117,7 @@ def test_threshold_fires_at_the_count_and_a_busy_refusal_is_audited(database):
 
 def test_schedule_status_says_when_the_next_round_comes_and_what_waits(database):
     """The Rounds tab's schedule panel, as data: stored settings, the next cron run, the untrained backlog."""
-    from app.services.rounds_schedule import CRON_JOB, RoundScheduler, next_run, schedule_status, set_schedule
+    from app.services.rounds.schedule import CRON_JOB, RoundScheduler, next_run, schedule_status, set_schedule
 
     _seed_untrained(database, 2)
     off = schedule_status(database)

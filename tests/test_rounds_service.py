@@ -205,7 +205,7 @@ def test_managed_and_unknown_settings_are_refused(env):
 
 @pytest.mark.slow
 def test_round_csv_carries_labels_oracle_and_clinician_pairs_to_the_trainer(env):
-    from app.services.rounds_data import select_round_studies, write_training_csv
+    from app.services.rounds.data import select_round_studies, write_training_csv
     from orapo_core.train import dataset as training_data
 
     selection = select_round_studies(env.db, env.settings)
@@ -259,13 +259,13 @@ def test_replay_keeps_a_round_from_training_on_one_finding_alone(env):
     """Older signed studies are replayed first; PhantomCXR makes up the rest only while the starter is served."""
     import csv
 
-    from app.services.rounds_data import select_round_studies, write_training_csv
+    from app.services.rounds.data import select_round_studies, write_training_csv
 
     plain = select_round_studies(env.db, env.settings, replay_fraction=3.0, seed=1)
     assert len(plain.new) == 3 and plain.phantom_replay == []  # a hospital model: nothing invented
     starter = select_round_studies(env.db, env.settings, replay_fraction=3.0, seed=1, phantom_size=64)
     assert len(starter.phantom_replay) == 9 and starter.n_training_rows == 12
-    assert starter.summary()["phantom_replay"] == 9 and starter.study_ids == plain.study_ids
+    assert starter.summary().phantom_replay == 9 and starter.study_ids == plain.study_ids
     path = write_training_csv(starter, env.settings.rounds_dir / "r" / "train.csv")
     rows = list(csv.DictReader(path.open()))
     replayed = [r for r in rows if r["id"].startswith("phantom-replay-")]
@@ -281,7 +281,7 @@ def test_the_default_round_recipe_trains_the_merger_the_tower_and_the_text_model
     from peft import get_peft_model
     from trl import get_peft_config
 
-    from app.services.rounds_policy import DEFAULT_RECIPE
+    from app.services.rounds import DEFAULT_RECIPE
     from orapo_core.models.loading import load_for_training
     from orapo_core.train.config import parse_recipe
 

@@ -14,7 +14,10 @@ def _settings(tmp_path: Path):
 
 
 def test_an_installed_adapter_leaves_checkpoints_and_metrics_behind(tmp_path):
-    from app.services.rounds_versions import install_candidate, resolve_path
+    from app.services.rounds import Candidate
+    from app.services.rounds.plan import Installed
+    from app.services.rounds.versions import install_candidate
+    from app.services.served import resolve_path
 
     settings = _settings(tmp_path)
     output = settings.rounds_dir / "7" / "output"
@@ -25,24 +28,25 @@ def test_an_installed_adapter_leaves_checkpoints_and_metrics_behind(tmp_path):
     (output / "metrics.jsonl").write_text('{"step": 1}\n')
     base = tmp_path / "elsewhere" / "base-model"  # outside the data folder: stored as it is
 
-    installed = install_candidate(settings, 7, {"base": str(base), "adapter": str(output)})
+    installed = install_candidate(settings, 7, Candidate(base, output))
     target = settings.models_dir / "versions" / "round-7"
-    assert installed == {"base": str(base.resolve()), "adapter": "models/versions/round-7"}
+    assert installed == Installed(base=str(base.resolve()), adapter="models/versions/round-7")
     assert sorted(p.name for p in target.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
-    assert resolve_path(settings, installed["adapter"]) == str(target) and resolve_path(settings, None) is None
+    assert resolve_path(settings, installed.adapter) == target and resolve_path(settings, None) is None
 
     (output / "adapter_model.safetensors").write_bytes(b"retrained")  # a rerun replaces, never merges
-    install_candidate(settings, 7, {"base": str(base), "adapter": str(output)})
+    install_candidate(settings, 7, Candidate(base, output))
     assert (target / "adapter_model.safetensors").read_bytes() == b"retrained"
     assert not target.with_name("round-7.part").exists()
 
 
 def test_a_whole_model_candidate_becomes_the_base(tmp_path):
-    from app.services.rounds_versions import install_candidate
+    from app.services.rounds import Candidate
+    from app.services.rounds.plan import Installed
+    from app.services.rounds.versions import install_candidate
 
     settings = _settings(tmp_path)
     output = settings.rounds_dir / "3" / "output"
     output.mkdir(parents=True)
     (output / "config.json").write_text("{}")
-    assert install_candidate(settings, 3, {"base": str(output), "adapter": None}) == {
-        "base": "models/versions/round-3", "adapter": None}
+    assert install_candidate(settings, 3, Candidate(output)) == Installed(base="models/versions/round-3", adapter=None)

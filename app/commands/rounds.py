@@ -4,6 +4,8 @@ Everything the admin tab does, scriptable: the same `RoundService` behind both.
 `orapo rounds run` without `--wait` leaves a detached supervisor process
 (`orapo rounds run --wait --round ID`) watching the round and prints its id, so
 the round outlives the shell; `--wait` watches it here and prints its progress.
+`orapo rounds worker evaluate|merge` (not listed in the help) is how a round
+runs its helper processes; training is `orapo train`, as a user would type it.
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     t_on_off = schedule.add_mutually_exclusive_group()
     t_on_off.add_argument("--threshold-on", dest="threshold_enabled", action="store_const", const=True, default=None)
     t_on_off.add_argument("--threshold-off", dest="threshold_enabled", action="store_const", const=False)
+    # The child processes of a round (app.services.rounds.worker); no help, so `orapo rounds --help` does not list it.
+    worker = sub.add_parser("worker")
+    jobs = worker.add_subparsers(dest="worker_command", required=True)
+    evaluate = jobs.add_parser("evaluate")
+    evaluate.add_argument("spec")
+    evaluate.add_argument("out")
+    merge = jobs.add_parser("merge")
+    merge.add_argument("base")
+    merge.add_argument("adapter")
+    merge.add_argument("out")
 
 
 def _actor() -> str:
@@ -60,8 +72,10 @@ def _actor() -> str:
 
 
 def _round_line(r) -> str:
-    gate = (r.metrics or {}).get("gate", {})
-    tail = f"  {gate.get('reason', '')}" if gate else (f"  {r.error.splitlines()[0]}" if r.error else "")
+    from app.services.rounds import RoundMetrics
+
+    gate = RoundMetrics.of(r).gate
+    tail = f"  {gate.reason}" if gate else (f"  {r.error.splitlines()[0]}" if r.error else "")
     return f"{r.id}\t{r.status}\t{r.trigger}\t{r.progress:.0%}\t{r.created_at:%Y-%m-%d %H:%M}{tail}"
 
 
@@ -86,7 +100,9 @@ def _watch(service, round_id: int):
     last = None
     while service.is_running_here(round_id):
         r = service.get_round(round_id)
-        line = f"round {r.id}: {r.metrics.get('phase', r.status)} {r.progress:.0%}"
+        from app.services.rounds import RoundMetrics
+
+        line = f"round {r.id}: {RoundMetrics.of(r).phase or r.status} {r.progress:.0%}"
         if line != last:
             print(line, file=sys.stderr, flush=True)
             last = line
@@ -95,7 +111,7 @@ def _watch(service, round_id: int):
 
 
 def _spawn_supervisor(settings, round_id: int) -> int:
-    from app.services.rounds_worker import launch, python_command
+    from app.services.rounds.processes import launch, python_command
 
     folder = settings.rounds_dir / str(round_id)
     process = launch(python_command("-m", "app.cli", "rounds", "run", "--wait", "--round", str(round_id)),
@@ -103,11 +119,21 @@ def _spawn_supervisor(settings, round_id: int) -> int:
     return process.pid
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from app.services.rounds import worker
+
+    if args.worker_command == "merge":
+        print(f"merged: {worker.merge_adapter(args.base, args.adapter, args.out)}", flush=True)
+    else:
+        worker.run_evaluate(args.spec, args.out)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.rounds_command == "worker":
+        return _worker(args)  # a round's child process: no database, no settings of its own
     from app.runtime import open_database
-    from app.services.rounds import RoundService
-    from app.services.rounds_policy import parse_settings
-    from app.services.rounds_schedule import get_schedule, next_run, set_schedule
+    from app.services.rounds import RoundService, get_schedule, next_run, parse_settings, set_schedule
     from orapo_core.config import Settings
 
     settings = Settings()
@@ -156,9 +182,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"worker pid: {r.pid}")
         if r.error:
             print(f"error: {r.error}")
+        metrics = details.metrics
         for key in ("selection", "heldout", "train", "gate"):
-            if key in r.metrics:
-                print(f"{key}: {json.dumps(_plain(r.metrics[key]), default=str)}")
+            value = getattr(metrics, key)
+            if value:
+                print(f"{key}: {json.dumps(_plain(value), default=str)}")
         if details.version is not None:
             v = details.version
             print(f"version {v.id} ({v.name}): {v.status}{' - ' + v.reason if v.reason else ''}")

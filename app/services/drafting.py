@@ -1,7 +1,8 @@
 """Viewing and drafting one study: the served model, the viewer's pixels, and a stored draft.
 
 The served model is the promoted ModelVersion (base + adapter) when there is
-one, else the configured or starter model. `ModelRegistry` is made by the app
+one, else the configured or starter model (`app.services.served`, which rounds
+ask too). `ModelRegistry` is made by the app
 factory, not at import, and keeps one `Drafter` per version, so a promotion is
 picked up by the next draft without a restart and two users never load the
 same weights twice. Each Drafter comes with a `DraftBatcher`: users who press
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.services.served import ServedModel, served_model
 from db.records import ImageRecord, StudyOverview, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
@@ -27,15 +29,6 @@ DRAFT_SAMPLES = 4
 #: The most drafts batched into one `generate`, and how long a draft waits for others when the model is idle.
 DRAFT_MAX_BATCH = 8
 DRAFT_MAX_WAIT_S = 0.02
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    key: str  # what the registry caches a Drafter under
-    name: str  # shown to the clinician and stored with each draft
-    model_dir: Path
-    adapter_dir: Path | None
-    version_id: int | None
 
 
 class ModelRegistry:
@@ -50,16 +43,7 @@ class ModelRegistry:
         self._batchers: dict[str, DraftBatcher] = {}
 
     def served(self) -> ServedModel:
-        from db import ModelVersionRepository
-        from orapo_core.models.loading import resolve_model_dir
-
-        version = ModelVersionRepository(self._db).promoted()
-        if version is not None:
-            base = self._resolve(version.base_model_path)
-            adapter = self._resolve(version.adapter_path) if version.adapter_path else None
-            return ServedModel(f"version-{version.id}", version.name, base, adapter, version.id)
-        model_dir = resolve_model_dir(settings=self._settings)
-        return ServedModel(f"dir-{model_dir}", model_dir.name, model_dir, None, None)
+        return served_model(self._db, self._settings)
 
     def drafter(self, served: ServedModel):
         with self._lock:  # one load per version even when two users press Draft at once
@@ -76,10 +60,6 @@ class ModelRegistry:
             if batcher is None or batcher.drafter is not drafter:
                 batcher = self._batchers[served.key] = DraftBatcher(drafter)
             return batcher
-
-    def _resolve(self, path: str) -> Path:
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else self._settings.resolved_data_dir / p
 
 
 @dataclass(eq=False)  # compared by identity: the image may be an array

@@ -19,8 +19,7 @@ from app.messages import in_page
 from app.server import AppContext
 from app.tabs.fields import entered_id, id_field
 from app.services import auth, round_charts
-from app.services.rounds_policy import parse_settings, recipe_names
-from app.services.rounds_schedule import schedule_status, set_schedule
+from app.services.rounds import parse_settings, recipe_names, schedule_status, set_schedule
 from orapo_core.errors import OrapoError
 
 ROUND_COLUMNS = ["Round", "Status", "Trigger", "Progress", "Started by", "Requested", "Started", "Finished", "Error"]
@@ -81,23 +80,23 @@ def round_html(details) -> str:
     """The live view's header: status, phase, step, a progress bar and the gate's or the error's sentence."""
     if details is None:
         return "<div class='muted'>Select a round in the table, or start one, to watch it here.</div>"
-    r, metrics = details.round, details.round.metrics or {}
+    r, metrics = details.round, details.metrics
     color = STATUS_COLORS.get(r.status, "#57606a")
     pct = max(0.0, min(1.0, r.progress)) * 100
     bits = [f"<b>Round {r.id}</b>", f"<span class='pill' style='background:{color}'>{html.escape(r.status)}</span>"]
-    if r.status in ACTIVE and metrics.get("phase"):
-        bits.append(html.escape(str(metrics["phase"])))
-    step = (metrics.get("train") or {}).get("step")
-    if step is not None and metrics.get("max_steps"):
-        bits.append(f"step {int(step)}/{int(metrics['max_steps'])}")
+    if r.status in ACTIVE and metrics.phase:
+        bits.append(html.escape(str(metrics.phase)))
+    step = metrics.train.get("step")
+    if step is not None and metrics.max_steps:
+        bits.append(f"step {int(step)}/{int(metrics.max_steps)}")
     bits.append(f"<span class='muted'>{html.escape(r.trigger)} · requested {_when(r.created_at)}</span>")
     out = [" · ".join(bits),
            f"<div class='bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>",
            f"<div class='muted'>{pct:.0f}% complete</div>"]
-    gate = metrics.get("gate") or {}
-    if gate.get("reason"):
-        verdict = "promote" if gate.get("promote") else "held for an administrator" if gate.get("hold") else "reject"
-        out.append(f"<div>Gate: <b>{verdict}</b> · {html.escape(gate['reason'])}</div>")
+    gate = metrics.gate
+    if gate is not None and gate.reason:
+        verdict = "promote" if gate.promote else "held for an administrator" if gate.hold else "reject"
+        out.append(f"<div>Gate: <b>{verdict}</b> · {html.escape(gate.reason)}</div>")
     if r.error:
         out.append(f"<div style='color:#cf222e'>{html.escape(r.error.splitlines()[0])}</div>")
     if details.version is not None:

@@ -19,8 +19,8 @@ import math
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
+from app.services.rounds.metrics import HeldoutSummary, Selection
 from orapo_core.errors import OrapoError
 from orapo_core.report_layout import report_text, same_text, split_report
 
@@ -65,12 +65,11 @@ class RoundSelection:
     def study_ids(self) -> list[int]:
         return sorted({s.study_id for s in self.studies})
 
-    def summary(self) -> dict[str, Any]:
-        return {"new_studies": [s.study_id for s in self.new], "replayed_studies": [s.study_id for s in self.replay],
-                "phantom_replay": len(self.phantom_replay),
-                "correction_ids": [s.correction_id for s in self.new],
-                "pair_ids": sorted({p for s in self.studies for p in s.pair_ids}),
-                "clinician_pairs": sum(1 for s in self.studies if s.draft_text)}
+    def summary(self) -> Selection:
+        return Selection(new_studies=[s.study_id for s in self.new], replayed_studies=[s.study_id for s in self.replay],
+                         phantom_replay=len(self.phantom_replay), correction_ids=[s.correction_id for s in self.new],
+                         pair_ids=sorted({p for s in self.studies for p in s.pair_ids}),
+                         clinician_pairs=sum(1 for s in self.studies if s.draft_text))
 
 
 def _first_image_path(settings, images) -> str | None:
@@ -199,9 +198,9 @@ class HeldoutSet:
     studies: list[HeldoutStudy]
     signed: int = 0  # signed held-out studies of the clinic (all of `studies` when source is holdout_studies)
 
-    def summary(self) -> dict[str, Any]:
-        return {"source": self.source, "n": len(self.studies), "signed_heldout": self.signed,
-                "study_ids": [s.study_id for s in self.studies]}
+    def summary(self) -> HeldoutSummary:
+        return HeldoutSummary(source=self.source, n=len(self.studies), signed_heldout=self.signed,
+                              study_ids=[s.study_id for s in self.studies])
 
     def write(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -262,7 +261,7 @@ def select_heldout(db, settings, *, min_heldout: int = 20, max_heldout: int | No
     """The held-out studies with a signed report, or PhantomCXR's validation split while there are too few.
 
     `HeldoutSet.signed` says how many signed held-out studies there were, so the gate can tell whether the
-    PhantomCXR stand-in may decide (only for the PhantomCXR starter: see `rounds_runner`)."""
+    PhantomCXR stand-in may decide (only for the PhantomCXR starter: see `steps.untrusted_heldout`)."""
     own = heldout_from_database(db, settings, limit=max_heldout)
     if len(own) >= max(1, min_heldout):
         return HeldoutSet("holdout_studies", own, signed=len(own))

@@ -1,17 +1,18 @@
-"""Model versions: which one drafts the reports, promoting and rolling back by hand, and where versions are stored.
+"""Model versions: listing them, promoting and rolling back by hand, and installing a round's candidate.
 
-A version's paths are stored relative to the data folder when they lie inside
-it, so a data folder moved to another machine keeps its versions; a round
+Which version drafts is `app.services.served` (shared with drafting). A round
 installs its candidate under `<data>/models/versions/round-<id>/` before the
-version is recorded, so a version never points into a round folder.
+version is recorded, so a version never points into a round folder; its paths
+are stored relative to the data folder when they lie inside it (`stored_path`).
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
+from app.services.rounds.plan import Candidate, Installed
+from app.services.served import stored_path
 from orapo_core.errors import OrapoError
 
 
@@ -56,36 +57,9 @@ def rollback(db, version_id: int | None = None, *, actor=None, reason: str | Non
         return promoted
 
 
-def resolve_path(settings, path: str | None) -> str | None:
-    """A stored version path as an absolute one (relative paths are inside the data folder)."""
-    if path is None:
-        return None
-    p = Path(path).expanduser()
-    return str(p if p.is_absolute() else settings.resolved_data_dir / p)
-
-
-def stored_path(settings, path: Path) -> str:
-    """The path to store for a version: relative to the data folder when inside it."""
-    try:
-        return path.resolve().relative_to(settings.resolved_data_dir).as_posix()
-    except ValueError:
-        return str(path.resolve())
-
-
-def served_model(db, settings) -> dict[str, Any]:
-    """What drafts now: {"version_id", "name", "base", "adapter"} (the configured model when no version is promoted)."""
-    from orapo_core.models.loading import resolve_model_dir
-
-    version = served_version(db)
-    if version is not None:
-        return {"version_id": version.id, "name": version.name, "base": resolve_path(settings, version.base_model_path),
-                "adapter": resolve_path(settings, version.adapter_path)}
-    return {"version_id": None, "name": None, "base": str(resolve_model_dir(settings=settings)), "adapter": None}
-
-
-def install_candidate(settings, round_id: int, candidate: dict[str, Any]) -> dict[str, str | None]:
+def install_candidate(settings, round_id: int, candidate: Candidate) -> Installed:
     """Copy the candidate (adapter, or whole model) out of the round folder into `<data>/models/versions/round-<id>/`."""
-    source = Path(candidate["adapter"] or candidate["base"])
+    source = Path(candidate.adapter or candidate.base)
     target = settings.models_dir / "versions" / f"round-{round_id}"
     if target.exists():
         shutil.rmtree(target)
@@ -94,6 +68,6 @@ def install_candidate(settings, round_id: int, candidate: dict[str, Any]) -> dic
         shutil.rmtree(tmp)
     shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("checkpoint-*", "metrics.jsonl", "*.part"))
     tmp.rename(target)
-    if candidate["adapter"]:
-        return {"base": stored_path(settings, Path(candidate["base"])), "adapter": stored_path(settings, target)}
-    return {"base": stored_path(settings, target), "adapter": None}
+    if candidate.adapter:
+        return Installed(base=stored_path(settings, candidate.base), adapter=stored_path(settings, target))
+    return Installed(base=stored_path(settings, target), adapter=None)

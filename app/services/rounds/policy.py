@@ -8,14 +8,15 @@ training recipe and is passed to `orapo train` as `--key value`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.services.rounds_gate import GatePolicy
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from app.services.rounds.gate import GatePolicy
 from orapo_core.errors import OrapoError
 
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "orapo_core" / "train" / "recipes"
+RECIPES_DIR = Path(__file__).resolve().parents[3] / "orapo_core" / "train" / "recipes"
 DEFAULT_RECIPE = RECIPES_DIR / "round-cpu.yaml"
 #: Overrides the round sets itself; a user's --set of these is refused rather than silently replaced.
 MANAGED_KEYS = frozenset({"model_name_or_path", "train_csv", "output_dir", "metrics_jsonl"})
@@ -26,9 +27,15 @@ def recipe_names() -> list[str]:
     return [p.name for p in sorted(RECIPES_DIR.glob("*.yaml")) if not p.name.startswith("accelerate")]
 
 
-@dataclass(frozen=True)
-class RoundPolicy:
-    """How rounds choose data and judge candidates; every field can be set per round with `--set key=value`."""
+class RoundPolicy(BaseModel):
+    """How rounds choose data and judge candidates; every field can be set per round with `--set key=value`.
+
+    Values typed in a form or on the command line arrive as text; pydantic converts them by the field's type
+    ("3" -> 3, "true" -> True) and refuses what does not convert (`updated` says which setting, as
+    `invalid_setting`). Frozen: a round's policy is fixed when it is requested.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     recipe: str = str(DEFAULT_RECIPE)
     # Replay this many times the new studies' count of already-trained studies (PhantomCXR studies while the
@@ -49,28 +56,25 @@ class RoundPolicy:
     poll_s: float = 0.5
 
     def updated(self, values: dict[str, Any]) -> RoundPolicy:
-        kinds = {f.name: str(f.type) for f in fields(self)}
-        changes = {}
-        for key, value in values.items():
-            kind = kinds[key]
-            try:
-                if kind == "bool":
-                    value = value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
-                elif value is not None and kind.startswith("int"):
-                    value = int(value)
-                elif value is not None and kind == "float":
-                    value = float(value)
-            except (TypeError, ValueError):
-                raise OrapoError("invalid_setting", f"{key} takes a number, not {value!r}.") from None
-            changes[key] = value
-        return replace(self, **changes)
+        """This policy with `values` (text or typed) in place; `invalid_setting` names a value that does not fit."""
+        try:
+            return type(self).model_validate({**self.model_dump(), **values})
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            key = ".".join(map(str, error["loc"])) or "a setting"
+            if error["type"] == "extra_forbidden":
+                raise OrapoError("invalid_setting", f"{key} is not a round setting.") from None
+            field = type(self).model_fields.get(key)
+            kind = field.annotation if field is not None else None
+            what = "true or false" if kind is bool else "a number" if kind is not str else "text"
+            raise OrapoError("invalid_setting", f"{key} takes {what}, not {error.get('input')!r}.") from None
 
     @property
     def gate(self) -> GatePolicy:
         return GatePolicy(f1_tolerance=self.f1_tolerance, reward_margin=self.reward_margin)
 
 
-POLICY_KEYS = frozenset(f.name for f in fields(RoundPolicy))
+POLICY_KEYS = frozenset(RoundPolicy.model_fields)
 
 
 def parse_settings(pairs: list[str] | None) -> dict[str, Any]:
@@ -97,7 +101,7 @@ def check_overrides(recipe: str | Path, overrides: dict[str, Any]) -> int:
     import contextlib
     import io
 
-    from app.services.rounds_worker import override_argv
+    from app.services.rounds.processes import override_argv
     from orapo_core.train.config import parse_recipe
 
     placeholders = {"model_name_or_path": "served-model", "train_csv": "round.csv", "output_dir": "round-output"}

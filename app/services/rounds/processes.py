@@ -1,7 +1,7 @@
 """Child processes of a round: starting them in their own session, watching them, and stopping them.
 
 A round's training and evaluation run as separate processes (`orapo train ...`
-and `python -m app.services.rounds_gate evaluate ...`) in a new session, so an
+and `orapo rounds worker evaluate ...`) in a new session, so an
 out-of-memory kill or a crash takes only the child, and a cancel can signal the
 whole process group (data-loader workers included). Output goes to a log file
 in the round folder, not to a pipe, so a child never blocks on a full pipe when
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def python_command(*args: str) -> list[str]:

@@ -15,10 +15,10 @@ One round at a time across every process (app, CLI, scheduler): a request is
 refused with `round_active` while another is queued or running, and two
 requests racing each other are settled by the database (the older id wins).
 
-The service decides and owns; the work lives beside it: running a round in
-its thread is `app.services.rounds_runner`, model versions (served, promote,
-roll back) are `app.services.rounds_versions`, and the policy, data, gate,
-worker processes and schedule have their own `rounds_*` modules.
+The service decides and owns; the work lives beside it in this package:
+running a round in its thread is `runner` (the typed steps of `steps`), model
+versions (promote, roll back) are `versions`, and the policy, data, gate,
+child processes, worker and schedule have their own modules.
 """
 
 from __future__ import annotations
@@ -27,14 +27,17 @@ import math
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.services import rounds_versions
-from app.services.rounds_policy import MANAGED_KEYS, POLICY_KEYS, RECIPES_DIR, RoundPolicy, check_overrides
-from app.services.rounds_runner import RoundRunner, RunningRound, round_folder
-from app.services.rounds_worker import JsonlTail, pid_alive, stop_process, tail_text
+from app.services.rounds import versions
+from app.services.rounds.metrics import RoundMetrics
+from app.services.rounds.plan import Evaluation, EvaluationSpec, RunningRound
+from app.services.rounds.policy import MANAGED_KEYS, POLICY_KEYS, RECIPES_DIR, RoundPolicy, check_overrides
+from app.services.rounds.processes import JsonlTail, pid_alive, stop_process, tail_text
+from app.services.rounds.runner import RoundRunner
+from app.services.rounds.steps import round_folder
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
 
@@ -46,8 +49,9 @@ class RoundDetails:
     round: Any  # db.records.RoundRecord
     version: Any  # the ModelVersionRecord it produced, if any
     log_tail: str
-    metrics_history: list[dict[str, Any]]
+    metrics_history: list[dict[str, Any]]  # the trainer's metrics.jsonl records, step by step
     round_dir: Path
+    metrics: RoundMetrics  # the round row's metrics, typed
 
 
 def _actor_id(actor) -> int | None:
@@ -58,11 +62,11 @@ class RoundService:
     """Owns the rounds this process runs (their monitor threads); everything durable is in the database."""
 
     def __init__(self, database, settings: Settings | None = None, *, policy: RoundPolicy | None = None,
-                 evaluator: Callable[[dict[str, Any]], dict[str, Any]] | None = None):
+                 evaluator: Callable[[EvaluationSpec], Evaluation] | None = None):
         self.db = database
         self.settings = settings or Settings()
         self.policy = policy or RoundPolicy()
-        # `evaluator` is a hook: spec -> {"served": {"metrics": ...}, "candidate": {...}}
+        # `evaluator` is a hook in place of the evaluation worker (see `steps.Evaluate`)
         self._runner = RoundRunner(database, self.settings, evaluator=evaluator)
         self._lock = threading.Lock()
         self._running: dict[int, RunningRound] = {}
@@ -89,13 +93,14 @@ class RoundService:
         version = next((v for v in ModelVersionRepository(self.db).list() if v.round_id == round_id), None)
         folder = self.round_dir(round_id)
         history = JsonlTail(folder / "output" / "metrics.jsonl").read()
-        return RoundDetails(record, version, tail_text(folder / "train.log", log_lines), history, folder)
+        return RoundDetails(record, version, tail_text(folder / "train.log", log_lines), history, folder,
+                            RoundMetrics.of(record))
 
     def list_versions(self, *, status: str | None = None):
-        return rounds_versions.list_versions(self.db, status=status)
+        return versions.list_versions(self.db, status=status)
 
     def served_version(self):
-        return rounds_versions.served_version(self.db)
+        return versions.served_version(self.db)
 
     def is_running_here(self, round_id: int) -> bool:
         with self._lock:
@@ -131,7 +136,7 @@ class RoundService:
                    if untrained >= policy.min_new_corrections else f"min_new_corrections is {policy.min_new_corrections}")
             raise OrapoError("too_few_corrections" if untrained else "nothing_to_train", f"There are {untrained} signed, untrained corrections of training "
                                                     f"studies; a round needs at least {needed} ({why}).")
-        config = {"recipe": str(recipe_path), "overrides": overrides, "policy": {**asdict(policy), "recipe": str(recipe_path)},
+        config = {"recipe": str(recipe_path), "overrides": overrides, "policy": {**policy.model_dump(), "recipe": str(recipe_path)},
                   **({"resume_from": resume_from} if resume_from is not None else {})}
         record = rounds.create(trigger=trigger, config=config, started_by=_actor_id(actor), actor=actor or trigger)
         # Two requests may both have passed the check above: the older active round wins, the newer withdraws.
@@ -215,7 +220,7 @@ class RoundService:
         for record in rounds.active():
             if self.is_running_here(record.id):
                 continue
-            supervisor = (record.metrics or {}).get("supervisor_pid")
+            supervisor = RoundMetrics.of(record).supervisor_pid
             if supervisor and supervisor != os.getpid() and pid_alive(supervisor):
                 continue  # another live process (e.g. `orapo rounds run`) is watching it
             if record.status == "running" and record.pid and pid_alive(record.pid):
@@ -248,11 +253,11 @@ class RoundService:
     # --- versions ----------------------------------------------------------------------------------------
 
     def promote_version(self, version_id: int, *, actor=None, reason: str | None = None):
-        return rounds_versions.promote_version(self.db, version_id, actor=actor, reason=reason)
+        return versions.promote_version(self.db, version_id, actor=actor, reason=reason)
 
     def rollback(self, version_id: int | None = None, *, actor=None, reason: str | None = None):
         """Serve an earlier version again (default: the served version's parent); one action, audited as `version.rollback`."""
-        return rounds_versions.rollback(self.db, version_id, actor=actor, reason=reason)
+        return versions.rollback(self.db, version_id, actor=actor, reason=reason)
 
     # --- internals ----------------------------------------------------------------------------------------
 

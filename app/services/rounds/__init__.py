@@ -1,0 +1,29 @@
+"""Training rounds: the service the app and the CLI call, and the typed steps a round runs.
+
+    service    RoundService: request, run, cancel, recover; versions by hand
+    steps      SelectData -> Train -> Evaluate -> Decide -> Install (typed in `plan`)
+    runner     the steps chained in a round's monitor thread
+    policy     RoundPolicy (pydantic) and the recipe overrides a round may be given
+    data       the training CSV and the held-out set
+    gate       the promotion rule and its Decision
+    metrics    the round row's metrics, typed and versioned
+    versions   promote, roll back, install a candidate
+    processes  child processes: launch, watch, stop
+    worker     `orapo rounds worker evaluate|merge`, the child processes' work
+    schedule   RoundScheduler: cron and threshold rounds
+
+Callers import from here: `from app.services.rounds import RoundService, RoundPolicy`.
+"""
+
+from app.services.rounds.gate import Decision, GatePolicy, decide
+from app.services.rounds.metrics import RoundMetrics
+from app.services.rounds.plan import Candidate, Evaluation, EvaluationSpec, ModelScores, RoundPlan
+from app.services.rounds.policy import DEFAULT_RECIPE, RoundPolicy, parse_settings, recipe_names
+from app.services.rounds.schedule import RoundScheduler, get_schedule, next_run, schedule_status, set_schedule
+from app.services.rounds.service import RoundDetails, RoundService
+
+__all__ = [
+    "DEFAULT_RECIPE", "Candidate", "Decision", "Evaluation", "EvaluationSpec", "GatePolicy", "ModelScores",
+    "RoundDetails", "RoundMetrics", "RoundPlan", "RoundPolicy", "RoundScheduler", "RoundService", "decide",
+    "get_schedule", "next_run", "parse_settings", "recipe_names", "schedule_status", "set_schedule",
+]

@@ -1,0 +1,111 @@
+"""What a round records about itself as it runs, typed: phase, supervisor, selection, training, evaluation, gate.
+
+The round row's `metrics` column is JSON that steps update key by key (the
+repository merges the keys it is given), so a half-finished round shows what it
+has. Every update goes through `RoundMetrics.update(...)`, which writes the
+known keys with their types and `schema` (the layout's version); reading goes
+through `RoundMetrics.of(record)`, which accepts rows of every version, the
+first one (no `schema` key, the same keys) included, and keeps any key it does
+not know in `extra`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from app.services.rounds.gate import Decision
+
+SCHEMA = 2  # 1: rows written before the layout was versioned (no `schema` key); the keys are the same
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The studies a round trains on: new corrections, replayed studies, and the corrections and pairs it uses."""
+
+    new_studies: list[int] = field(default_factory=list)
+    replayed_studies: list[int] = field(default_factory=list)
+    phantom_replay: int = 0
+    correction_ids: list[int] = field(default_factory=list)
+    pair_ids: list[int] = field(default_factory=list)
+    clinician_pairs: int = 0
+
+
+@dataclass(frozen=True)
+class HeldoutSummary:
+    """Where the held-out set came from (the clinic's held-out studies or PhantomCXR's) and which studies."""
+
+    source: str = ""
+    n: int = 0
+    signed_heldout: int = 0
+    study_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HeldoutMetrics:
+    """The held-out metrics of both models, as the gate compared them."""
+
+    served: dict[str, Any] = field(default_factory=dict)
+    candidate: dict[str, Any] = field(default_factory=dict)
+
+
+def _known(cls, data: dict[str, Any]):
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+
+_TYPED = {"selection": Selection, "heldout": HeldoutSummary, "heldout_metrics": HeldoutMetrics}
+
+
+@dataclass(frozen=True)
+class RoundMetrics:
+    """A round's metrics column, read back into types; every field is None until the step that writes it ran."""
+
+    schema: int = 1
+    phase: str | None = None  # preparing, merging, training, evaluating, finished
+    supervisor_pid: int | None = None  # the process whose thread watches the round
+    served_version_id: int | None = None  # the version the round trained from and compared with
+    max_steps: int | None = None
+    selection: Selection | None = None
+    heldout: HeldoutSummary | None = None
+    train: dict[str, Any] = field(default_factory=dict)  # the last value of every key the trainer logged
+    heldout_metrics: HeldoutMetrics | None = None
+    gate: Decision | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # keys of a later layout, kept as they are
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> RoundMetrics:
+        data = dict(data or {})
+        names = {f.name for f in fields(cls)} - {"extra"}
+        values: dict[str, Any] = {"extra": {k: v for k, v in data.items() if k not in names}}
+        for key in names & set(data):
+            value = data[key]
+            if key in _TYPED and isinstance(value, dict):
+                value = _known(_TYPED[key], value)
+            elif key == "gate" and isinstance(value, dict):
+                value = Decision.from_dict(value)
+            elif key == "train":
+                value = dict(value or {})
+            values[key] = value
+        return cls(**values)
+
+    @classmethod
+    def of(cls, record) -> RoundMetrics:
+        """The metrics of a round row (`db.records.RoundRecord`)."""
+        return cls.from_json(getattr(record, "metrics", None))
+
+    @staticmethod
+    def update(**changes: Any) -> dict[str, Any]:
+        """The JSON of the keys one step writes (typed values as plain data), with the layout's version."""
+        names = {f.name for f in fields(RoundMetrics)} - {"extra", "schema"}
+        unknown = set(changes) - names
+        if unknown:
+            raise TypeError(f"not round metrics: {sorted(unknown)}")
+        out: dict[str, Any] = {"schema": SCHEMA}
+        for key, value in changes.items():
+            if isinstance(value, Decision):
+                value = value.to_dict()
+            elif hasattr(value, "__dataclass_fields__"):
+                value = {f.name: getattr(value, f.name) for f in fields(value)}
+            out[key] = value
+        return out

@@ -1,0 +1,136 @@
+"""What the steps of a round hand each other, as dataclasses: the plan, the candidate, the evaluation.
+
+A round is five steps (`app.services.rounds.steps`): select the data (-> a
+`RoundPlan`), train (-> a `Candidate`), evaluate both models on the held-out
+set (-> an `Evaluation`), decide (-> a gate `Decision`) and install (-> an
+`Installed` version). Whatever crosses a process boundary (the evaluation's
+spec and results) is written as JSON by `to_dict` and read back by
+`from_dict`, so the child process and the app agree on one shape.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.services.rounds.policy import RoundPolicy
+from app.services.served import ServedModel
+
+
+@dataclass(frozen=True)
+class Weights:
+    """A model to load: base weights, and a LoRA adapter on top of them or None."""
+
+    base: Path
+    adapter: Path | None = None
+
+    @classmethod
+    def of(cls, served: ServedModel) -> Weights:
+        return cls(served.model_dir, served.adapter_dir)
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"base": str(self.base), "adapter": str(self.adapter) if self.adapter else None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Weights:
+        return cls(Path(data["base"]), Path(data["adapter"]) if data.get("adapter") else None)
+
+
+@dataclass(frozen=True)
+class Candidate(Weights):
+    """The model a round trained: a LoRA adapter on the base it trained from, or a whole model (adapter None)."""
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What one round trains on and against, fixed when its data is selected."""
+
+    round_id: int
+    round_dir: Path
+    recipe: str
+    overrides: dict[str, Any]
+    policy: RoundPolicy
+    served: ServedModel
+    correction_ids: list[int]
+    pair_ids: list[int]
+    study_ids: list[int]
+    max_steps: int
+    actor: Any
+    started_by: int | None
+    trigger: str = "manual"
+    gate_untrusted: str | None = None  # why the held-out set may not decide alone (see `gate.decide`), or None
+
+    @property
+    def output_dir(self) -> Path:
+        return self.round_dir / "output"
+
+
+@dataclass
+class RunningRound:
+    """A round this process runs: its plan, monitor thread, current child process and cancel flag."""
+
+    plan: RoundPlan
+    thread: threading.Thread | None = None
+    process: Any = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class EvaluationSpec:
+    """What the evaluation worker drafts: both models, greedily, on the round's held-out set (heldout.json)."""
+
+    heldout: Path
+    served: Weights
+    candidate: Weights
+    max_new_tokens: int = 160
+    batch_size: int = 8
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"heldout": str(self.heldout), "max_new_tokens": self.max_new_tokens, "batch_size": self.batch_size,
+                "models": {"served": self.served.to_dict(), "candidate": self.candidate.to_dict()}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvaluationSpec:
+        models = data["models"]
+        return cls(Path(data["heldout"]), Weights.from_dict(models["served"]), Weights.from_dict(models["candidate"]),
+                   int(data.get("max_new_tokens", 160)), int(data.get("batch_size", 8)))
+
+
+@dataclass(frozen=True)
+class ModelScores:
+    """One model's held-out metrics (`evaluate_drafter`'s clinical efficacy) and its drafts, one per study."""
+
+    metrics: dict[str, Any]
+    predictions: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metrics": self.metrics, "predictions": self.predictions}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelScores:
+        return cls(dict(data.get("metrics") or {}), list(data.get("predictions") or []))
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The served model and the candidate scored on the same held-out studies."""
+
+    served: ModelScores
+    candidate: ModelScores
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"served": self.served.to_dict(), "candidate": self.candidate.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Evaluation:
+        return cls(ModelScores.from_dict(data["served"]), ModelScores.from_dict(data["candidate"]))
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A candidate copied into `<data>/models/versions/round-<id>/`, as the paths its version stores."""
+
+    base: str
+    adapter: str | None

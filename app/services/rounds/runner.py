@@ -1,0 +1,49 @@
+"""One round's run, in its monitor thread: the steps of `app.services.rounds.steps`, chained.
+
+`RoundService` decides whether a round may run and owns the thread; a
+`RoundRunner` runs the steps inside it, each handing the next its typed
+output: select the data (before the thread starts, so a refusal reaches the
+caller), train, evaluate, decide, install. A step that stops the round (a
+failed child, a cancel) records why and returns None, and the chain ends there;
+only `Install` writes the outcome, in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app.services.rounds.plan import Evaluation, EvaluationSpec, RoundPlan, RunningRound
+from app.services.rounds.policy import RoundPolicy
+from app.services.rounds.steps import Decide, Evaluate, Install, RoundWatch, SelectData, Train
+
+
+class RoundRunner:
+    """Runs rounds inside their monitor threads; holds no state of its own beyond the database and the settings."""
+
+    def __init__(self, database, settings, *, evaluator: Callable[[EvaluationSpec], Evaluation] | None = None):
+        self.watch = RoundWatch(database)
+        self.select = SelectData(database, settings, self.watch)
+        self.train = Train(settings, self.watch)
+        self.evaluate = Evaluate(self.watch, evaluator=evaluator)
+        self.decide = Decide()
+        self.install = Install(database, settings, self.watch)
+
+    def prepare(self, record, actor, policy: RoundPolicy) -> RoundPlan:
+        """A queued round's data written to its folder and the round marked running; `policy` is the service's."""
+        return self.select(record, actor, policy)
+
+    def execute(self, run: RunningRound) -> None:
+        """The monitor thread's work, to the round's end; a failure of its own is recorded on the round, never raised."""
+        try:
+            candidate = self.train(run)
+            if candidate is None:
+                return
+            evaluation = self.evaluate(run, candidate)
+            if evaluation is None:
+                return
+            decision = self.decide(run.plan, evaluation)
+            verdict = "promote" if decision.promote else "hold" if decision.hold else "reject"
+            self.watch.log(run.plan.round_id, f"gate: {verdict} ({decision.reason})", progress=0.99)
+            self.install(run, candidate, evaluation, decision)
+        except Exception as exc:  # a monitor thread never dies silently: the round says why
+            self.watch.fail(run, "internal_error", f"{type(exc).__name__}: {exc}")

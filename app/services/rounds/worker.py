@@ -1,0 +1,67 @@
+"""The work a round hands to child processes besides training: evaluating the two models, merging an adapter.
+
+A round runs them as `orapo rounds worker evaluate SPEC OUT` and `orapo rounds
+worker merge BASE ADAPTER OUT` (hidden subcommands of the one CLI, as training
+is `orapo train`), in their own session, so loading two more models cannot
+push the app out of memory and a cancel can kill them. The functions are
+plain, so a round may also evaluate in its own process
+(`evaluate_in_subprocess: false`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.services.rounds.plan import Evaluation, EvaluationSpec, ModelScores, Weights
+
+
+def evaluate_models(spec: EvaluationSpec, progress=None) -> Evaluation:
+    """Greedy drafts of the served model and the candidate on the held-out set, scored by `evaluate_drafter`."""
+    import gc
+
+    from app.services.rounds.data import HeldoutSet
+    from orapo_core.models.draft import Drafter
+    from orapo_core.models.evaluate import evaluate_drafter
+
+    records = HeldoutSet.read(spec.heldout).records()
+    scores: dict[str, ModelScores] = {}
+    models: dict[str, Weights] = {"served": spec.served, "candidate": spec.candidate}
+    for name, weights in models.items():
+        drafter = Drafter.from_dir(weights.base, weights.adapter, model_version=name)
+        result = evaluate_drafter(drafter, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
+                                  progress=(lambda done, total, n=name: progress(n, done, total)) if progress else None)
+        scores[name] = ModelScores(result.metrics, [{k: p[k] for k in ("study_id", "draft", "facts_score")}
+                                                    for p in result.predictions])
+        del drafter
+        gc.collect()
+    return Evaluation(served=scores["served"], candidate=scores["candidate"])
+
+
+def merge_adapter(base: str | Path, adapter: str | Path, out: str | Path) -> Path:
+    """Fold a served LoRA adapter into its base, so the next round starts from the served weights."""
+    from orapo_core.models.loading import load_model
+
+    loaded = load_model(base, adapter, device="cpu")
+    merged = loaded.model.merge_and_unload()
+    target = Path(out)
+    tmp = target.with_name(target.name + ".part")
+    merged.save_pretrained(tmp)
+    loaded.processor.save_pretrained(tmp)
+    tmp.rename(target)
+    return target
+
+
+def run_evaluate(spec_path: str | Path, out_path: str | Path) -> Path:
+    """`orapo rounds worker evaluate`: the spec's evaluation written to `out_path` (complete or not at all)."""
+    spec = EvaluationSpec.from_dict(json.loads(Path(spec_path).read_text()))
+
+    def progress(name: str, done: int, total: int) -> None:
+        print(f"eval {name} {done}/{total}", flush=True)
+
+    evaluation = evaluate_models(spec, progress)
+    out = Path(out_path)
+    tmp = out.with_suffix(".part")
+    tmp.write_text(json.dumps(evaluation.to_dict(), indent=1, default=str))
+    tmp.rename(out)
+    return out
