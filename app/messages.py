@@ -47,7 +47,10 @@ def from_a_script(request: Any) -> bool:
     return (headers.get("x-gradio-user") or "").lower() in SCRIPT_CALLERS
 
 
-def _request(args: tuple, kwargs: dict) -> gr.Request | None:
+def _request(args: tuple, kwargs: dict) -> Any:
+    """The handler's request: its `request` argument, or whichever argument is a gr.Request."""
+    if kwargs.get("request") is not None:
+        return kwargs["request"]
     return next((a for a in (*args, *kwargs.values()) if isinstance(a, gr.Request)), None)
 
 

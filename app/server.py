@@ -1,7 +1,7 @@
 """The Gradio app: a thin layer that translates clicks into service calls.
 
 `build_app` takes its settings and database explicitly and keeps everything it
-needs in an `AppContext` made here, not in module globals (Gradio shares module
+needs in an `AppContext` (app.context) made here, not in module globals (Gradio shares module
 state across every user). `launch_options` is what `orapo serve` and the tests
 pass to `launch`: Gradio's sign-in page, answered by the session middleware
 (`app.web_security`: throttled sign-in, sessions that end with a password change
@@ -15,11 +15,11 @@ from __future__ import annotations
 import contextlib
 import os
 import types
-from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
+from app.context import AppContext
 from app.runtime import upload_cache_dir
 from app.web_security import RequireSession
 from orapo_core.config import Settings
@@ -30,28 +30,13 @@ CACHE_SWEEP_S = 5 * 60
 CACHE_MAX_AGE_S = 60 * 60
 
 
-@dataclass(frozen=True)
-class AppContext:
-    """What every tab's handlers share: configuration, the database and the served models."""
-
-    settings: Settings
-    database: Any
-    registry: Any
-    rounds: Any = None  # the app's RoundScheduler: its `.service` runs rounds; started and stopped with the server
-    signin: Any = None  # the SignInGuard the session middleware signs in with (lockouts are lifted here)
-    sessions: Any = None  # the SessionBook: who each session token and session hash belongs to
-
-    def user(self, request: gr.Request | None, *, role: str | None = None, allow_password_change: bool = False):
-        from app.services.auth import signed_in
-
-        return signed_in(self.database, getattr(request, "username", None), role=role,
-                         allow_password_change=allow_password_change)
-
-
-def build_app(*, settings: Settings, database, registry=None, rounds=None, signin=None) -> gr.Blocks:
+def build_app(*, settings: Settings, database, registry=None, rounds=None, signin=None,
+              warm_model: bool = False) -> gr.Blocks:
     """The Blocks of the whole app. `rounds` (a `RoundScheduler`, default one with the default policy) is
     not started here: the server's lifespan (`launch_options`) starts it and stops it, so building an
-    app, as tests do, leaves no thread behind. `signin` (a `SignInGuard`) defaults to the standard limits."""
+    app, as tests do, leaves no thread behind; with `warm_model` (as `orapo serve` asks) the lifespan also
+    loads and warms the served model in the background. `signin` (a `SignInGuard`) defaults to the
+    standard limits."""
     from app.services.drafting import ModelRegistry
     from app.services.export_downloads import prune_downloads
     from app.services.rounds import RoundScheduler
@@ -90,6 +75,7 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
             with gr.Tab("Account", id="account"):
                 account_ui = account.build(ctx)
         worklist.wire_open(ctx, worklist_ui, read_ui, tabs)
+        read.wire_page_load(ctx, read_ui, demo)
         dashboard.wire_select(dashboard_ui, dashboard_tab)
 
         @in_page()
@@ -107,7 +93,8 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
         outputs = [whoami, read_tab, worklist_tab, dashboard_tab, admin_tab, rounds_tab, tabs]
         demo.load(session_start, outputs=outputs, api_name="session_start")
         account_ui.password_changed.then(session_start, outputs=outputs, api_visibility="private")
-    demo.round_scheduler = ctx.rounds  # found by `rounds_lifespan` once the server runs
+    demo.round_scheduler = ctx.rounds  # found by `server_lifespan` once the server runs
+    demo.model_registry, demo.warm_model = ctx.registry, warm_model  # likewise
     demo.signin, demo.sessions = ctx.signin, ctx.sessions  # found by the session middleware (app.web_security)
     for block in demo.blocks.values():
         if isinstance(block, (gr.File, gr.UploadButton)):
@@ -129,10 +116,12 @@ def _path_without_placeholder(component, f):
 
 
 def launch_options(settings: Settings, database) -> dict[str, Any]:
-    """Keyword arguments for `demo.launch`: the sign-in page, the session middleware and the upload limit."""
+    """Keyword arguments for `demo.launch`: the sign-in page, the session middleware, the page's own scripts
+    (`app.page_scripts`) and the upload limit."""
     from starlette.middleware import Middleware
 
-    from app import viewer_routes
+    from app import page_scripts, viewer_routes
+    from app.tabs.read_upload import FILE_TYPES
     from app.services.export_downloads import downloads_dir
     from app.services.signin import ACCOUNT_FAILURES, WINDOW_MINUTES
 
@@ -149,8 +138,9 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
         app_kwargs={"middleware": [Middleware(RequireSession, settings=settings, database=database,
                                               admin_files=downloads_dir(settings))],
                     "routes": viewer_routes.routes(settings, database),  # behind the same middleware
-                    "lifespan": rounds_lifespan},
+                    "lifespan": server_lifespan},
         max_file_size=settings.max_upload_mb * 1024 * 1024,
+        head=page_scripts.head(max_upload_mb=settings.max_upload_mb, file_types=FILE_TYPES),
         ssr_mode=False,
         show_error=False,
         share=False,
@@ -158,11 +148,16 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def rounds_lifespan(app):
-    """Training rounds live as long as the server: recover and schedule at start, stop them at close."""
+async def server_lifespan(app):
+    """Training rounds live as long as the server: recover and schedule at start, stop them at close. The served
+    model starts loading (in the background) as the server starts, when the app was built to warm it."""
     from anyio import to_thread
 
-    scheduler = getattr(app.get_blocks(), "round_scheduler", None)
+    blocks = app.get_blocks()
+    registry = getattr(blocks, "model_registry", None)
+    if getattr(blocks, "warm_model", False) and hasattr(registry, "warm_in_background"):
+        registry.warm_in_background()
+    scheduler = getattr(blocks, "round_scheduler", None)
     if scheduler is not None:
         await to_thread.run_sync(scheduler.start)  # start() first marks rounds a dead process left behind
     try:

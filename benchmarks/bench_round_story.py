@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     from app.services import drafting, reports
     from app.services.ingest import ingest_bytes
     from app.services.rounds import RoundService
-    from app.services.rounds_policy import parse_settings
-    from app.services.rounds_versions import served_model
+    from app.services.rounds import parse_settings
+    from app.services.served import served_model
     from db import ModelVersionRepository, UserRepository
     from orapo_core.config import Settings
     from orapo_core.models.starter import ensure_starter
@@ -181,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     positives = draw(args.n_positive, args.seed + 1, args.finding, True, args.size)
     negatives = draw(args.n_negative, args.seed + 2, args.finding, False, args.size)
     test_dir = data_dir.parent / f"{data_dir.name}-test"
-    report["before"] = outcome(before["base"], before["adapter"], positives, negatives, args.finding, test_dir)
+    report["before"] = outcome(before.model_dir, before.adapter_dir, positives, negatives, args.finding, test_dir)
     if version is not None:
-        from app.services.rounds_versions import resolve_path
+        from app.services.served import resolve_path
 
         report["candidate"] = outcome(resolve_path(settings, version.base_model_path),
                                       resolve_path(settings, version.adapter_path), positives, negatives, args.finding,
@@ -211,8 +211,8 @@ def grpo_comparison(args) -> int:
     import subprocess
 
     from app.runtime import open_database
-    from app.services.rounds_versions import resolve_path
-    from app.services.rounds_worker import override_argv
+    from app.services.served import resolve_path
+    from app.services.rounds.processes import override_argv
     from db import ModelVersionRepository, RoundRepository
     from orapo_core.config import Settings
 

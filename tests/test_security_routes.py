@@ -241,8 +241,14 @@ def test_every_handler_that_reads_the_read_tab_state_checks_its_user(tmp_path):
     readers = [fn for fn in demo.fns.values() if any(c is state for c in fn.inputs)]
     # draft, FactS (3), store (4); the viewer reads no tab state: its route checks the study (test_viewer_routes.py)
     assert len(readers) >= 8, [fn.name for fn in readers]
-    as_omar = type("Request", (), {"username": "omar"})()
+    # a script (gradio_client says so in x-gradio-user) gets the error; the page gets the sentence as a warning,
+    # and every output keeps its value (app.messages)
+    from_a_script = type("Request", (), {"username": "omar", "headers": {"x-gradio-user": "api"}})()
+    from_the_page = type("Request", (), {"username": "omar", "headers": {}})()
     for fn in readers:
         args = [ritas if c is state else None for c in fn.inputs]
         with pytest.raises(gr.Error, match="belongs to another user"):
-            fn.fn(*args, request=as_omar)
+            fn.fn(*args, request=from_a_script)
+        with pytest.warns(UserWarning, match="belongs to another user"):
+            kept = fn.fn(*args, request=from_the_page)
+        assert kept == gr.skip() or (isinstance(kept, dict) and all(isinstance(k, gr.components.Component) for k in kept))

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         ensure_starter(settings.models_dir / "starter")
     first_admin = bootstrap_admin(database)
     print(sweep_at_start(settings, database).line("start-up sweep"), file=sys.stderr, flush=True)
-    demo = build_app(settings=settings, database=database)
+    demo = build_app(settings=settings, database=database, warm_model=True)  # the model loads as the server starts
     with stop_signals() as stop:
         try:
             demo.queue(default_concurrency_limit=4).launch(

@@ -8,19 +8,25 @@ picked up by the next draft without a restart and two users never load the
 same weights twice. Each Drafter comes with a `DraftBatcher`: users who press
 Draft at about the same time are drafted together in one batched `generate`
 (`Drafter.draft_many`), which on a CPU costs little more than drafting one.
+`orapo serve` warms the served model in the background as it starts
+(`ModelRegistry.warm_in_background`: load, then one small draft), so the first
+reader does not wait for the load; the page says so while it runs (`readiness`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app.services.served import ServedModel, served_model
-from db.records import ImageRecord, StudyOverview, UserRecord
+from app.services.studies import first_image, open_study  # the access rule, shared
+from db.records import ImageRecord, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
 
@@ -29,6 +35,17 @@ DRAFT_SAMPLES = 4
 #: The most drafts batched into one `generate`, and how long a draft waits for others when the model is idle.
 DRAFT_MAX_BATCH = 8
 DRAFT_MAX_WAIT_S = 0.02
+
+log = logging.getLogger("orapo.drafting")
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Where the start-up warm-up of the served model stands: idle (never asked), loading, ready or failed."""
+
+    state: str
+    name: str = ""
+    message: str = ""
 
 
 class ModelRegistry:
@@ -41,6 +58,41 @@ class ModelRegistry:
         self._lock = threading.Lock()
         self._drafters: dict[str, Any] = {}
         self._batchers: dict[str, DraftBatcher] = {}
+        self._readiness = Readiness("idle")
+
+    def readiness(self) -> Readiness:
+        return self._readiness
+
+    def warm(self) -> Readiness:
+        """Load the served model and draft one small blank image with it, so that the first reader's draft
+        waits for neither. A failure is reported, not raised: the first draft loads again and says why."""
+        try:
+            served = self.served()
+        except Exception as exc:  # noqa: BLE001 - reported on the page; the first draft raises it properly
+            self._readiness = Readiness("failed", "the served model", _reason(exc))
+            return self._readiness
+        self._readiness = Readiness("loading", served.name)
+        try:
+            drafter = self.drafter(served)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("orapo: the served model %s did not load at start-up: %s", served.name, _reason(exc))
+            self._readiness = Readiness("failed", served.name, _reason(exc))
+            return self._readiness
+        try:
+            import numpy as np
+
+            drafter.draft(np.zeros((64, 64), dtype=np.uint8), samples=1, max_new_tokens=4)
+        except Exception as exc:  # noqa: BLE001 - loaded is what matters; the first real draft runs as usual
+            log.warning("orapo: the warm-up draft of %s failed: %s", served.name, _reason(exc))
+        self._readiness = Readiness("ready", served.name)
+        return self._readiness
+
+    def warm_in_background(self) -> threading.Thread:
+        """`warm` in a daemon thread; the readiness says "loading" from this call on."""
+        self._readiness = Readiness("loading", self._readiness.name or "the served model")
+        thread = threading.Thread(target=self.warm, name="orapo-model-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     def served(self) -> ServedModel:
         return served_model(self._db, self._settings)
@@ -159,27 +211,14 @@ class DraftBatcher:
         return drafts
 
 
+def _reason(exc: Exception) -> str:
+    return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+
+
 def _load_drafter(served: ServedModel):
     from orapo_core.models.draft import Drafter
 
     return Drafter.from_dir(served.model_dir, served.adapter_dir, model_version=served.name)
-
-
-def open_study(db, user: UserRecord, study_id: int) -> StudyOverview:
-    """The study, if this user may read it: an admin any, a radiologist those they uploaded (or unowned ones)."""
-    from db import StudyRepository
-
-    overview = StudyRepository(db).overview(int(study_id))
-    owner = overview.study.uploaded_by
-    if not user.is_admin and owner is not None and owner != user.id:
-        raise OrapoError("forbidden", "This study belongs to another radiologist's worklist.")
-    return overview
-
-
-def first_image(overview: StudyOverview) -> ImageRecord:
-    if not overview.images:
-        raise OrapoError("image_not_found", "This study has no image to show.")
-    return overview.images[0]
 
 
 @dataclass(frozen=True)
@@ -275,8 +314,27 @@ def ingest_upload(db, settings: Settings, user: UserRecord, path: str | Path):
         data = path.read_bytes()
         return ingest_bytes(data, path.name, db=db, settings=settings, user=user, actor=user.username)
     finally:
-        path.unlink(missing_ok=True)
-        try:
-            path.parent.rmdir()  # Gradio keeps each upload in a folder of its own
-        except OSError:
-            pass
+        _discard_upload(path)
+
+
+def ingest_uploads(db, settings: Settings, user: UserRecord, paths: Iterable[str | Path]) -> list:
+    """Ingest a batch of uploaded files, one outcome each, in order. If one raises, every file of the batch not
+    yet ingested is still deleted from the upload cache before the exception goes on."""
+    pending = [Path(p) for p in paths or []]
+    outcomes = []
+    try:
+        while pending:
+            outcomes.append(ingest_upload(db, settings, user, pending[0]))
+            pending.pop(0)
+    finally:
+        for path in pending:
+            _discard_upload(path)
+    return outcomes
+
+
+def _discard_upload(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()  # Gradio keeps each upload in a folder of its own
+    except OSError:
+        pass

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app.messages import in_page
-from app.server import AppContext
+from app.context import AppContext
 from app.services import auth
 
 

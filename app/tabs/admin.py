@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app.messages import in_page
-from app.server import AppContext
+from app.context import AppContext
 from app.services import auth, export_downloads
 from app.services.export import PAIR_FORMATS
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app.messages import in_page
-from app.server import AppContext
+from app.context import AppContext
 from app.tabs.fields import entered_id, id_field
 from app.services import reports
 from orapo_core.errors import OrapoError

@@ -1,0 +1,205 @@
+"""The Read tab's report column: draft, edit, save and sign, and never lose an edit.
+
+What is signed is exactly what is on screen: accepting the draft is possible only
+while the report still is the draft, and signing (or amending a signed report)
+first shows the exact text to be stored, with the report locked, and stores that
+text only if the report on screen is still the same.
+
+No edit is lost without being asked:
+- the page's state keeps the report version it opened (`report_version`) and
+  saving sends it, so a version someone else saved since is refused, with an
+  offer to reload that keeps the refused text on screen;
+- it keeps the last text stored for the study (`saved_text`, mirrored in the
+  hidden `#orapo-report-saved` for the page's unsaved-changes prompt,
+  `app.page_scripts`), and Draft report asks before replacing an edit;
+- the study the reader has open is remembered in the browser (`last_study`), so
+  after a reload the column offers to continue with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+from app.context import AppContext
+from app.services import drafting, reports
+from orapo_core.errors import OrapoError
+
+LAST_STUDY_KEY = "orapo-last-study"  # localStorage key of the study the reader last had open (an id, and whose)
+MODEL_POLL_S = 2.0
+DRAFT_QUESTION = ("**Your edit of this report is not saved.** A new draft would replace it in the report box. "
+                  "Replace it with a new draft, or keep your edit (and save it if you want to keep it).")
+# The badge after each sentence never breaks inside (Gradio's highlights break words anywhere); the text between
+# words only. Injected once into the page's head.
+HIGHLIGHT_CSS = """<style>
+#orapo-highlights .textfield { word-break: normal; overflow-wrap: break-word; }
+#orapo-highlights .label { white-space: nowrap; word-break: keep-all; }
+#orapo-missed .orapo-chip { color: #fff !important; font-weight: 600; font-size: 85%; padding: 1px 6px; border-radius: 4px;
+  white-space: nowrap; }
+</style>"""
+
+
+@dataclass
+class ReportColumn:
+    state: gr.State
+    opened_outputs: list[Any]  # what `opened` fills, in its order
+    components: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["components"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def empty_state() -> dict:
+    return {"owner": None, "study_id": None, "image_id": None, "draft_id": None, "draft_text": None,
+            "report_version": 0, "saved_text": ""}
+
+
+def mine(session: dict | None, user) -> dict:
+    """This tab's state, if it was made for `user`; an empty one (made before anyone opened a study) is anyone's."""
+    session = session or empty_state()
+    owner = session.get("owner")
+    if owner is not None and owner != user.username:
+        raise OrapoError("not_your_session", "This page's session belongs to another user; reload the page.")
+    return session
+
+
+def _accept_allowed(text: str | None, session: dict) -> gr.Button:
+    return gr.Button(interactive=bool(session.get("draft_text")) and reports.same_text(text, session["draft_text"]))
+
+
+def _editing() -> tuple:
+    """No confirmation pending: the panel hidden, the actions shown (outputs: pending, panel, actions)."""
+    return None, gr.Column(visible=False), gr.Row(visible=True)
+
+
+def study_markdown(overview, image) -> str:
+    s = overview.study
+    bits = f"{image.bits_stored}-bit " if image.bits_stored else ""
+    kind = " ".join(p for p in (s.modality, s.view_position or "view unknown") if p)
+    parts = [f"**Study {s.id}** · {s.patient_pseudonym}", kind,
+             f"{bits}{image.source_format.upper()} {image.width}×{image.height}", f"status **{s.status}**"]
+    if s.split == "holdout":
+        parts.append(reports.HELD_OUT)
+    md = " · ".join(parts)
+    if image.warnings:
+        md += "\n\n" + "\n".join(f"- Warning: {w}" for w in image.warnings)
+    return md
+
+
+def _highlighted(hl: reports.Highlights | None) -> gr.HighlightedText:
+    """The highlights panel for one mode: its spans, its colours and a title that says which mode it is."""
+    if hl is None:
+        return gr.HighlightedText(value=[], label=reports.TITLES["empty"], color_map=reports.COLOR_MAP)
+    return gr.HighlightedText(value=hl.spans, label=hl.title, color_map={**reports.COLOR_MAP, **hl.color_map})
+
+
+def _missed_md(hl: reports.Highlights) -> str:
+    """The legend of the mode shown, and (after editing) the findings the draft missed."""
+    chips = " ".join(f'<span class="orapo-chip" style="background:{color}">{label}</span> {meaning}'
+                     for label, color, meaning in hl.legend())
+    if hl.mode != "facts":
+        return (f"**Before your edit**, each sentence shows the share of the model's samples that agree with it: {chips}. "
+                "Edit the report to check the draft against it.")
+    missed = ", ".join(hl.missed) if hl.missed else "none"
+    why = "".join(f"\n- *{sentence}* {reason}" for sentence, reason in hl.reasons)
+    return (f"**Checked against your report:** {chips}.\n\n" + (f"**Contradicted:**{why}\n\n" if why else "")
+            + f"**Missed by the draft:** {missed}")
+
+
+def opened(user, overview, image) -> tuple:
+    """The column's outputs (`ReportColumn.opened_outputs`) for a study just opened: its latest draft and report."""
+    draft, corr = overview.latest_draft, overview.latest_correction
+    report_text = corr.text if corr else (draft.text if draft else "")
+    state = {"owner": user.username, "study_id": overview.study.id, "image_id": image.id,
+             "draft_id": draft.id if draft else None, "draft_text": draft.text if draft else None,
+             "report_version": corr.version if corr else 0, "saved_text": report_text}
+    if draft:
+        hl = reports.highlights_for(draft, report_text)
+        spans, missed, choices = _highlighted(hl), _missed_md(hl), reports.sentence_choices(draft.text)
+        status = f"Draft {draft.id} by **{draft.model_name}**" + (f" (version {draft.model_version_id})" if draft.model_version_id else "")
+    else:
+        spans, missed, choices, status = _highlighted(None), "", [], "No draft yet: press **Draft report**."
+    if corr:
+        status += f" · report version {corr.version}" + (" · **signed**" if corr.signed_at else " · not signed")
+        status += " · saving now makes an amendment (a new version)"
+    return (*_editing(), _accept_allowed(report_text, state), state, study_markdown(overview, image), spans, missed,
+            gr.Dropdown(choices=choices, value=None), [], gr.Textbox(value=report_text, interactive=True), status,
+            report_text, {"user": user.username, "study": overview.study.id}, gr.Button(visible=False),
+            gr.Button(visible=False), gr.Column(visible=False))
+
+
+def _study_info(ctx: AppContext, user, session) -> str:
+    overview = drafting.open_study(ctx.database, user, session["study_id"])
+    return study_markdown(overview, drafting.first_image(overview))
+
+
+def _edited(text: str | None, session: dict) -> bool:
+    """The report box holds text that is neither the stored report nor the draft: a new draft would lose it."""
+    if not (text or "").strip():
+        return False
+    return not any(reports.same_text(text, known) for known in (session.get("saved_text"), session.get("draft_text"))
+                   if known)
+
+
+def model_note(registry) -> tuple[str, gr.Timer]:
+    """What the column says about the served model while it loads at start-up, and whether to ask again."""
+    readiness = getattr(registry, "readiness", None)
+    state = readiness() if readiness is not None else None
+    if state is None or state.state in ("idle", "ready"):
+        return "", gr.Timer(active=False)
+    if state.state == "loading":
+        return (f"Loading the model **{state.name}** in the background; a draft asked for now waits for it.",
+                gr.Timer(active=True))
+    return (f"The model **{state.name}** could not be loaded at start-up ({state.message}); "
+            "Draft report will try again.", gr.Timer(active=False))
+
+
+def build_column(ctx: AppContext) -> ReportColumn:
+    """The report column's components, in page order (call inside the column)."""
+    c: dict[str, Any] = {}
+    c["state"] = state = gr.State(empty_state())
+    c["study_info"] = gr.Markdown("Upload a study or open one from the worklist.", elem_id="orapo-study")
+    c["resume_btn"] = gr.Button("Continue where you left off", visible=False, elem_id="orapo-resume")
+    c["model_note"] = gr.Markdown(elem_id="orapo-model-status")
+    c["draft_btn"] = gr.Button("Draft report", variant="primary", elem_id="orapo-draft")
+    with gr.Column(visible=False, elem_id="orapo-draft-confirm") as c["draft_panel"]:
+        gr.Markdown(DRAFT_QUESTION, elem_id="orapo-draft-question")
+        with gr.Row():
+            c["replace_btn"] = gr.Button("Replace my edit with a new draft", elem_id="orapo-draft-replace")
+            c["keep_btn"] = gr.Button("Keep my edit", variant="primary", elem_id="orapo-draft-keep")
+    c["highlights"] = gr.HighlightedText(label=reports.TITLES["empty"], color_map=reports.COLOR_MAP, show_legend=False,
+                                         show_inline_category=True, combine_adjacent=False, elem_id="orapo-highlights")
+    gr.HTML("", head=HIGHLIGHT_CSS, container=False, padding=False, elem_id="orapo-highlight-style")
+    c["missed"] = gr.Markdown(elem_id="orapo-missed")
+    with gr.Row():
+        c["sentence"] = gr.Dropdown(label="Facts of sentence", choices=[], scale=2, elem_id="orapo-sentence")
+    c["facts"] = gr.Dataframe(headers=["Mention", "Finding", "Polarity", "Attributes", "Verdict"], interactive=False,
+                              wrap=True, elem_id="orapo-facts")
+    c["report"] = gr.Textbox("", label="Report (edit in place)", lines=8, max_lines=20, elem_id="orapo-report")
+    # the last text stored for the study: what the page's unsaved-changes prompt compares the report with
+    c["saved"] = gr.Textbox("", visible="hidden", interactive=False, elem_id="orapo-report-saved")
+    with gr.Row() as c["actions"]:
+        c["accept_btn"] = gr.Button("Accept draft unchanged and sign", interactive=False, elem_id="orapo-accept")
+        c["save_btn"] = gr.Button("Save correction", elem_id="orapo-save")
+        c["sign_btn"] = gr.Button("Save and sign", variant="primary", elem_id="orapo-sign")
+    with gr.Column(visible=False, elem_id="orapo-confirm") as c["confirm_panel"]:
+        c["question"] = gr.Markdown(elem_id="orapo-confirm-question")
+        c["confirm_text"] = gr.Textbox(label="Exactly this text will be stored", interactive=False, lines=6,
+                                       max_lines=20, elem_id="orapo-confirm-text")
+        with gr.Row():
+            c["confirm_btn"] = gr.Button("Sign", variant="primary", elem_id="orapo-confirm-sign")
+            c["back_btn"] = gr.Button("Go back", elem_id="orapo-confirm-back")
+    c["status"] = gr.Markdown(elem_id="orapo-status")
+    c["reload_btn"] = gr.Button("Reload the study (its latest version)", visible=False, elem_id="orapo-reload-study")
+    c["pending"] = gr.State(None)  # the PendingReport the confirmation shows, until stored or abandoned
+    c["last_study"] = gr.BrowserState({}, storage_key=LAST_STUDY_KEY, secret=LAST_STUDY_KEY)  # not a secret: an id
+    c["model_timer"] = gr.Timer(MODEL_POLL_S, active=False)
+    opened_outputs = [c[k] for k in ("pending", "confirm_panel", "actions", "accept_btn", "state", "study_info",
+                                     "highlights", "missed", "sentence", "facts", "report", "status", "saved",
+                                     "last_study", "reload_btn", "resume_btn", "draft_panel")]
+    return ReportColumn(state=state, opened_outputs=opened_outputs, components=c)
