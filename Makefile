@@ -31,10 +31,12 @@ run: $(STAMP)
 # Chromium comes from Debian too (.ci/chromium.sh). Elsewhere, tests that need
 # a missing server or browser are skipped with a reason.
 test: $(STAMP)
-	@pg_url=""; \
+	@pg_url=""; orthanc_url=""; \
 	if [ "$${CI:-}" = "true" ]; then .ci/chromium.sh || exit 1; fi; \
 	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_POSTGRES:-}" ]; then pg_url=$$(.ci/postgres.sh) || exit 1; fi; \
-	env $${pg_url:+ORAPO_TEST_POSTGRES_URL=$$pg_url} OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --timeout=900
+	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_ORTHANC:-}" ]; then orthanc_url=$$(.ci/orthanc.sh) || exit 1; fi; \
+	env $${pg_url:+ORAPO_TEST_POSTGRES_URL=$$pg_url} $${orthanc_url:+ORAPO_TEST_ORTHANC_URL=$$orthanc_url} \
+	  OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --timeout=900
 
 # Every test not marked `slow` (browsers, live servers, training runs, starter builds, anything over ~2 s):
 # pure functions, the engine on tiny models, the database. Under a minute on 2 cores; run it after each change

@@ -110,6 +110,17 @@ def phantom(tmp_path_factory):
     return load_dataset(folder)
 
 
+# --- the test archive ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def orthanc():
+    """The Orthanc `.ci/orthanc.sh` started (tests.support.orthanc): skipped with a reason without one, except in CI."""
+    from tests.support.orthanc import require_orthanc
+
+    return require_orthanc()
+
+
 # --- the browser -------------------------------------------------------------------------------------------
 
 
