@@ -126,6 +126,9 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "nothing_to_export": "There is nothing of this kind to export yet.",
         "no_reports": "The study has no draft or signed report to export.",
         "fhir_invalid": "The FHIR bundle of a study did not validate; nothing was written for it.",
+        "no_signed_report": "The study has no signed report; only a signed report becomes a DICOM SR.",
+        "no_dicom_image": "The study has no stored DICOM image for its structured report to refer to.",
+        "sr_invalid": "The DICOM SR of a report did not read back as it was written; nothing was written for it.",
     },
     "rounds (policy, data, gate, versions, schedule)": {
         "invalid_setting": "A round setting does not parse, or has a wrong value; the sentence names it.",
@@ -162,7 +165,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "missing_column": "The CSV has no column of the given name.",
         "reports_unreadable": "The reports file cannot be read.",
         "no_password": "The password was to come from stdin (--password-stdin), but stdin had none.",
-        "study_or_all": "The FHIR export needs one study id or --all.",
+        "study_or_all": "The FHIR or DICOM SR export needs one study id or --all.",
         "no_benchmarks": "Benchmarks ship with a source checkout; none are next to this installation.",
         "unknown_benchmark": "There is no benchmark of this name (`orapo bench` lists them).",
         "not_available": "The subcommand is not part of this build.",

@@ -1,8 +1,10 @@
-"""Export preference pairs as Hugging Face datasets for TRL, or reports as FHIR R4 DiagnosticReports.
+"""Export preference pairs as Hugging Face datasets for TRL, or reports as FHIR R4 DiagnosticReports or DICOM SR.
 
 `orapo export pairs --format trl-dpo|trl-grpo OUT` writes a `datasets` folder
 (`load_from_disk`) with the images embedded; `orapo export fhir STUDY|--all OUT`
-writes one FHIR Bundle (DiagnosticReports with their Provenance) per study.
+writes one FHIR Bundle (DiagnosticReports with their Provenance) per study;
+`orapo export sr STUDY|--all OUT` writes each signed report as a DICOM
+Comprehensive SR.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     fhir.add_argument("study", nargs="?", type=int, default=None, help="a study id (or --all)")
     fhir.add_argument("out", help="the folder to write study-<id>.json files into")
     fhir.add_argument("--all", action="store_true", help="every study with a draft or a report")
+    sr = sub.add_parser("sr", help="signed reports as DICOM Comprehensive SR, one file per study")
+    sr.add_argument("study", nargs="?", type=int, default=None, help="a study id (or --all)")
+    sr.add_argument("out", help="the folder to write study-<id>.dcm files into")
+    sr.add_argument("--all", action="store_true", help="every study with a signed report")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,9 +41,17 @@ def run(args: argparse.Namespace) -> int:
 
         print(export_pairs(database, settings, args.out, format=args.format, source=args.source, round_id=args.round))
         return 0
+    what = args.export_command
+    if (args.study is None) == (not args.all):
+        raise OrapoError("study_or_all", f"Name one study id, or give --all: `orapo export {what} 12 OUT` or "
+                                         f"`orapo export {what} --all OUT`.")
+    study_ids = None if args.all else [args.study]
+    if what == "sr":
+        from app.services.export_sr import export_sr
+
+        print(export_sr(database, settings, args.out, study_ids=study_ids))
+        return 0
     from app.services.export import export_fhir
 
-    if (args.study is None) == (not args.all):
-        raise OrapoError("study_or_all", "Name one study id, or give --all: `orapo export fhir 12 OUT` or `orapo export fhir --all OUT`.")
-    print(export_fhir(database, args.out, study_ids=None if args.all else [args.study]))  # with what was skipped, and why
+    print(export_fhir(database, args.out, study_ids=study_ids))  # with what was skipped, and why
     return 0

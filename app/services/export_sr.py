@@ -1,0 +1,126 @@
+"""Signed reports as DICOM Structured Reports (`orapo export sr`), one file per study.
+
+The SR itself is built and read back by the engine (`orapo_core.imaging.report_sr`);
+this module gathers what it needs from the database and the storage folder: the
+study's latest correction (which must be signed), the de-identified DICOMs it
+refers to, the reader who signed it and the model version whose draft it was
+made from. The study is de-identified already, so the SR is written as it is,
+into the folder the caller names, beside the FHIR bundles if that is the folder
+given (`study-<id>.dcm` next to `study-<id>.json`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from app.services.export import SkippedStudy, _model_label
+from orapo_core.errors import OrapoError
+
+#: The Verifying Organization an SR names (DICOM requires one for a verified report); the reader's own
+#: institution is not known to a de-identified copy.
+ORGANIZATION = "OraPO"
+
+
+@dataclass(frozen=True)
+class StudySR:
+    study_id: int
+    data: bytes
+    sop_instance_uid: str
+
+
+def study_sr(db, settings, study_id: int) -> StudySR:
+    """The SR of a study's signed report, read back and checked (errors: no_signed_report, no_dicom_image, sr_invalid)."""
+    import pydicom
+
+    from db import DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
+    from orapo_core.imaging.report_sr import build_report_sr, read_report_sr
+
+    overview = StudyRepository(db).overview(study_id)
+    signed = overview.latest_correction
+    if signed is None or signed.signed_at is None:
+        raise OrapoError("no_signed_report", f"Study {study_id} has no signed report; only a signed report becomes "
+                                             "a DICOM SR (sign it in the Read tab first).")
+    images = []
+    for image in overview.images:
+        path = settings.storage_dir / image.dicom_path if image.dicom_path else None
+        if path is not None and path.is_file():
+            images.append(pydicom.dcmread(path, stop_before_pixels=True))
+    if not images:
+        raise OrapoError("no_dicom_image", f"Study {study_id} has no stored DICOM image for a structured report to "
+                                           "refer to; upload its images again.")
+    draft = DraftRepository(db).get(signed.draft_id) if signed.draft_id is not None else overview.latest_draft
+    model = _model_label(ModelVersionRepository(db), draft) if draft is not None else None
+    reader = UserRepository(db).get(signed.author_id).username
+    data = build_report_sr(images, report=signed.text, reader=reader, model=model, organization=ORGANIZATION,
+                           report_key=[overview.study.study_uid_hash, signed.id, signed.version],
+                           signed_at=signed.signed_at, software_version=_version())
+    return StudySR(study_id, data, read_report_sr(data).sop_instance_uid)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"orapo {version('orapo')}"
+    except PackageNotFoundError:
+        return ""
+
+
+@dataclass(frozen=True)
+class SrExport:
+    """What `export_sr` wrote, and what it could not (each with its reason)."""
+
+    out: Path
+    written: tuple[Path, ...]
+    skipped: tuple[SkippedStudy, ...] = ()
+
+    def __str__(self) -> str:
+        text = f"{len(self.written)} DICOM SR file(s) written to {self.out}"
+        if self.skipped:
+            text += f"; {len(self.skipped)} study(ies) skipped:" + "".join(
+                f"\n  study {s.study_id}: {s.error}: {s.message}" for s in self.skipped)
+        return text
+
+
+def signed_study_ids(db) -> list[int]:
+    """Every study whose latest report is signed, oldest first."""
+    from db import StudyRepository
+
+    return [o.study.id for o in reversed(StudyRepository(db).list(limit=1_000_000))
+            if o.latest_correction is not None and o.latest_correction.signed_at is not None]
+
+
+def export_sr(db, settings, out: str | Path, *, study_ids: list[int] | None = None) -> SrExport:
+    """One `study-<id>.dcm` per study (every study with a signed report when `study_ids` is None).
+
+    As for FHIR, a study that cannot be exported is skipped with its reason (listed in `skipped-sr.json`) and the
+    others are written; only when nothing could be written is that an error (the single study's own when one
+    was asked for)."""
+    out = Path(out)
+    if study_ids is None:
+        study_ids = signed_study_ids(db)
+        if not study_ids:
+            raise OrapoError("nothing_to_export", "There are no signed reports to export yet.")
+    reports: list[StudySR] = []
+    skipped: list[SkippedStudy] = []
+    for study_id in study_ids:
+        try:
+            reports.append(study_sr(db, settings, study_id))
+        except OrapoError as exc:
+            if len(study_ids) == 1:
+                raise
+            skipped.append(SkippedStudy(study_id, exc.code, exc.message))
+    if not reports:
+        reasons = "; ".join(f"study {s.study_id}: {s.message}" for s in skipped)
+        raise OrapoError("nothing_to_export", f"None of the {len(skipped)} studies could be exported ({reasons}).")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for report in reports:
+        path = out / f"study-{report.study_id}.dcm"
+        path.write_bytes(report.data)
+        written.append(path)
+    if skipped:
+        (out / "skipped-sr.json").write_text(json.dumps([asdict(s) for s in skipped], indent=1))
+    return SrExport(out, tuple(written), tuple(skipped))
