@@ -29,7 +29,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("app.commands.eval", "evaluate a model's drafts with clinical-efficacy metrics"),
     "bench": ("app.commands.bench", "run a benchmark"),
     "rounds": ("app.commands.rounds", "run, list, promote and roll back training rounds"),
-    "export": ("app.commands.export", "export preference pairs or FHIR reports"),
+    "export": ("app.commands.export", "export preference pairs, or reports as FHIR or DICOM SR"),
+    "pacs": ("app.commands.pacs", "search the archive (PACS) and pull studies from it over DICOMweb"),
     "users": ("app.commands.users", "add, list and disable users"),
     "db": ("app.commands.db", "create or upgrade the database schema"),
 }

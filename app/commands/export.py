@@ -3,8 +3,8 @@
 `orapo export pairs --format trl-dpo|trl-grpo OUT` writes a `datasets` folder
 (`load_from_disk`) with the images embedded; `orapo export fhir STUDY|--all OUT`
 writes one FHIR Bundle (DiagnosticReports with their Provenance) per study;
-`orapo export sr STUDY|--all OUT` writes each signed report as a DICOM
-Comprehensive SR.
+`orapo export sr STUDY|--all OUT [--send]` writes each signed report as a DICOM
+Comprehensive SR and, with --send, stores it in the archive (STOW-RS).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sr.add_argument("study", nargs="?", type=int, default=None, help="a study id (or --all)")
     sr.add_argument("out", help="the folder to write study-<id>.dcm files into")
     sr.add_argument("--all", action="store_true", help="every study with a signed report")
+    sr.add_argument("--send", action="store_true",
+                    help="also store each SR in the archive ORAPO_DICOMWEB_URL names (STOW-RS)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +51,12 @@ def run(args: argparse.Namespace) -> int:
     if what == "sr":
         from app.services.export_sr import export_sr
 
-        print(export_sr(database, settings, args.out, study_ids=study_ids))
+        archive = None
+        if args.send:  # before anything is written: a missing archive setting is known now
+            from app.services.pacs import Archive
+
+            archive = Archive.from_environment()
+        print(export_sr(database, settings, args.out, study_ids=study_ids, archive=archive))
         return 0
     from app.services.export import export_fhir
 

@@ -6,7 +6,8 @@ study's latest correction (which must be signed), the de-identified DICOMs it
 refers to, the reader who signed it and the model version whose draft it was
 made from. The study is de-identified already, so the SR is written as it is,
 into the folder the caller names, beside the FHIR bundles if that is the folder
-given (`study-<id>.dcm` next to `study-<id>.json`).
+given (`study-<id>.dcm` next to `study-<id>.json`), and with an archive given,
+stored there too (STOW-RS, `app.services.pacs.Archive.store`).
 """
 
 from __future__ import annotations
@@ -70,14 +71,18 @@ def _version() -> str:
 
 @dataclass(frozen=True)
 class SrExport:
-    """What `export_sr` wrote, and what it could not (each with its reason)."""
+    """What `export_sr` wrote, what it could not (each with its reason), and what the archive stored."""
 
     out: Path
     written: tuple[Path, ...]
     skipped: tuple[SkippedStudy, ...] = ()
+    sent: tuple[str, ...] = ()  # the SOP instance UIDs the archive stored
+    archive: str = ""
 
     def __str__(self) -> str:
         text = f"{len(self.written)} DICOM SR file(s) written to {self.out}"
+        if self.archive:
+            text += f"; {len(self.sent)} stored in {self.archive}"
         if self.skipped:
             text += f"; {len(self.skipped)} study(ies) skipped:" + "".join(
                 f"\n  study {s.study_id}: {s.error}: {s.message}" for s in self.skipped)
@@ -92,8 +97,9 @@ def signed_study_ids(db) -> list[int]:
             if o.latest_correction is not None and o.latest_correction.signed_at is not None]
 
 
-def export_sr(db, settings, out: str | Path, *, study_ids: list[int] | None = None) -> SrExport:
-    """One `study-<id>.dcm` per study (every study with a signed report when `study_ids` is None).
+def export_sr(db, settings, out: str | Path, *, study_ids: list[int] | None = None, archive=None) -> SrExport:
+    """One `study-<id>.dcm` per study (every study with a signed report when `study_ids` is None), each also
+    stored in `archive` (an `app.services.pacs.Archive`) when one is given, once all are written.
 
     As for FHIR, a study that cannot be exported is skipped with its reason (listed in `skipped-sr.json`) and the
     others are written; only when nothing could be written is that an error (the single study's own when one
@@ -123,4 +129,5 @@ def export_sr(db, settings, out: str | Path, *, study_ids: list[int] | None = No
         written.append(path)
     if skipped:
         (out / "skipped-sr.json").write_text(json.dumps([asdict(s) for s in skipped], indent=1))
-    return SrExport(out, tuple(written), tuple(skipped))
+    sent = archive.store([r.data for r in reports]) if archive is not None else []
+    return SrExport(out, tuple(written), tuple(skipped), tuple(sent), archive.url if archive is not None else "")

@@ -1,0 +1,95 @@
+"""Work with the archive (PACS): find studies (QIDO-RS) and pull them in, de-identified, over WADO-RS.
+
+`orapo pacs search [--date D] [--modality CR|DX] [--accession A] [--json]` lists
+the archive's chest radiograph studies and which are imported already;
+`orapo pacs pull STUDY_UID... | --since DATE [--json]` retrieves them and runs
+the same ingest as an upload, one line per instance; exit 1 when any instance
+was refused. The archive is ORAPO_DICOMWEB_URL (with ORAPO_DICOMWEB_USER and
+ORAPO_DICOMWEB_PASSWORD, or ORAPO_DICOMWEB_TOKEN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="pacs_command", metavar="ACTION", required=True)
+    search = sub.add_parser("search", help="list the archive's studies (QIDO-RS) and which are imported already")
+    search.add_argument("--date", help="study date or range: 2024-05-31, 2024-05-01..2024-05-31, 2024-05-01..")
+    search.add_argument("--modality", choices=("CR", "DX"), action="append",
+                        help="only studies with this modality (repeatable; default CR and DX)")
+    search.add_argument("--accession", help="only the study with this accession number")
+    search.add_argument("--limit", type=int, default=200, help="at most this many studies per modality (default 200)")
+    search.add_argument("--json", action="store_true", help="print one JSON object per study")
+    pull = sub.add_parser("pull", help="retrieve studies (WADO-RS) and ingest them, de-identified, as uploads are")
+    pull.add_argument("studies", nargs="*", metavar="STUDY_UID", help="the archive's StudyInstanceUIDs")
+    pull.add_argument("--since", help="every CR/DX study from this date on (2024-05-01), instead of named studies")
+    pull.add_argument("--json", action="store_true", help="print one JSON object per instance")
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.runtime import open_database
+    from app.services.pacs import Archive
+    from orapo_core.config import Settings
+    from orapo_core.errors import OrapoError
+
+    archive = Archive.from_environment()
+    settings = Settings()
+    database = open_database(settings)
+    if args.pacs_command == "search":
+        return _search(archive, args, database, settings)
+    if bool(args.studies) == bool(args.since):
+        raise OrapoError("study_or_since", "Name the archive's study UIDs, or give --since DATE: "
+                                           "`orapo pacs pull 1.2.840...` or `orapo pacs pull --since 2024-05-01`.")
+    return _pull(archive, args, database, settings)
+
+
+def _search(archive, args, database, settings) -> int:
+    from dataclasses import asdict
+
+    from app.services.pacs import CHEST_MODALITIES, mark_imported
+
+    studies = mark_imported(archive.search(date=args.date, modalities=args.modality or CHEST_MODALITIES,
+                                           accession=args.accession, limit=args.limit), db=database, settings=settings)
+    for study in studies:
+        if args.json:
+            print(json.dumps(asdict(study)), flush=True)
+            continue
+        imported = f"imported as study {study.imported_study_id}" if study.imported_study_id else "not imported"
+        print(f"{study.study_uid}  {_day(study.date)}  {'/'.join(study.modalities) or '-':6}  "
+              f"{study.accession or '-':16}  {study.instances if study.instances is not None else '?':>3} image(s)  "
+              f"{imported}  {study.description}".rstrip(), flush=True)
+    if not args.json:
+        print(f"{len(studies)} study(ies) in {archive.url}")
+    return 0
+
+
+def _pull(archive, args, database, settings) -> int:
+    from app.services.pacs import pull_study
+
+    if args.since:
+        study_uids = [s.study_uid for s in archive.search(date=f"{args.since}..")]
+    else:
+        study_uids = list(args.studies)
+    accepted = refused = 0
+    for study_uid in study_uids:
+        for pulled in pull_study(archive, study_uid, db=database, settings=settings):
+            outcome = pulled.outcome
+            accepted, refused = accepted + outcome.ok, refused + (not outcome.ok)
+            if args.json:
+                print(json.dumps({"archive_study": study_uid, "instance": pulled.index, **json.loads(outcome.to_json())}),
+                      flush=True)
+            elif outcome.ok:
+                note = " (already stored)" if outcome.duplicate else ""
+                print(f"ok      {study_uid} #{pulled.index} -> study {outcome.study_id}{note}", flush=True)
+            else:
+                print(f"refused {study_uid} #{pulled.index}: {outcome.error}: {outcome.message}", flush=True)
+    if not args.json:
+        print(f"{len(study_uids)} study(ies) pulled from {archive.url}: {accepted} instance(s) ingested, {refused} refused")
+    return 1 if refused else 0
+
+
+def _day(date: str) -> str:
+    return f"{date[:4]}-{date[4:6]}-{date[6:8]}" if len(date) == 8 else (date or "-         ")
