@@ -1,11 +1,13 @@
-"""Work with the archive (PACS): find studies (QIDO-RS) and pull them in, de-identified, over WADO-RS.
+"""Work with the archive (PACS): find studies (QIDO-RS), pull them in over WADO-RS, or receive them over DIMSE.
 
 `orapo pacs search [--date D] [--modality CR|DX] [--accession A] [--json]` lists
 the archive's chest radiograph studies and which are imported already;
 `orapo pacs pull STUDY_UID... | --since DATE [--json]` retrieves them and runs
 the same ingest as an upload, one line per instance; exit 1 when any instance
 was refused. The archive is ORAPO_DICOMWEB_URL (with ORAPO_DICOMWEB_USER and
-ORAPO_DICOMWEB_PASSWORD, or ORAPO_DICOMWEB_TOKEN).
+ORAPO_DICOMWEB_PASSWORD, or ORAPO_DICOMWEB_TOKEN). `orapo pacs listen --port 11112
+--ae-title ORAPO [--host H] [--allow-aet A]` receives what modalities push (C-STORE,
+C-ECHO) and ingests it the same way, one line per instance, until stopped.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     pull.add_argument("studies", nargs="*", metavar="STUDY_UID", help="the archive's StudyInstanceUIDs")
     pull.add_argument("--since", help="every CR/DX study from this date on (2024-05-01), instead of named studies")
     pull.add_argument("--json", action="store_true", help="print one JSON object per instance")
+    listen = sub.add_parser("listen", help="receive images pushed over DIMSE (C-STORE SCP, C-ECHO) and ingest them")
+    listen.add_argument("--port", type=int, default=11112, help="TCP port (default 11112)")
+    listen.add_argument("--ae-title", default="ORAPO", help="this node's AE title (default ORAPO)")
+    listen.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; 0.0.0.0 for modalities on the network)")
+    listen.add_argument("--allow-aet", action="append", default=[], metavar="AE_TITLE",
+                        help="accept only senders with this calling AE title (repeatable; default any)")
+    listen.add_argument("--json", action="store_true", help="print one JSON object per instance")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,6 +45,11 @@ def run(args: argparse.Namespace) -> int:
     from orapo_core.config import Settings
     from orapo_core.errors import OrapoError
 
+    if args.pacs_command == "listen":
+        if not 0 < args.port < 65536:
+            raise OrapoError("bad_option", f"--port is a TCP port, 1 to 65535, not {args.port}.")
+        settings = Settings()
+        return _listen(args, open_database(settings), settings)
     archive = Archive.from_environment()
     settings = Settings()
     database = open_database(settings)
@@ -89,6 +104,41 @@ def _pull(archive, args, database, settings) -> int:
     if not args.json:
         print(f"{len(study_uids)} study(ies) pulled from {archive.url}: {accepted} instance(s) ingested, {refused} refused")
     return 1 if refused else 0
+
+
+def _listen(args, database, settings) -> int:
+    import signal
+    import threading
+    import time
+
+    from app.services.dimse import start_listener
+
+    def report(received) -> None:
+        outcome = received.outcome
+        if args.json:
+            print(json.dumps({"calling_ae": received.calling_ae, **json.loads(outcome.to_json())}), flush=True)
+        elif outcome.ok:
+            note = " (already stored)" if outcome.duplicate else ""
+            print(f"ok      from {received.calling_ae} -> study {outcome.study_id}{note}", flush=True)
+        else:
+            print(f"refused from {received.calling_ae}: {outcome.error}: {outcome.message}", flush=True)
+
+    server = start_listener(db=database, settings=settings, port=args.port, host=args.host, ae_title=args.ae_title,
+                            allowed_calling=args.allow_aet, on_receive=report, block=False)
+    print(f"listening as {args.ae_title} on {args.host}:{args.port} (C-STORE, C-ECHO); Ctrl-C stops", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a service manager's stop ends it as Ctrl-C does
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()  # no new associations; those under way get up to 30 s to finish their transfers
+        deadline = time.monotonic() + 30
+        while server.ae.active_associations and time.monotonic() < deadline:
+            time.sleep(0.1)
+    print("stopped", flush=True)
+    return 0
 
 
 def _day(date: str) -> str:
