@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+
+#: How many studies per modality `pull --since` asks the archive for.
+SINCE_LIMIT = 1000
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -82,10 +86,16 @@ def _search(archive, args, database, settings) -> int:
 
 
 def _pull(archive, args, database, settings) -> int:
-    from app.services.pacs import pull_study
+    from app.services.pacs import CHEST_MODALITIES, pull_study
 
     if args.since:
-        study_uids = [s.study_uid for s in archive.search(date=f"{args.since}..")]
+        study_uids = []
+        for modality in CHEST_MODALITIES:
+            found = archive.search(date=f"{args.since}..", modalities=[modality], limit=SINCE_LIMIT)
+            study_uids += [s.study_uid for s in found if s.study_uid not in study_uids]
+            if len(found) >= SINCE_LIMIT:  # the archive may hold more than one query returns
+                print(f"note: the archive listed {len(found)} {modality} studies, the most one query asks for; "
+                      "pull again with a later --since for the rest", file=sys.stderr, flush=True)
     else:
         study_uids = list(args.studies)
     accepted = refused = 0
