@@ -15,14 +15,14 @@ from typing import Any
 
 import gradio as gr
 
-from orapo_core.config import Settings
+from app.settings import WebSettings
 
 
 @dataclass(frozen=True)
 class AppContext:
     """What every tab's handlers share: configuration, the database and the served models."""
 
-    settings: Settings
+    settings: WebSettings
     database: Any
     registry: Any
     rounds: Any = None  # the app's RoundScheduler: its `.service` runs rounds; started and stopped with the server

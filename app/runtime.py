@@ -18,10 +18,13 @@ def upload_cache_dir(settings: Settings) -> Path:
 
 
 def open_database(settings: Settings | None = None, *, migrate: bool = True):
-    """The configured database with the schema at head (SQLite file created in the data folder)."""
+    """The configured database with the schema at head (SQLite file created in the data folder).
+
+    `settings` may be the engine's: the database URL is the app's setting (`app.settings.web_settings`)."""
+    from app.settings import web_settings
     from db import Database
 
-    settings = settings or Settings()
+    settings = web_settings(settings)
     settings.ensure_dirs()
     database = Database.from_settings(settings)
     if migrate:

@@ -8,19 +8,23 @@ pass to `launch`: Gradio's sign-in page, answered by the session middleware
 or a disabled account, exports for administrators only, one user per session
 hash), the viewer's routes behind it (`app.viewer_routes`), and the upload size
 limit.
+
+Both take the app's settings (`app.settings.WebSettings`; an engine `Settings` is
+lifted). What they rely on of Gradio's internals (the cache folder, finding the
+context from the running server, the upload patch) is in `app.gradio_internals`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import types
 from typing import Any
 
 import gradio as gr
 
+from app import gradio_internals
 from app.context import AppContext
 from app.runtime import upload_cache_dir
+from app.settings import web_settings
 from app.web_security import RequireSession
 from orapo_core.config import Settings
 
@@ -44,11 +48,11 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     from app.messages import in_page
     from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist
 
-    # Gradio reads its upload folder from the environment when the server starts;
-    # keep uploads in the data folder, where ingest deletes each one after use.
+    settings = web_settings(settings)
+    # keep uploads in the data folder, where ingest deletes each one after use
     cache = upload_cache_dir(settings)
     cache.mkdir(parents=True, exist_ok=True)
-    os.environ["GRADIO_TEMP_DIR"] = str(cache)
+    gradio_internals.use_cache_dir(cache)
     prune_downloads(settings, work=True)  # what a previous run left behind, once its download time is up
     ctx = AppContext(settings, database, registry or ModelRegistry(settings, database),
                      rounds if rounds is not None else RoundScheduler(database, settings),
@@ -93,26 +97,11 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
         outputs = [whoami, read_tab, worklist_tab, dashboard_tab, admin_tab, rounds_tab, tabs]
         demo.load(session_start, outputs=outputs, api_name="session_start")
         account_ui.password_changed.then(session_start, outputs=outputs, api_visibility="private")
-    demo.round_scheduler = ctx.rounds  # found by `server_lifespan` once the server runs
-    demo.model_registry, demo.warm_model = ctx.registry, warm_model  # likewise
-    demo.signin, demo.sessions = ctx.signin, ctx.sessions  # found by the session middleware (app.web_security)
-    for block in demo.blocks.values():
-        if isinstance(block, (gr.File, gr.UploadButton)):
-            block._process_single_file = types.MethodType(_path_without_placeholder, block)
+    # found by `server_lifespan` and the session middleware (app.web_security) once the server runs
+    gradio_internals.attach_context(demo, ctx, warm_model=warm_model)
+    demo.round_scheduler = ctx.rounds  # for whoever holds the Blocks: `orapo serve`'s close, tests
+    gradio_internals.skip_placeholder_files(demo)
     return demo
-
-
-def _path_without_placeholder(component, f):
-    """Gradio's File and UploadButton (type "filepath", gradio 6.31 `_process_single_file`) create an empty
-    temporary file in the cache for every file they pass to a handler, never use it and never delete it: one
-    stray `tmp*` per upload. The handler gets the same path here, without that file; bytes and Gradio's own
-    refusal of a wrong file type still come from Gradio."""
-    from gradio.utils import NamedString
-    from gradio_client.utils import is_valid_file
-
-    if component.type != "filepath" or (component.file_types and not is_valid_file(f.path, component.file_types)):
-        return type(component)._process_single_file(component, f)
-    return NamedString(f.path)
 
 
 def launch_options(settings: Settings, database) -> dict[str, Any]:
@@ -130,6 +119,7 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
         # (throttled, audited, hashed off the event loop), so Gradio's own check never issues a token.
         return False
 
+    settings = web_settings(settings)
     return dict(
         auth=signed_in_only_through_the_middleware,
         auth_message=("OraPO: sign in with your account. Ask an administrator if you have none. "
@@ -153,11 +143,11 @@ async def server_lifespan(app):
     model starts loading (in the background) as the server starts, when the app was built to warm it."""
     from anyio import to_thread
 
-    blocks = app.get_blocks()
-    registry = getattr(blocks, "model_registry", None)
-    if getattr(blocks, "warm_model", False) and hasattr(registry, "warm_in_background"):
+    ctx = gradio_internals.context_of(app)
+    registry = getattr(ctx, "registry", None)
+    if gradio_internals.warms_model(app) and hasattr(registry, "warm_in_background"):
         registry.warm_in_background()
-    scheduler = getattr(blocks, "round_scheduler", None)
+    scheduler = getattr(ctx, "rounds", None)
     if scheduler is not None:
         await to_thread.run_sync(scheduler.start)  # start() first marks rounds a dead process left behind
     try:

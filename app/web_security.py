@@ -25,6 +25,9 @@ chooses. So this middleware, in front of every route:
 
 Cookies are `SameSite=Lax` and `HttpOnly`, and `Secure` when the request came
 over HTTPS or `ORAPO_SECURE_COOKIES=1` says a TLS proxy is in front.
+
+Gradio's session tokens, cookie names and route names, and the `AppContext`
+found from the running server, come through `app.gradio_internals`.
 """
 
 from __future__ import annotations
@@ -40,18 +43,18 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import compile_path
 
+from app import gradio_internals
+from app.gradio_internals import DEEP_LINK_PATH, STARTUP_EVENTS_PATH, TOKEN_PATHS, UPLOAD_PATHS
 from app.web_requests import client_address, cross_site, inside, route_templates, same_origin, with_headers
 
 # What a browser needs before it has a session: the sign-in page and its assets.
 PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/theme.css", "/gradio_api/theme.css", "/manifest.json", "/robots.txt",
-                          "/gradio_api/startup-events"})  # launch() calls it, unauthenticated, to start the queue
+                          STARTUP_EVENTS_PATH})
 PUBLIC_PREFIXES = ("/assets/", "/static/", "/pwa_icon", "/svelte/")
 SIGN_IN_PATHS = frozenset({"/login", "/login/"})
 SIGN_OUT_PATHS = frozenset({"/logout", "/logout/"})
 # Deep links snapshot a tab's state by its session hash; /token hands the HttpOnly session token to page scripts.
-OFF_PATHS = frozenset({"/gradio_api/deep_link", "/gradio_api/token", "/gradio_api/token/"})
-UPLOAD_PATHS = frozenset({"/gradio_api/upload", "/gradio_api/component_server", "/gradio_api/component_server/",
-                          "/gradio_api/process_recording"})
+OFF_PATHS = frozenset({DEEP_LINK_PATH, *TOKEN_PATHS})
 MAX_SIGN_IN_BODY = 16 * 1024
 MAX_JSON_BODY = 10 * 1024 * 1024  # event payloads carry text and file references, never file bytes
 SESSION_USER = "orapo.username"  # the scope key naming the user of a request that passed the session check
@@ -76,12 +79,12 @@ class RequireSession:
         path = scope.get("path", "")
         if scope["type"] == "http":
             send = with_headers(send, secure, self._upload_limit_message() if path in UPLOAD_PATHS else None)
-        blocks = _blocks(scope)
+        ctx = gradio_internals.context_of(scope.get("app"))
         if path in SIGN_IN_PATHS and scope.get("method") == "POST":
-            await self._sign_in(scope, receive, send, blocks, secure)
+            await self._sign_in(scope, receive, send, ctx, secure)
             return
         if path in SIGN_OUT_PATHS:
-            await self._sign_out(scope, receive, send, blocks)
+            await self._sign_out(scope, receive, send, ctx)
             return
         exports = self._reaches_admin_files(scope)
         if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
@@ -90,7 +93,7 @@ class RequireSession:
                 return
             await self.app(scope, receive, send)
             return
-        username = await self._session_user(scope, blocks)
+        username = await self._session_user(scope, ctx)
         if username is None:
             await _refuse(scope, receive, send, 401, "Not authenticated", "Sign in first.", auth=True)
             return
@@ -104,7 +107,7 @@ class RequireSession:
         if too_large:
             await _refuse(scope, receive, send, 413, "Too large", "This request is too large.")
             return
-        book = getattr(blocks, "sessions", None)
+        book = getattr(ctx, "sessions", None)
         if book is not None and not all(book.claim_hash(h, username) for h in hashes):
             await _refuse(scope, receive, send, 403, "Forbidden", "This page session belongs to another user.")
             return
@@ -113,8 +116,8 @@ class RequireSession:
 
     # -- sign-in and sign-out ----------------------------------------------------------------------------------
 
-    async def _sign_in(self, scope, receive, send, blocks, secure: bool) -> None:
-        guard, book, app = getattr(blocks, "signin", None), getattr(blocks, "sessions", None), scope.get("app")
+    async def _sign_in(self, scope, receive, send, ctx, secure: bool) -> None:
+        guard, book, app = getattr(ctx, "signin", None), getattr(ctx, "sessions", None), scope.get("app")
         if guard is None or book is None:
             await JSONResponse({"detail": "Sign-in is not available."}, status_code=503)(scope, receive, send)
             return
@@ -144,13 +147,14 @@ class RequireSession:
             response = JSONResponse({"detail": "Incorrect credentials."}, status_code=400)
         else:
             token = book.open(result.username, result.stamp, address)
-            app.tokens[token] = result.username
+            gradio_internals.grant_token(app, token, result.username)
             response = JSONResponse({"success": True})
-            name = f"access-token-{app.cookie_id}" if secure else f"access-token-unsecure-{app.cookie_id}"
-            response.set_cookie(name, token, httponly=True, samesite="lax", secure=secure, path="/")
+            secure_name, plain_name = gradio_internals.cookie_names(app)
+            response.set_cookie(secure_name if secure else plain_name, token, httponly=True, samesite="lax",
+                                secure=secure, path="/")
         await response(scope, receive, send)
 
-    async def _sign_out(self, scope, receive, send, blocks) -> None:
+    async def _sign_out(self, scope, receive, send, ctx) -> None:
         from anyio import to_thread
 
         # A link in the page (GET) must show that it came from the app itself; a POST must not come from elsewhere.
@@ -159,20 +163,18 @@ class RequireSession:
             await JSONResponse({"detail": "A sign-out requested by another site is refused."},
                                status_code=403)(scope, receive, send)
             return
-        app, book = scope.get("app"), getattr(blocks, "sessions", None)
+        app, book = scope.get("app"), getattr(ctx, "sessions", None)
         token = _token(scope)
         session = book.end(token) if book is not None else None
         ended = 0
         if session is not None:
             # as Gradio's own sign-out does: every session of this user ends, not only this browser's
             ended = 1 + book.end_user(session.username)
-            for t in [t for t, name in app.tokens.items() if name == session.username]:
-                app.tokens.pop(t, None)
+            gradio_internals.revoke_tokens(app, username=session.username)
             await to_thread.run_sync(self._audit_sign_out, session, client_address(scope), ended)
-        if token is not None:
-            app.tokens.pop(token, None)
+        gradio_internals.revoke_tokens(app, token=token)
         response = RedirectResponse(url="/", status_code=302)
-        for name in (f"access-token-{app.cookie_id}", f"access-token-unsecure-{app.cookie_id}"):
+        for name in gradio_internals.cookie_names(app) or ():
             response.delete_cookie(name, path="/")
         await response(scope, receive, send)
 
@@ -190,23 +192,23 @@ class RequireSession:
 
     # -- sessions --------------------------------------------------------------------------------------------
 
-    async def _session_user(self, scope, blocks) -> str | None:
+    async def _session_user(self, scope, ctx) -> str | None:
         """The user of the request's session, checked now: a known token, an active account, the same password."""
         from anyio import to_thread
 
-        app, book = scope.get("app"), getattr(blocks, "sessions", None)
+        app, book = scope.get("app"), getattr(ctx, "sessions", None)
         token = _token(scope)
-        tokens = getattr(app, "tokens", None)
-        if token is None or tokens is None or book is None:
+        if token is None or not gradio_internals.has_sessions(app) or book is None:
             return None
-        username, session = tokens.get(token), book.get(token)
+        username, session = gradio_internals.token_user(app, token), book.get(token)
         if username is None or session is None or session.username != username:
-            tokens.pop(token, None)  # a token this server did not issue through the guard, or one ended since
+            # a token this server did not issue through the guard, or one ended since
+            gradio_internals.revoke_tokens(app, token=token)
             book.end(token)
             return None
         stamp = await to_thread.run_sync(self._stamp, username)
         if stamp is None or stamp != session.stamp:  # disabled, gone, or the password changed since sign-in
-            tokens.pop(token, None)
+            gradio_internals.revoke_tokens(app, token=token)
             book.end(token)
             return None
         return username
@@ -304,21 +306,8 @@ class RequireSession:
                 "(ORAPO_MAX_UPLOAD_MB); it was not stored.")
 
 
-def _blocks(scope):
-    app = scope.get("app")
-    try:
-        return app.get_blocks()
-    except Exception:  # not a Gradio app, or not configured yet
-        return None
-
-
 def _token(scope) -> str | None:
-    app = scope.get("app")
-    cookie_id = getattr(app, "cookie_id", None)
-    if cookie_id is None:
-        return None
-    cookies = HTTPConnection(scope).cookies
-    return cookies.get(f"access-token-{cookie_id}") or cookies.get(f"access-token-unsecure-{cookie_id}")
+    return gradio_internals.session_token(scope.get("app"), HTTPConnection(scope).cookies)
 
 
 async def _refuse(scope, receive, send, status: int, error: str, message: str, *, auth: bool = False) -> None:

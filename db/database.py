@@ -14,18 +14,20 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-if TYPE_CHECKING:
-    from orapo_core.config import Settings
-
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def sqlite_url(data_dir: str | Path) -> str:
+    """The embedded default: the SQLite file in the data folder."""
+    return f"sqlite:///{Path(data_dir) / 'orapo.sqlite3'}"
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any, *, in_memory: bool) -> None:
@@ -63,12 +65,9 @@ class Database:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> Database:
-        """The database `ORAPO_DATABASE_URL` names, or the SQLite file in the data folder."""
-        if settings is None:
-            from orapo_core.config import Settings
-
-            settings = Settings()
+    def from_settings(cls, settings) -> Database:
+        """The database `settings.sqlalchemy_url` names (the app's `WebSettings`: ORAPO_DATABASE_URL, else
+        `sqlite_url` of the data folder)."""
         return cls(settings.sqlalchemy_url)
 
     def __repr__(self) -> str:

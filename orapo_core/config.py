@@ -1,8 +1,12 @@
-"""Configuration from `ORAPO_*` environment variables (pydantic-settings).
+"""The engine's configuration from `ORAPO_*` environment variables (pydantic-settings).
 
 `Settings()` is cheap and built where it is needed (the CLI, the app factory,
 tests), never held in a module global, so tests and several app instances can
-point at different data folders in one process.
+point at different data folders in one process. The engine serves nothing and
+stores no rows: where the server listens, the database and the web limits are
+the app's (`app.settings.WebSettings`, a subclass read from the same
+environment). A keyword this class does not know is refused rather than
+ignored, so a caller still passing a web setting here fails loudly.
 """
 
 from __future__ import annotations
@@ -14,17 +18,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ORAPO_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="ORAPO_", extra="forbid")
 
-    data_dir: Path = Field(default=Path("./data"), description="SQLite file, de-identified images, models and round outputs.")
-    database_url: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite file in the data folder.")
+    data_dir: Path = Field(default=Path("./data"), description="De-identified images, models and round outputs (the app keeps its own files there too).")
     model_dir: Path | None = Field(default=None, description="A local image-text-to-text checkpoint to serve; default the starter model.")
     deid_secret: str | None = Field(default=None, description="Secret salt for hashed UIDs and date shifts; default a random one kept in the data folder.")
     max_pixels: int = Field(default=50_000_000, description="Images over this many pixels are refused (decompression bombs).")
-    host: str = Field(default="127.0.0.1", description="Address `orapo serve` binds to.")
-    port: int = Field(default=7860, description="Port `orapo serve` listens on.")
-    max_upload_mb: int = Field(default=100, ge=1, description="Uploaded files larger than this many MiB are refused.")
-    secure_cookies: bool = Field(default=False, description="Mark the session cookie Secure and send HSTS; set it when a TLS proxy serves the app over HTTPS (a request that arrives as https gets both anyway).")
 
     @property
     def resolved_data_dir(self) -> Path:
@@ -41,12 +40,6 @@ class Settings(BaseSettings):
     @property
     def rounds_dir(self) -> Path:
         return self.resolved_data_dir / "rounds"
-
-    @property
-    def sqlalchemy_url(self) -> str:
-        if self.database_url:
-            return self.database_url
-        return f"sqlite:///{self.resolved_data_dir / 'orapo.sqlite3'}"
 
     def ensure_dirs(self) -> None:
         """The data folder (0700 when new: it holds the database, the secret and the images) and its subfolders."""

@@ -148,32 +148,32 @@ def test_acceptance_is_grouped_by_day_or_iso_week(seeded):
 
 @pytest.mark.slow
 def test_the_charts_draw_the_numbers_and_an_empty_dashboard(seeded):
+    from app.services import dashboard_charts as charts
     from app.services.dashboard import dashboard_data
-    from app.tabs import dashboard as tab
 
     db, boss, rita, omar = seeded
     data = dashboard_data(db, boss)
-    status = tab.status_figure(data)
+    status = charts.status_figure(data)
     assert list(status.data[0].x) == ["new", "drafted", "corrected", "signed", "trained"]
     assert list(status.data[0].y) == [1, 1, 0, 3, 0]
-    acceptance = tab.acceptance_figure(data)
+    acceptance = charts.acceptance_figure(data)
     assert [t.type for t in acceptance.data] == ["bar", "scatter"] and list(acceptance.data[1].y) == pytest.approx([100 / 3])
     assert acceptance.data[1].yaxis == "y2" and list(acceptance.data[0].y) == [3]
-    findings = tab.findings_figure(data)
+    findings = charts.findings_figure(data)
     missed, overcalled = findings.data
     assert (missed.orientation, set(missed.y), list(overcalled.y)) == ("h", {"Edema", "Pleural Effusion"}, ["Pleural Effusion"])
     # one measure per chart: each bar is as long as the count it is labelled with (the share is in the hover)
     assert list(overcalled.text) == ["1"] and list(overcalled.x) == [1] and list(overcalled.customdata) == [[1, "100%"]]
     assert [str(x) for x in missed.x] == list(missed.text)
-    assert list(tab.models_figure(data).data[0].y) == ["tiny", "starter"]
-    html = tab.tiles_html(data)
+    assert list(charts.models_figure(data).data[0].y) == ["tiny", "starter"]
+    html = charts.tiles_html(data)
     assert "33%" in html and "everyone" in html and ">5<" in html
 
     empty = dashboard_data(db, boss, scope="mine")
-    for make in (tab.status_figure, tab.acceptance_figure, tab.findings_figure, tab.models_figure):
+    for make in (charts.status_figure, charts.acceptance_figure, charts.findings_figure, charts.models_figure):
         fig = make(empty)
         assert fig.layout.annotations and fig.to_json()  # says "no ... yet", and serialises
-    assert "–" in tab.tiles_html(empty)
+    assert "–" in charts.tiles_html(empty)
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ import inside a function is caught too), and dynamically by importing every
 engine package in a fresh interpreter and looking at sys.modules. The same
 static walk holds the app's tabs to translating clicks: they call services,
 never a repository or the engine, and app modules stay small enough to read.
-And one home per concept: a model's weights are loaded only by
+The engine's configuration names no server and no database (those are the
+app's `WebSettings`), tabs build no figures, and Gradio's internals are used
+in `app/gradio_internals.py` only. And one home per concept: a model's weights are loaded only by
 `orapo_core/models/loading.py` (see the rule above `test_models_are_loaded_only_by_the_loader`).
 """
 
@@ -63,6 +65,58 @@ def test_app_modules_stay_under_400_lines() -> None:
     long = {str(p.relative_to(APP.parent)): n for p in sorted(APP.rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > 400}
     assert not long, f"split these by what changes them together: {long}"
+
+
+def test_the_engine_configuration_knows_no_server_and_no_database() -> None:
+    """Where the server listens, the database and the web limits are the app's settings (app/settings.py)."""
+    web = {"host", "port", "database", "sqlalchemy", "url", "cookie", "cookies", "upload", "server", "web"}
+    config = ENGINE / "config.py"
+    names = set()
+    for node in ast.walk(ast.parse(config.read_text(), filename=str(config))):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    offenders = sorted(n for n in names if web & set(n.lower().split("_")))
+    assert not offenders, f"move these to app/settings.py (WebSettings): {offenders}"
+    assert {"data_dir", "model_dir", "Settings"} <= names  # the walk saw the fields
+
+
+def test_tabs_place_figures_the_services_build() -> None:
+    offenders = [f"{path.relative_to(APP.parent)} imports {name}" for path in sorted((APP / "tabs").glob("*.py"))
+                 for name in _imported_modules(path) if name.split(".")[0] == "plotly"]
+    assert not offenders, f"build figures in app/services (round_charts, dashboard_charts): {offenders}"
+
+
+# Gradio's internals (its token map and cookie names, the Blocks behind the running server, the cache folder's
+# environment variable, the patched upload method, its private modules) are used in app/gradio_internals.py only,
+# which tests/test_gradio_internals.py checks against the installed Gradio.
+GRADIO_ADAPTER = APP / "gradio_internals.py"
+GRADIO_PRIVATE_ATTRIBUTES = {"tokens", "cookie_id", "get_blocks", "_process_single_file", "_queue", "server_app",
+                             "uploaded_file_dir", "GRADIO_CACHE"}
+GRADIO_PRIVATE_MODULES = ("gradio.routes", "gradio.route_utils", "gradio.utils", "gradio.blocks", "gradio_client.utils")
+
+
+def test_gradio_internals_are_used_in_one_module() -> None:
+    offenders, seen = [], 0
+    for path in sorted(APP.rglob("*.py")):
+        if path == GRADIO_ADAPTER:
+            continue
+        seen += 1
+        tree = ast.parse(path.read_text(), filename=str(path))
+        where = path.relative_to(APP.parent)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr in GRADIO_PRIVATE_ATTRIBUTES
+                    and getattr(node.value, "id", None) != "self"):  # a class's own `self._queue` is its own
+                offenders.append(f"{where}:{node.lineno} .{node.attr}")
+            elif isinstance(node, ast.Constant) and node.value == "GRADIO_TEMP_DIR":
+                offenders.append(f"{where}:{node.lineno} GRADIO_TEMP_DIR")
+        offenders += [f"{where} imports {name}" for name in _imported_modules(path)
+                      if name.startswith(GRADIO_PRIVATE_MODULES)]
+    assert not offenders, f"go through app.gradio_internals: {offenders}"
+    assert seen > 30
 
 
 def test_importing_the_engine_loads_no_app_layer() -> None:

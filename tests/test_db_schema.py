@@ -104,9 +104,9 @@ def test_no_engine_or_file_until_first_use(tmp_path: Path) -> None:
 
 
 def test_from_settings_uses_the_data_folder(data_dir: Path) -> None:
-    from orapo_core.config import Settings
+    from app.settings import WebSettings
 
-    database = Database.from_settings(Settings())
+    database = Database.from_settings(WebSettings())
     assert database.url == f"sqlite:///{data_dir.resolve() / 'orapo.sqlite3'}"
     database.upgrade()
     assert (data_dir / "orapo.sqlite3").exists()

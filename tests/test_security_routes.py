@@ -41,12 +41,12 @@ def launched(settings, database):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from app.runtime import open_database
+    from app.settings import WebSettings
     from db import UserRepository
-    from orapo_core.config import Settings
 
     root = tmp_path_factory.mktemp("routes")
-    settings = Settings(data_dir=root / "data", deid_secret="test-secret", max_upload_mb=MAX_UPLOAD_MB,
-                        secure_cookies=True)
+    settings = WebSettings(data_dir=root / "data", deid_secret="test-secret", max_upload_mb=MAX_UPLOAD_MB,
+                           secure_cookies=True)
     db = open_database(settings)
     users = UserRepository(db)
     users.create("boss", "admin-pass-1", role="admin")

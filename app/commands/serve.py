@@ -43,12 +43,13 @@ def bootstrap_admin(database) -> tuple[str, str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from app import gradio_internals
     from app.runtime import open_database
     from app.server import build_app, launch_options
     from app.services.cache_sweep import sweep_at_start, sweep_at_stop
-    from orapo_core.config import Settings
+    from app.settings import WebSettings
 
-    settings = Settings()
+    settings = WebSettings()
     host = args.host or settings.host
     port = args.port or settings.port
     database = open_database(settings)
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             )
             # uvicorn runs the lifespan's shutdown only once every open request ended, and Gradio's close waits
             # 5 s for it: bound the wait, or one client stalled mid-upload would keep it from running.
-            demo.server.config.timeout_graceful_shutdown = GRACEFUL_SHUTDOWN_S
+            gradio_internals.bound_graceful_shutdown(demo, GRACEFUL_SHUTDOWN_S)
             print(f"OraPO is ready: open http://{host}:{port}/ in a browser.", flush=True)
             if first_admin:
                 name, password = first_admin

@@ -2,10 +2,16 @@
 
 The served model is the promoted ModelVersion (base + adapter) when there is
 one, else the configured or starter model (`app.services.served`, which rounds
-ask too). `ModelRegistry` is made by the app
-factory, not at import, and keeps one `Drafter` per version, so a promotion is
-picked up by the next draft without a restart and two users never load the
-same weights twice. Each Drafter comes with a `DraftBatcher`: users who press
+ask too). `ModelRegistry` is made by the app factory, not at import, and keeps
+one `Drafter` per version, so a promotion is picked up by the next draft without
+a restart and two users never load the same weights twice; at most
+`max_resident` of them (ORAPO_MAX_RESIDENT_MODELS, default 2: the served model
+and the one before it, so a rollback drafts at once). Loading another evicts the
+least recently used: drafts in flight on it finish, then nothing holds its
+weights. Two versions on one base each load the base: sharing it would take one
+PEFT model carrying several adapters, switched under one lock for all of them,
+which `orapo_core.models` (one adapter and one lock per loaded model) does not do.
+Each Drafter comes with a `DraftBatcher`: users who press
 Draft at about the same time are drafted together in one batched `generate`
 (`Drafter.draft_many`), which on a CPU costs little more than drafting one.
 `orapo serve` warms the served model in the background as it starts
@@ -18,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -26,6 +33,7 @@ from typing import Any
 
 from app.services.served import ServedModel, served_model
 from app.services.studies import first_image, open_study  # the access rule, shared
+from app.settings import DEFAULT_MAX_RESIDENT_MODELS
 from db.records import ImageRecord, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
@@ -49,14 +57,22 @@ class Readiness:
 
 
 class ModelRegistry:
-    """One Drafter per served model version, loaded on first use; safe across Gradio's worker threads."""
+    """One Drafter per served model version, loaded on first use, at most `max_resident` of them (least recently
+    used evicted first); safe across Gradio's worker threads.
 
-    def __init__(self, settings: Settings, database, *, loader=None):
+    `max_resident` defaults to the settings' `max_resident_models` (ORAPO_MAX_RESIDENT_MODELS), else 2."""
+
+    def __init__(self, settings: Settings, database, *, loader=None, max_resident: int | None = None):
+        if max_resident is None:
+            max_resident = getattr(settings, "max_resident_models", DEFAULT_MAX_RESIDENT_MODELS)
+        if max_resident < 1:
+            raise ValueError(f"max_resident must be at least 1 (the served model); got {max_resident}")
         self._settings = settings
         self._db = database
         self._loader = loader  # tests may inject a fake; default Drafter.from_dir
+        self.max_resident = max_resident
         self._lock = threading.Lock()
-        self._drafters: dict[str, Any] = {}
+        self._drafters: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         self._batchers: dict[str, DraftBatcher] = {}
         self._readiness = Readiness("idle")
 
@@ -97,12 +113,25 @@ class ModelRegistry:
     def served(self) -> ServedModel:
         return served_model(self._db, self._settings)
 
+    def resident(self) -> list[str]:
+        """The keys (`ServedModel.key`) of the loaded models, least recently used first."""
+        with self._lock:
+            return list(self._drafters)
+
     def drafter(self, served: ServedModel):
+        evicted: list[DraftBatcher] = []
         with self._lock:  # one load per version even when two users press Draft at once
-            if served.key not in self._drafters:
+            drafter = self._drafters.get(served.key)
+            if drafter is None:
+                # room first: the registry holds at most `max_resident`, even while the new one loads
+                while len(self._drafters) >= self.max_resident:
+                    evicted += self._evict_oldest()
                 load = self._loader or _load_drafter
-                self._drafters[served.key] = load(served)
-            return self._drafters[served.key]
+                drafter = self._drafters[served.key] = load(served)
+            self._drafters.move_to_end(served.key)
+        for batcher in evicted:
+            batcher.close()
+        return drafter
 
     def batcher(self, served: ServedModel) -> DraftBatcher:
         """The one DraftBatcher in front of `served`'s Drafter: what the app drafts through."""
@@ -110,8 +139,20 @@ class ModelRegistry:
         with self._lock:
             batcher = self._batchers.get(served.key)
             if batcher is None or batcher.drafter is not drafter:
-                batcher = self._batchers[served.key] = DraftBatcher(drafter)
+                batcher = DraftBatcher(drafter)
+                if self._drafters.get(served.key) is drafter:
+                    self._batchers[served.key] = batcher
+                else:  # evicted by another thread meanwhile: this draft runs on it, then nothing keeps it
+                    batcher.close()
             return batcher
+
+    def _evict_oldest(self) -> list[DraftBatcher]:
+        """Forget the least recently used Drafter (under the lock). Whoever is drafting on it keeps their reference
+        and finishes; its batcher, closed by the caller outside the lock, stops once its queue is empty."""
+        key, _ = self._drafters.popitem(last=False)
+        log.info("orapo: unloading model %s (more than %d resident)", key, self.max_resident)
+        batcher = self._batchers.pop(key, None)
+        return [batcher] if batcher is not None else []
 
 
 @dataclass(eq=False)  # compared by identity: the image may be an array
@@ -131,7 +172,9 @@ class DraftBatcher:
     `generate` at a time. A request waits for others at most `max_wait_s` when the
     model is idle; while a batch is running, requests gather and all go (up to
     `max_batch`, oldest first) as soon as it ends. The worker thread starts on
-    demand and ends after `idle_s` without work.
+    demand and ends after `idle_s` without work, or as soon as the queue is empty
+    once `close` was called (the registry evicted its model: the worker must not
+    keep the model alive while it idles).
 
     A drafter without `draft_many` is called with `draft` once per request.
     """
@@ -147,6 +190,14 @@ class DraftBatcher:
         self._cond = threading.Condition()
         self._queue: list[_Request] = []
         self._worker: threading.Thread | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        """Stop idling: the worker drafts what is queued and ends. A draft asked later still runs (on a worker
+        that again ends when done), so closing never fails a caller that got this batcher before."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def draft(self, image, **settings):
         """The Draft of `image` (as `drafter.draft(image, **settings)` gives it), drafted in a batch with others.
@@ -174,7 +225,7 @@ class DraftBatcher:
             idle_since = time.monotonic()
             while not self._queue:
                 left = self.idle_s - (time.monotonic() - idle_since)
-                if left <= 0:
+                if left <= 0 or self._closed:
                     self._worker = None  # under the lock: a new request starts a new worker
                     return None
                 self._cond.wait(left)

@@ -41,7 +41,8 @@ def _layout(fig, title: str, *, y_title: str | None = None, x_title: str | None 
     return fig
 
 
-def _empty(fig, message: str):
+def nothing_to_show(fig, message: str):
+    """`fig` saying `message` in its middle, without empty axes (the dashboard's charts use it too)."""
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
                        font={"size": 14, "color": "#6e7781"})
     fig.update_xaxes(visible=False)
@@ -71,7 +72,7 @@ def reward_figure(history: list[dict[str, Any]]):
     fig = go.Figure()
     steps, means = series(history, REWARD)
     if not steps:
-        return _layout(_empty(fig, "No reward logged yet"), "Reward (mean ± std)")
+        return _layout(nothing_to_show(fig, "No reward logged yet"), "Reward (mean ± std)")
     std_steps, stds = series(history, REWARD_STD)
     std_by_step = dict(zip(std_steps, stds))
     if std_by_step:
@@ -89,7 +90,7 @@ def zero_reward_figure(history: list[dict[str, Any]]):
     fig = go.Figure()
     steps, values = series(history, ZERO_REWARD)
     if not steps:
-        return _layout(_empty(fig, "No zero-reward fraction logged yet"), "Zero-reward fraction")
+        return _layout(nothing_to_show(fig, "No zero-reward fraction logged yet"), "Zero-reward fraction")
     fig.add_trace(_line(go, steps, values, "zero-reward fraction", PALETTE[1]))
     fig.update_yaxes(range=[0, 1.02])
     return _layout(fig, "Zero-reward fraction", y_title="fraction")
@@ -100,7 +101,7 @@ def dpo_weight_figure(history: list[dict[str, Any]]):
     fig = go.Figure()
     steps, values = series(history, DPO_WEIGHT)
     if not steps:
-        return _layout(_empty(fig, "No DPO weight logged yet"), "DPO weight")
+        return _layout(nothing_to_show(fig, "No DPO weight logged yet"), "DPO weight")
     fig.add_trace(_line(go, steps, values, "DPO weight", PALETTE[2]))
     return _layout(fig, "DPO weight", y_title="weight")
 
@@ -114,7 +115,7 @@ def losses_figure(history: list[dict[str, Any]]):
         if steps:
             fig.add_trace(_line(go, steps, values, name, color))
     if not fig.data:
-        return _layout(_empty(fig, "No losses logged yet"), "Losses")
+        return _layout(nothing_to_show(fig, "No losses logged yet"), "Losses")
     return _layout(fig, "Losses", y_title="loss", legend=True)
 
 
@@ -142,7 +143,7 @@ def per_class_f1_figure(versions):
     fig = go.Figure()
     evaluated = _evaluated(versions)
     if not evaluated:
-        return _layout(_empty(fig, "No evaluated versions yet: a finished round adds one"), "F1 per class",
+        return _layout(nothing_to_show(fig, "No evaluated versions yet: a finished round adds one"), "F1 per class",
                        x_title=None, height=340)
     classes = list(evaluated[-1][1].get("f1_per_class") or {})
     for (label, metrics), color in zip(evaluated, PALETTE * (len(evaluated) // len(PALETTE) + 1)):
@@ -160,7 +161,7 @@ def quality_figure(versions):
     fig = go.Figure()
     evaluated = _evaluated(versions)
     if not evaluated:
-        return _layout(_empty(fig, "No evaluated versions yet"), "Precision, recall, macro-F1", x_title=None)
+        return _layout(nothing_to_show(fig, "No evaluated versions yet"), "Precision, recall, macro-F1", x_title=None)
     labels = [label for label, _ in evaluated]
     for (key, name), color in zip((("macro_precision_14", "precision"), ("macro_recall_14", "recall"),
                                    ("macro_f1_14", "macro-F1")), PALETTE):
@@ -178,7 +179,7 @@ def report_length_figure(versions):
     fig = go.Figure()
     evaluated = _evaluated(versions)
     if not evaluated:
-        return _layout(_empty(fig, "No evaluated versions yet"), "Mean report length", x_title=None)
+        return _layout(nothing_to_show(fig, "No evaluated versions yet"), "Mean report length", x_title=None)
     labels = [label for label, _ in evaluated]
     lengths = [m.get("mean_report_length") for _, m in evaluated]
     fig.add_trace(go.Bar(x=labels, y=lengths, marker_color=PALETTE[2],

@@ -28,10 +28,13 @@ def _configure(connection) -> None:
 
 def _url() -> str:
     url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
-    if not url:
+    if not url:  # as the app opens it: ORAPO_DATABASE_URL (read by app.settings too), else the data folder's file
+        import os
+
+        from db.database import sqlite_url
         from orapo_core.config import Settings
 
-        url = Settings().sqlalchemy_url
+        url = os.environ.get("ORAPO_DATABASE_URL") or sqlite_url(Settings().resolved_data_dir)
     return url
 
 

@@ -1,0 +1,55 @@
+"""The product's settings beyond the engine's: where the server listens, which database, the web limits.
+
+The engine (`orapo_core.config.Settings`) knows the data folder, the model and
+de-identification; it serves nothing and stores no rows. What only the app and
+its database need lives here, read from the same `ORAPO_*` environment
+variables: `WebSettings` is the engine's `Settings` plus these fields, so one
+object goes to both layers. Like `Settings`, it is built where it is needed,
+never held in a module global.
+
+`web_settings` lifts an engine `Settings` (what engine-only callers and many
+tests build) into a `WebSettings`: its own values kept, the web fields read from
+the environment as before the split.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from orapo_core.config import Settings
+
+#: How many loaded models (base + adapter) the web process keeps: the served one and the one served before it,
+#: so that a rollback drafts at once; ORAPO_MAX_RESIDENT_MODELS.
+DEFAULT_MAX_RESIDENT_MODELS = 2
+
+
+class WebSettings(Settings):
+    """`Settings` plus what only the app and its database read (the env variable names are unchanged)."""
+
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite file in the data folder.")
+    host: str = Field(default="127.0.0.1", description="Address `orapo serve` binds to.")
+    port: int = Field(default=7860, description="Port `orapo serve` listens on.")
+    max_upload_mb: int = Field(default=100, ge=1, description="Uploaded files larger than this many MiB are refused.")
+    secure_cookies: bool = Field(default=False, description="Mark the session cookie Secure and send HSTS; set it when a TLS proxy serves the app over HTTPS (a request that arrives as https gets both anyway).")
+    max_resident_models: int = Field(default=DEFAULT_MAX_RESIDENT_MODELS, ge=1, description="Loaded models (base + adapter) the web process keeps at most: the served one and the most recently used others.")
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        from db.database import sqlite_url
+
+        return self.database_url or sqlite_url(self.resolved_data_dir)
+
+
+#: The fields `WebSettings` adds to the engine's.
+WEB_FIELDS = tuple(name for name in WebSettings.model_fields if name not in Settings.model_fields)
+
+
+def web_settings(settings: Settings | None = None) -> WebSettings:
+    """`settings` as a `WebSettings`: itself when it is one; else its engine values, with the web fields it carries
+    (a `model_copy(update=...)` can carry them) or, for the rest, the environment's. None: all from the environment."""
+    if isinstance(settings, WebSettings):
+        return settings
+    if settings is None:
+        return WebSettings()
+    carried = {name: getattr(settings, name) for name in WEB_FIELDS if hasattr(settings, name)}
+    return WebSettings(**settings.model_dump(), **carried)
