@@ -10,6 +10,7 @@ first use. Typical use from a Gradio callback::
 
 from db.database import Database
 from db.repositories import (
+    ArchiveSettingsRepository,
     AuditRepository,
     CorrectionRepository,
     DashboardRepository,
@@ -23,6 +24,7 @@ from db.repositories import (
 )
 
 __all__ = [
+    "ArchiveSettingsRepository",
     "AuditRepository",
     "CorrectionRepository",
     "DashboardRepository",

@@ -35,6 +35,7 @@ from db.records import (
     ROUND_STATUSES,
     ROUND_TRIGGERS,
     SPLITS,
+    SR_SEND_MODES,
     STUDY_STATUSES,
     VERSION_STATUSES,
 )
@@ -234,6 +235,18 @@ class ScheduleSetting(Base):
     schedule_enabled: Mapped[bool] = mapped_column(Boolean, default=False)
     corrections_threshold: Mapped[int | None]
     threshold_enabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+
+
+class ArchiveSetting(Base):
+    """A single row (id = 1): what goes back to the archive, and when."""
+
+    __tablename__ = "archive_settings"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"), _one_of("sr_send", SR_SEND_MODES))
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    sr_send: Mapped[str] = mapped_column(String(16), default="off")
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
 

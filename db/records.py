@@ -26,6 +26,8 @@ PAIR_SOURCES: tuple[str, ...] = ("clinician_edit", "oracle_step")
 ROUND_STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled", "rejected", "promoted")
 ROUND_TRIGGERS: tuple[str, ...] = ("manual", "schedule", "threshold")
 VERSION_STATUSES: tuple[str, ...] = ("candidate", "promoted", "rejected", "retired")
+#: When a signed report goes back to the archive as a DICOM SR: never, as it is signed, or only when asked.
+SR_SEND_MODES: tuple[str, ...] = ("off", "on_sign", "manual")
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,16 @@ class ScheduleSettings:
     schedule_enabled: bool = False
     corrections_threshold: int | None = None
     threshold_enabled: bool = False
+    updated_at: datetime | None = None
+    updated_by: int | None = None
+
+
+@dataclass(frozen=True)
+class ArchiveSettings:
+    """What the app sends to the archive (which archive is configuration: ORAPO_DICOMWEB_URL). Defaults apply
+    until an admin saves settings."""
+
+    sr_send: str = "off"
     updated_at: datetime | None = None
     updated_by: int | None = None
 

@@ -25,6 +25,9 @@ ADMIN_ENDPOINTS = {  # api_name -> arguments
     "/enable_user": ("rita",),
     "/reset_password": ("boss",),
     "/audit_log": ("", ""),
+    "/set_sr_send": ("on sign",),
+    "/send_sr": ("1",),
+    "/archive_status": (),
 }
 
 

@@ -277,12 +277,22 @@ def _check_unchanged(draft: DraftRecord, study_id: int, text: str) -> None:
 
 
 def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool,
-                base_version: int | None = None) -> CorrectionRecord:
+                base_version: int | None = None, settings=None) -> CorrectionRecord:
     """Store the clinician's report (version 1, or an amendment of the latest), and its preference pair if edited.
 
     With `base_version` (the version the clinician's page opened), a report stored by someone else since is
     refused (`stale_correction`); the repository refuses a version written meanwhile by anyone.
-    The correction, its pair and its audit entries are one transaction: all of them are stored, or none."""
+    The correction, its pair and its audit entries are one transaction: all stored, or none; a committed
+    signature then sends the SR in the background if the admin said so (`sr_send.after_signing`)."""
+    from app.services.sr_send import after_signing
+
+    record = _store_correction(db, user, study_id, draft_id, text, sign=sign, base_version=base_version)
+    if sign and record.signed_at is not None:
+        after_signing(db, record.study_id, actor=user, settings=settings)
+    return record
+
+
+def _store_correction(db, user: UserRecord, study_id, draft_id, text: str, *, sign: bool, base_version) -> CorrectionRecord:
     from app.services.drafting import open_study
     from db import AuditRepository, CorrectionRepository, DraftRepository, PairRepository
     from orapo_core.facts import label_report

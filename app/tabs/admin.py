@@ -1,4 +1,5 @@
-"""The Admin tab: user management, sign-in lockouts, the audit log and exports of the training data and reports.
+"""The Admin tab: user management, sign-in lockouts, the audit log, exports of the training data and reports, and
+when signed reports go back to the archive as DICOM SR (with the last send's outcome).
 
 Every handler asks for the admin role itself (through the services), so the tab
 being hidden from radiologists is a convenience, not the protection.
@@ -15,7 +16,7 @@ import gradio as gr
 
 from app.messages import in_page
 from app.context import AppContext
-from app.services import auth, export_downloads
+from app.services import auth, export_downloads, sr_send
 from app.services.export import PAIR_FORMATS
 
 USER_COLUMNS = ["Username", "Role", "Active", "Must change password", "Created", "Last sign-in"]
@@ -87,6 +88,20 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> AdminUI:
         export_result = gr.Markdown(elem_id="orapo-export-result")
         export_file = gr.File(label="Download", interactive=False, elem_id="orapo-export-file")
 
+    with gr.Accordion("Archive (PACS)", open=True):
+        gr.Markdown("When a signed report goes back to the archive as a DICOM Structured Report: **on sign** sends it "
+                    "in the background as the reader signs (signing never waits for the archive), **manual** only "
+                    "when sent from here or with `orapo export sr ... --send`, **off** never.")
+        with gr.Row(equal_height=True):
+            sr_mode = gr.Radio(list(sr_send.SR_SEND_LABELS.values()), value="off", label="Send signed reports as SR",
+                               scale=2, elem_id="orapo-sr-send")
+            sr_save = gr.Button("Save", scale=0, elem_id="orapo-sr-send-save")
+        with gr.Row(equal_height=True):
+            sr_study = gr.Textbox(label="Study", placeholder="a study id", scale=1, elem_id="orapo-sr-study")
+            sr_now = gr.Button("Send its SR now", scale=0, elem_id="orapo-sr-send-now")
+            sr_refresh = gr.Button("Refresh", scale=0)
+        sr_status = gr.Markdown(elem_id="orapo-sr-status")
+
     # -- rounds and dashboard: rounds, the schedule and version charts are the Rounds tab (app.tabs.rounds) --
 
     @in_page()
@@ -147,6 +162,28 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> AdminUI:
         return (f"{download.bundles} FHIR R4 Bundles (DiagnosticReport + Provenance per study), ready to download "
                 f"for the next {_kept_for()}.", str(download.archive))
 
+    def archive_view():
+        return gr.Radio(value=sr_send.SR_SEND_LABELS[sr_send.sr_send_mode(ctx.database)]), \
+            sr_send.status_markdown(ctx.database)
+
+    @in_page()
+    def show_archive(request: gr.Request):
+        ctx.user(request, role="admin")
+        return archive_view()
+
+    @in_page()
+    def save_sr_mode(mode, request: gr.Request):
+        sr_send.set_sr_send_mode(ctx.database, ctx.user(request, role="admin"), mode)
+        return archive_view()
+
+    @in_page()
+    def send_sr_now(study, request: gr.Request):
+        from app.tabs.fields import entered_id
+
+        actor = ctx.user(request, role="admin")
+        sr_send.send_now(ctx.database, ctx.settings, actor, entered_id(study, "study"))
+        return archive_view()
+
     users_refresh.click(list_users, outputs=users, api_name="list_users")
     create_btn.click(create_user, inputs=[username, role], outputs=[users, users_result], api_name="create_user")
     disable_btn.click(set_active(False), inputs=username, outputs=[users, users_result], api_name="disable_user")
@@ -157,14 +194,19 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> AdminUI:
     audit_btn.click(show_audit, inputs=[action, who], outputs=audit, api_name="audit_log")
     pairs_btn.click(export_pairs, inputs=formats, outputs=[export_result, export_file], api_name="export_pairs")
     fhir_btn.click(export_fhir, outputs=[export_result, export_file], api_name="export_fhir")
+    sr_save.click(save_sr_mode, inputs=sr_mode, outputs=[sr_mode, sr_status], api_name="set_sr_send")
+    sr_now.click(send_sr_now, inputs=sr_study, outputs=[sr_mode, sr_status], api_name="send_sr")
+    sr_refresh.click(show_archive, outputs=[sr_mode, sr_status], api_name="archive_status")
 
     @in_page()
     def opened(action_value, who_value, request: gr.Request):
         """Everything the tab lists, fresh, when it opens: nobody looks at an empty table until Refresh."""
         actor = ctx.user(request, role="admin")
         return (_user_rows(auth.list_users(ctx.database, actor)), _lockout_rows(ctx.signin.lockouts(actor)),
-                _audit_rows(auth.audit_log(ctx.database, actor, action=action_value, actor_name=who_value)))
+                _audit_rows(auth.audit_log(ctx.database, actor, action=action_value, actor_name=who_value)),
+                *archive_view())
 
     if tab is not None:
-        tab.select(opened, inputs=[action, who], outputs=[users, lockouts, audit], api_visibility="private")
+        tab.select(opened, inputs=[action, who], outputs=[users, lockouts, audit, sr_mode, sr_status],
+                   api_visibility="private")
     return AdminUI(users=users, audit=audit)

@@ -1,6 +1,6 @@
 """Repositories: each takes a `Database` (one short transaction per call) or a `Session` (join the caller's)."""
 
-from db.repositories.admin import AuditRepository, DashboardRepository, ScheduleRepository
+from db.repositories.admin import ArchiveSettingsRepository, AuditRepository, DashboardRepository, ScheduleRepository
 from db.repositories.base import Actor, Repository
 from db.repositories.reports import CorrectionRepository, DraftRepository
 from db.repositories.studies import HOLDOUT_FRACTION, StudyRepository, split_for
@@ -8,6 +8,7 @@ from db.repositories.training import ROUND_TRANSITIONS, ModelVersionRepository, 
 from db.repositories.users import UserRepository
 
 __all__ = [
+    "ArchiveSettingsRepository",
     "HOLDOUT_FRACTION",
     "ROUND_TRANSITIONS",
     "Actor",

@@ -1,4 +1,4 @@
-"""Schedule settings, the append-only audit log, and the dashboard's counts."""
+"""Schedule and archive settings, the append-only audit log, and the dashboard's counts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from db.models import AuditLog, Correction, PreferencePair, ScheduleSetting, Study, utcnow
-from db.records import STUDY_STATUSES, AuditEntry, DashboardCounts, ScheduleSettings, UserRecord
+from db.models import ArchiveSetting, AuditLog, Correction, PreferencePair, ScheduleSetting, Study, utcnow
+from db.records import SR_SEND_MODES, STUDY_STATUSES, ArchiveSettings, AuditEntry, DashboardCounts, ScheduleSettings, UserRecord
 from db.repositories.base import Actor, Repository, as_utc, audit, must_utc
 from orapo_core.errors import OrapoError
 
@@ -79,6 +79,31 @@ class ScheduleRepository(Repository):
             audit(session, actor, "schedule.update", "schedule_settings", 1, changes)
             session.flush()
             return _schedule(row)
+
+
+class ArchiveSettingsRepository(Repository):
+    def get(self) -> ArchiveSettings:
+        with self._session() as session:
+            row = session.get(ArchiveSetting, 1)
+            if row is None:
+                return ArchiveSettings()
+            return ArchiveSettings(sr_send=row.sr_send, updated_at=as_utc(row.updated_at), updated_by=row.updated_by)
+
+    def update(self, *, sr_send: str, actor: Actor = None) -> ArchiveSettings:
+        if sr_send not in SR_SEND_MODES:
+            raise OrapoError("invalid_sr_send", f"Sending reports to the archive is one of {', '.join(SR_SEND_MODES)}, "
+                                                f"not {sr_send!r}.")
+        with self._session() as session:
+            row = session.get(ArchiveSetting, 1)
+            if row is None:
+                row = ArchiveSetting(id=1)
+                session.add(row)
+            row.sr_send = sr_send
+            row.updated_at = utcnow()
+            row.updated_by = actor.id if isinstance(actor, UserRecord) else None
+            audit(session, actor, "archive.update", "archive_settings", 1, {"sr_send": sr_send})
+            session.flush()
+            return ArchiveSettings(sr_send=row.sr_send, updated_at=as_utc(row.updated_at), updated_by=row.updated_by)
 
 
 def _entry(row: AuditLog) -> AuditEntry:
