@@ -1,4 +1,5 @@
-"""The Worklist tab: my studies (or everyone's, for an administrator), their history, and reopening one to amend."""
+"""The Worklist tab: my studies (or everyone's, for an administrator), their history, reopening one to amend, and
+studies to import from the archive (app.tabs.worklist_archive)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import gradio as gr
 
 from app.messages import in_page
 from app.context import AppContext
+from app.tabs import worklist_archive
 from app.tabs.fields import entered_id, id_field
 from app.services import reports
 from orapo_core.errors import OrapoError
@@ -55,6 +57,8 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> WorklistUI:
         open_btn = gr.Button("Open in Read tab (to amend)", variant="primary", scale=0, elem_id="orapo-worklist-open")
     history = gr.Dataframe(headers=["Entry", "When", "By", "State", "Text"], interactive=False, wrap=True,
                            label="History: drafts and report versions", elem_id="orapo-worklist-history")
+    with gr.Accordion("From the archive", open=False, elem_id="orapo-archive"):
+        worklist_archive.build(ctx)
 
     @in_page()
     def list_studies(status_value, scope_value, request: gr.Request):
