@@ -33,6 +33,7 @@ from db.records import (
     PAIR_SOURCES,
     ROLES,
     ROUND_STATUSES,
+    READING_ORDERS,
     ROUND_TRIGGERS,
     SPLITS,
     SR_SEND_MODES,
@@ -172,7 +173,7 @@ class Correction(Base):
     """A clinician's report for a study. An amendment is a new row, version + 1, never an overwrite."""
 
     __tablename__ = "corrections"
-    __table_args__ = (UniqueConstraint("study_id", "version"),)
+    __table_args__ = (UniqueConstraint("study_id", "version"), _one_of("reading_order", READING_ORDERS))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
@@ -185,6 +186,8 @@ class Correction(Base):
     version: Mapped[int] = mapped_column(Integer, default=1)
     previous_id: Mapped[int | None] = mapped_column(ForeignKey("corrections.id"))
     trained_in_round: Mapped[int | None] = mapped_column(ForeignKey("training_rounds.id"), index=True)
+    # The worklist ordering the reader opened the study from ("oldest", "useful"); NULL: not from an ordering.
+    reading_order: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -28,6 +28,8 @@ ROUND_TRIGGERS: tuple[str, ...] = ("manual", "schedule", "threshold")
 VERSION_STATUSES: tuple[str, ...] = ("candidate", "promoted", "rejected", "retired")
 #: When a signed report goes back to the archive as a DICOM SR: never, as it is signed, or only when asked.
 SR_SEND_MODES: tuple[str, ...] = ("off", "on_sign", "manual")
+#: The worklist orderings a reader opens unread studies from: oldest first, or most useful to the model first.
+READING_ORDERS: tuple[str, ...] = ("oldest", "useful")
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class CorrectionRecord:
     previous_id: int | None
     trained_in_round: int | None
     created_at: datetime
+    reading_order: str | None = None  # the worklist ordering the study was opened from (READING_ORDERS), if any
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "archive_study_not_found": "The archive has no study with this StudyInstanceUID.",
         "archive_refused": "The archive refused to store some of the instances sent (STOW-RS).",
         "invalid_sr_send": "Sending signed reports to the archive is off, on_sign or manual.",
+        "invalid_reading_order": "The worklist orders unread studies oldest first or most useful to the model first.",
         "sr_send_failed": "A signed report's SR could not be sent to the archive (the send is audited; retry it).",
         "invalid_date": "A date is not YYYY-MM-DD (or YYYYMMDD), or a range is not from an earlier to a later date.",
         "invalid_ae_title": "An AE title is 1 to 16 printable characters without a backslash.",

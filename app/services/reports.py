@@ -280,10 +280,9 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
                 base_version: int | None = None, settings=None) -> CorrectionRecord:
     """Store the clinician's report (version 1, or an amendment of the latest), and its preference pair if edited.
 
-    With `base_version` (the version the clinician's page opened), a report stored by someone else since is
-    refused (`stale_correction`); the repository refuses a version written meanwhile by anyone.
-    The correction, its pair and its audit entries are one transaction: all stored, or none; a committed
-    signature then sends the SR in the background if the admin said so (`sr_send.after_signing`)."""
+    With `base_version` (the version the page opened), a report stored by anyone since is refused (`stale_correction`).
+    The correction (with the worklist ordering it was opened from), its pair and its audit entries are one
+    transaction; a committed signature then sends the SR in the background if the admin said so (`sr_send`)."""
     from app.services.sr_send import after_signing
 
     record = _store_correction(db, user, study_id, draft_id, text, sign=sign, base_version=base_version)
@@ -294,18 +293,17 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
 
 def _store_correction(db, user: UserRecord, study_id, draft_id, text: str, *, sign: bool, base_version) -> CorrectionRecord:
     from app.services.drafting import open_study
+    from app.services.reading_order import opened_from
     from db import AuditRepository, CorrectionRepository, DraftRepository, PairRepository
     from orapo_core.facts import label_report
 
-    text = (text or "").strip()
-    if not text:
+    if not (text := (text or "").strip()):
         raise OrapoError("empty_report", "The report is empty; write or accept a report before saving.")
     overview = open_study(db, user, study_id)
     draft = DraftRepository(db).get(int(draft_id)) if draft_id is not None else overview.latest_draft
     if draft is not None and draft.study_id != overview.study.id:
         raise OrapoError("draft_not_found", "That draft belongs to another study.")
-    labels = label_report(text)
-    latest = overview.latest_correction
+    labels, order, latest = label_report(text), opened_from(db, user, overview.study.id), overview.latest_correction
     if base_version is not None:
         check_base_version(db, latest, int(base_version))
     with db.session() as session:
@@ -317,10 +315,12 @@ def _store_correction(db, user: UserRecord, study_id, draft_id, text: str, *, si
             return record
         if latest is None:
             record = corrections.create(overview.study.id, author_id=user.id, text=text,
-                                        draft_id=draft.id if draft else None, labels=labels, signed=sign)
+                                        draft_id=draft.id if draft else None, labels=labels, signed=sign,
+                                        reading_order=order)
             action = "correction.create"
         else:
-            record = corrections.amend(latest.id, author_id=user.id, text=text, labels=labels, signed=sign)
+            record = corrections.amend(latest.id, author_id=user.id, text=text, labels=labels, signed=sign,
+                                       reading_order=order)
             action = "correction.amend"
         details: dict[str, Any] = {"correction_id": record.id, "version": record.version, "signed": sign,
                                    "accepted_unchanged": record.accepted_unchanged,

@@ -93,6 +93,8 @@ def round_html(details) -> str:
     out = [" · ".join(bits),
            f"<div class='bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>",
            f"<div class='muted'>{pct:.0f}% complete</div>"]
+    if metrics.selection is not None and metrics.selection.pairs_by_order:
+        out.append(f"<div>New pairs by reading order: {html.escape(pairs_by_order_text(metrics.selection))}</div>")
     gate = metrics.gate
     if gate is not None and gate.reason:
         verdict = "promote" if gate.promote else "held for an administrator" if gate.hold else "reject"
@@ -103,6 +105,14 @@ def round_html(details) -> str:
         v = details.version
         out.append(f"<div>Produced version <b>{v.id}</b> ({html.escape(v.name)}), now <b>{html.escape(v.status)}</b>.</div>")
     return "\n".join(out)
+
+
+def pairs_by_order_text(selection) -> str:
+    """How many of a round's new clinician pairs each worklist ordering brought, in words."""
+    from app.services.reading_order import ORDER_LABELS
+
+    words = dict(ORDER_LABELS, unordered="not opened from an ordering")
+    return " · ".join(f"{n} {words.get(order, order)}" for order, n in sorted(selection.pairs_by_order.items()))
 
 
 def log_text(details) -> str:

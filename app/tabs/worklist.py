@@ -11,7 +11,7 @@ from app.messages import in_page
 from app.context import AppContext
 from app.tabs import worklist_archive
 from app.tabs.fields import entered_id, id_field
-from app.services import reports
+from app.services import reading_order, reports
 from orapo_core.errors import OrapoError
 
 STATUSES = ["all", "new", "drafted", "corrected", "signed", "trained"]
@@ -22,6 +22,7 @@ COLUMNS = ["Study", "Patient (pseudonym)", "View", "Status", "Use", "Uploaded", 
 class WorklistUI:
     study_id: gr.Textbox
     open_btn: gr.Button
+    order: gr.Radio
 
 
 def rows(overviews) -> list[list]:
@@ -50,6 +51,9 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> WorklistUI:
         # shown to administrators only, when the tab opens: a radiologist is never offered a refusal
         scope = gr.Radio(["mine", "everyone"], value="mine", label="Studies", scale=1, visible=False,
                          elem_id="orapo-worklist-scope")
+        order = gr.Radio(list(reading_order.ORDER_LABELS.values()), value=reading_order.ORDER_LABELS["oldest"],
+                         label="Unread studies", scale=1, elem_id="orapo-worklist-order",
+                         info="listed first; 'most useful' puts first the drafts the model is least sure of")
         refresh = gr.Button("Refresh", scale=0, elem_id="orapo-worklist-refresh")
     table = gr.Dataframe(headers=COLUMNS, interactive=False, wrap=True, elem_id="orapo-worklist")
     with gr.Row():
@@ -60,22 +64,26 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> WorklistUI:
     with gr.Accordion("From the archive", open=False, elem_id="orapo-archive"):
         worklist_archive.build(ctx)
 
-    @in_page()
-    def list_studies(status_value, scope_value, request: gr.Request):
-        user = ctx.user(request)
-        return rows(reports.worklist(ctx.database, user, status=status_value, everyone=scope_value == "everyone"))
+    def listed(user, status_value, everyone: bool, order_value):
+        studies = reports.worklist(ctx.database, user, status=status_value, everyone=everyone)
+        return rows(reading_order.ordered(ctx.database, studies, order_value))
 
-    inputs = [status, scope]
+    @in_page()
+    def list_studies(status_value, scope_value, order_value, request: gr.Request):
+        return listed(ctx.user(request), status_value, scope_value == "everyone", order_value)
+
+    inputs = [status, scope, order]
     refresh.click(list_studies, inputs=inputs, outputs=table, api_name="worklist")
     status.input(list_studies, inputs=inputs, outputs=table, api_visibility="private")
     scope.input(list_studies, inputs=inputs, outputs=table, api_visibility="private")
+    order.input(list_studies, inputs=inputs, outputs=table, api_visibility="private")
 
     @in_page()
-    def opened(status_value, scope_value, request: gr.Request):
+    def opened(status_value, scope_value, order_value, request: gr.Request):
         user = ctx.user(request)
         everyone = user.is_admin and scope_value == "everyone"
         return (gr.Radio(visible=user.is_admin, value="everyone" if everyone else "mine"),
-                rows(reports.worklist(ctx.database, user, status=status_value, everyone=everyone)))
+                listed(user, status_value, everyone, order_value))
 
     if tab is not None:
         tab.select(opened, inputs=inputs, outputs=[scope, table], api_visibility="private")
@@ -93,7 +101,7 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> WorklistUI:
     table.select(pick, inputs=table, outputs=study_id, api_visibility="private").then(
         study_history, inputs=study_id, outputs=history, api_visibility="private")
     study_id.submit(study_history, inputs=study_id, outputs=history, api_name="study_history")
-    return WorklistUI(study_id=study_id, open_btn=open_btn)
+    return WorklistUI(study_id=study_id, open_btn=open_btn, order=order)
 
 
 def wire_open(ctx: AppContext, ui: WorklistUI, read_ui, tabs: gr.Tabs) -> None:
@@ -101,11 +109,14 @@ def wire_open(ctx: AppContext, ui: WorklistUI, read_ui, tabs: gr.Tabs) -> None:
     from app.tabs.read import load_study
 
     @in_page()
-    def open_study(study, request: gr.Request):
+    def open_study(study, order_value, request: gr.Request):
         user = ctx.user(request)
         study = entered_id(study, "study")
         if study is None:
             raise OrapoError("no_study", "Select a study in the worklist first.")
-        return (*load_study(ctx, user, study), gr.Tabs(selected="read"))
+        loaded = load_study(ctx, user, study)  # refuses a study this reader may not open, before anything is noted
+        reading_order.note_opened(ctx.database, user, study, order_value)  # what the correction will record
+        return (*loaded, gr.Tabs(selected="read"))
 
-    ui.open_btn.click(open_study, inputs=ui.study_id, outputs=[*read_ui.study_outputs, tabs], api_name="open_study")
+    ui.open_btn.click(open_study, inputs=[ui.study_id, ui.order], outputs=[*read_ui.study_outputs, tabs],
+                      api_name="open_study")

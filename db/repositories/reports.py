@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from db.models import Correction, Draft, Study, TrainingRound, User, utcnow
-from db.records import CorrectionRecord, DraftRecord
+from db.records import READING_ORDERS, CorrectionRecord, DraftRecord
 from db.repositories.base import Repository, as_utc, must_utc
 from orapo_core.errors import OrapoError
 from orapo_core.report_layout import same_text
@@ -53,6 +53,7 @@ def correction_record(correction: Correction) -> CorrectionRecord:
         previous_id=correction.previous_id,
         trained_in_round=correction.trained_in_round,
         created_at=must_utc(correction.created_at),
+        reading_order=correction.reading_order,
     )
 
 
@@ -130,12 +131,15 @@ class CorrectionRepository(Repository):
         labels: Any = None,
         accepted_unchanged: bool | None = None,
         signed: bool = False,
+        reading_order: str | None = None,
     ) -> CorrectionRecord:
-        """The first correction of a study (version 1). `accepted_unchanged` defaults to "same text as the draft"."""
+        """The first correction of a study (version 1). `accepted_unchanged` defaults to "same text as the draft";
+        `reading_order` is the worklist ordering the reader opened the study from (None: not from an ordering)."""
         with self._session() as session:
             if session.scalar(select(Correction.id).where(Correction.study_id == study_id).limit(1)) is not None:
                 raise OrapoError("correction_exists", "This study already has a report; amend it instead.")
-            return self._add(session, study_id, author_id, text, draft_id, labels, accepted_unchanged, signed, 1, None)
+            return self._add(session, study_id, author_id, text, draft_id, labels, accepted_unchanged, signed, 1, None,
+                             reading_order)
 
     def amend(
         self,
@@ -146,6 +150,7 @@ class CorrectionRepository(Repository):
         labels: Any = None,
         accepted_unchanged: bool | None = None,
         signed: bool = False,
+        reading_order: str | None = None,
     ) -> CorrectionRecord:
         """A new version of the study's report; `correction_id` must be the latest version."""
         with self._session() as session:
@@ -157,10 +162,14 @@ class CorrectionRepository(Repository):
                 raise OrapoError("stale_correction", "This report has been amended since you opened it; reload it first.")
             return self._add(
                 session, previous.study_id, author_id, text, previous.draft_id, labels if labels is not None else previous.labels,
-                accepted_unchanged, signed, previous.version + 1, previous.id,
+                accepted_unchanged, signed, previous.version + 1, previous.id, reading_order,
             )
 
-    def _add(self, session, study_id, author_id, text, draft_id, labels, accepted_unchanged, signed, version, previous_id) -> CorrectionRecord:
+    def _add(self, session, study_id, author_id, text, draft_id, labels, accepted_unchanged, signed, version, previous_id,
+             reading_order=None) -> CorrectionRecord:
+        if reading_order is not None and reading_order not in READING_ORDERS:
+            raise OrapoError("invalid_reading_order", f"A reading order is one of {', '.join(READING_ORDERS)}, "
+                                                      f"not {reading_order!r}.")
         study = _study(session, study_id)
         if session.get(User, author_id) is None:
             raise OrapoError("user_not_found", f"There is no user with id {author_id}.")
@@ -181,6 +190,7 @@ class CorrectionRepository(Repository):
             signed_at=utcnow() if signed else None,
             version=version,
             previous_id=previous_id,
+            reading_order=reading_order,
         )
         session.add(correction)
         try:

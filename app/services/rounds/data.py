@@ -20,6 +20,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from app.services.reading_order import pairs_by_order
 from app.services.rounds.metrics import HeldoutSummary, Selection
 from orapo_core.errors import OrapoError
 from orapo_core.report_layout import report_text, same_text, split_report
@@ -36,6 +37,7 @@ class RoundStudy:
     draft_text: str | None
     pair_ids: tuple[int, ...] = ()
     replay: bool = False
+    reading_order: str | None = None  # the worklist ordering the study was read from (app.services.reading_order)
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ class RoundSelection:
         return Selection(new_studies=[s.study_id for s in self.new], replayed_studies=[s.study_id for s in self.replay],
                          phantom_replay=len(self.phantom_replay), correction_ids=[s.correction_id for s in self.new],
                          pair_ids=sorted({p for s in self.studies for p in s.pair_ids}),
-                         clinician_pairs=sum(1 for s in self.studies if s.draft_text))
+                         clinician_pairs=sum(1 for s in self.studies if s.draft_text),
+                         pairs_by_order=pairs_by_order(self.new))
 
 
 def _first_image_path(settings, images) -> str | None:
@@ -94,7 +97,7 @@ def _round_study(db, settings, correction, images, *, replay: bool) -> RoundStud
         draft_text = None if same_text(text, correction.text) else text
     return RoundStudy(study_id=correction.study_id, correction_id=correction.id, image_path=image_path,
                       corrected_report=correction.text, draft_text=draft_text,
-                      pair_ids=tuple(p.id for p in pairs), replay=replay)
+                      pair_ids=tuple(p.id for p in pairs), replay=replay, reading_order=correction.reading_order)
 
 
 def select_round_studies(db, settings, *, replay_fraction: float = 0.0, replay_max: int | None = None,

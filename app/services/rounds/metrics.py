@@ -29,6 +29,8 @@ class Selection:
     correction_ids: list[int] = field(default_factory=list)
     pair_ids: list[int] = field(default_factory=list)
     clinician_pairs: int = 0
+    # the new studies' clinician pairs by the worklist ordering they were read from ("unordered": none)
+    pairs_by_order: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

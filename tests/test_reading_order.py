@@ -1,0 +1,141 @@
+"""The worklist's ordering of unread studies: oldest first, or most useful to the model first (self-consistency of
+the K samples, their disagreement on findings, and the findings the served model misses most), on literal drafts;
+which ordering each correction came from, and how many of a round's pairs each ordering brought."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from orapo_core.errors import OrapoError
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def overview(study_id, *, status="drafted", minutes=0, text=None, sentences=None):
+    study = SimpleNamespace(id=study_id, status=status, created_at=T0 + timedelta(minutes=minutes))
+    draft = None if text is None else SimpleNamespace(text=text, sentence_scores=sentences)
+    return SimpleNamespace(study=study, latest_draft=draft)
+
+
+def sentence(confidence, *agreements):
+    return {"text": "s", "confidence": confidence, "agreements": [{"agreement": a} for a in agreements]}
+
+
+def test_usefulness_is_the_documented_formula_on_literal_numbers() -> None:
+    from app.services.reading_order import usefulness
+
+    draft = overview(1, text="Findings: Small left pleural effusion. Heart size normal.",
+                     sentences=[sentence(0.5, 0.5), sentence(1.0, 1.0), {"text": "Impression.", "confidence": 1.0}])
+    rates = {"Pleural Effusion": 0.5, "Pneumothorax": 0.25, "Cardiomegaly": 0.1}
+    u = usefulness(draft, rates)
+    # sentences with facts: confidences 0.5 and 1.0; one of two facts disagreed on; effusion is stated, so the
+    # most-missed finding it is silent on is pneumothorax.
+    assert (u.inconsistency, u.disagreement, u.missed) == (0.25, 0.5, 0.25)
+    assert u.score == pytest.approx(0.4 * 0.25 + 0.3 * 0.5 + 0.3 * 0.25)
+    assert usefulness(overview(2), rates).score == 0  # no draft yet
+    assert usefulness(overview(3, text="Findings: Clear.", sentences=[]), {}).score == 0
+
+
+def test_useful_first_puts_the_least_sure_draft_first_and_keeps_ties_oldest_first(monkeypatch) -> None:
+    from app.services.reading_order import ordered
+
+    sure = overview(1, minutes=0, text="Findings: Clear.", sentences=[sentence(1.0, 1.0)])
+    unsure = overview(2, minutes=5, text="Findings: Possible effusion.", sentences=[sentence(0.25, 0.25)])
+    undrafted_old = overview(3, status="new", minutes=-10)
+    undrafted_new = overview(4, status="new", minutes=10)
+    signed = overview(5, status="signed", minutes=-20, text="Findings: Clear.", sentences=[])
+    newest_first = [undrafted_new, unsure, sure, undrafted_old, signed]
+    db = None  # miss rates come from the database only when ordering by usefulness: see the next test
+    assert [o.study.id for o in ordered(db, newest_first, "oldest first")] == [3, 1, 2, 4, 5]
+    monkeypatch.setattr("app.services.reading_order.served_miss_rates", lambda db: {})
+    assert [o.study.id for o in ordered(db, newest_first, "most useful to the model first")] == [2, 3, 1, 4, 5]
+    with pytest.raises(OrapoError) as exc:
+        ordered(db, newest_first, "random")
+    assert exc.value.code == "invalid_reading_order"
+
+
+@pytest.fixture
+def clinic(data_dir):
+    from app.runtime import open_database
+    from db import ModelVersionRepository, UserRepository
+    from orapo_core.config import Settings
+    from tests.support.rounds import uid_with_split
+
+    settings = Settings()
+    db = open_database(settings)
+    rita = UserRepository(db).create("rita", "rita-pass-1")
+    served = ModelVersionRepository(db).create("served", base_model_path="models/starter")
+    ModelVersionRepository(db).promote(served.id)
+    old = ModelVersionRepository(db).create("old", base_model_path="models/old")
+
+    def study(tag: str, draft_text: str, *, version=served, report: str | None = None):
+        from db import CorrectionRepository, DraftRepository, StudyRepository
+
+        s = StudyRepository(db).create(uid_with_split(tag, "train"), f"ANON-{tag}", uploaded_by=rita.id)
+        d = DraftRepository(db).create(s.id, model_name="m", prompt="p", text=draft_text, model_version_id=version.id)
+        if report is not None:
+            CorrectionRepository(db).create(s.id, author_id=rita.id, text=report, draft_id=d.id, signed=True)
+        return s.id, d.id
+
+    return SimpleNamespace(db=db, settings=settings, rita=rita, study=study, old=old)
+
+
+def test_miss_rates_are_the_served_models_smoothed(clinic) -> None:
+    from app.services.reading_order import served_miss_rates
+
+    clear = "Findings: The lungs are clear.\nImpression: Normal."
+    effusion = "Findings: Small right pleural effusion.\nImpression: Effusion."
+    clinic.study("a", clear, report=effusion)  # missed
+    clinic.study("b", effusion, report=effusion)  # found
+    clinic.study("c", clear, report="Findings: Right pneumothorax.\nImpression: Pneumothorax.", version=clinic.old)
+    rates = served_miss_rates(clinic.db)
+    assert rates == {"Pleural Effusion": pytest.approx(1 / 4)}  # 1 miss of 2 reports, + 2; the old model's not
+
+
+def test_a_correction_records_the_ordering_it_was_opened_from(clinic) -> None:
+    from app.services import reading_order
+    from app.services.reports import save_report
+    from app.services.rounds.data import select_round_studies
+    from db import CorrectionRepository
+
+    from_useful, draft_a = clinic.study("u", "Findings: Clear.\nImpression: Normal.")
+    from_oldest, draft_b = clinic.study("o", "Findings: Clear.\nImpression: Normal.")
+    uploaded, draft_c = clinic.study("x", "Findings: Clear.\nImpression: Normal.")
+    assert reading_order.note_opened(clinic.db, clinic.rita, from_useful, "most useful to the model first")
+    assert reading_order.note_opened(clinic.db, clinic.rita, from_oldest, "oldest")
+    report = "Findings: Small left pleural effusion.\nImpression: Effusion."
+    for study_id, draft_id in ((from_useful, draft_a), (from_oldest, draft_b), (uploaded, draft_c)):
+        save_report(clinic.db, clinic.rita, study_id, draft_id, report, sign=True)
+    orders = {c.study_id: c.reading_order for c in CorrectionRepository(clinic.db).untrained(signed_only=True)}
+    assert orders == {from_useful: "useful", from_oldest: "oldest", uploaded: None}
+    # Opening a signed study to amend it is not reading it in an ordering.
+    assert not reading_order.note_opened(clinic.db, clinic.rita, from_oldest, "useful")
+
+    for study_id in (from_useful, from_oldest, uploaded):  # the round needs an image to train on
+        path = clinic.settings.storage_dir / f"seed/{study_id}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"png")
+        from db import StudyRepository
+
+        StudyRepository(clinic.db).add_image(study_id, display_path=f"seed/{study_id}.png", width=8, height=8,
+                                             source_format="png")
+    summary = select_round_studies(clinic.db, clinic.settings).summary()
+    assert summary.pairs_by_order == {"oldest": 1, "unordered": 1, "useful": 1}
+
+    from app.tabs.rounds import pairs_by_order_text
+
+    assert pairs_by_order_text(summary) == ("1 oldest first · 1 not opened from an ordering · "
+                                            "1 most useful to the model first")
+
+
+def test_the_database_refuses_an_unknown_ordering(clinic) -> None:
+    from db import CorrectionRepository
+
+    study_id, draft_id = clinic.study("z", "Findings: Clear.")
+    with pytest.raises(OrapoError) as exc:
+        CorrectionRepository(clinic.db).create(study_id, author_id=clinic.rita.id, text="x", draft_id=draft_id,
+                                               reading_order="random")
+    assert exc.value.code == "invalid_reading_order"
