@@ -27,9 +27,12 @@ run: $(STAMP)
 
 # The whole suite. In CI (CI=true) or with ORAPO_TEST_POSTGRES=1 the database
 # tests also run against a throwaway PostgreSQL server that .ci/postgres.sh
-# installs (Debian's package) and starts on 127.0.0.1; in CI the browser tests'
-# Chromium comes from Debian too (.ci/chromium.sh). Elsewhere, tests that need
-# a missing server or browser are skipped with a reason.
+# installs (Debian's package) and starts on 127.0.0.1; in CI or with
+# ORAPO_TEST_ORTHANC=1 the archive tests (DICOMweb, DIMSE, SR sending, the
+# Worklist's archive view) run against a throwaway Orthanc that .ci/orthanc.sh
+# installs and starts the same way; in CI the browser tests' Chromium comes from
+# Debian too (.ci/chromium.sh). Elsewhere, tests that need a missing server or
+# browser are skipped with a reason.
 test: $(STAMP)
 	@pg_url=""; orthanc_url=""; \
 	if [ "$${CI:-}" = "true" ]; then .ci/chromium.sh || exit 1; fi; \
