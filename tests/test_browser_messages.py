@@ -4,8 +4,9 @@ Drives Debian's Chromium through Playwright against the launched app. Gradio put
 a red "Error" badge (`BADGE`) over every output of a handler that raises: the
 last good values disappear under it and typing is blocked until it is dismissed.
 Each refusal here (a duplicate user, a bad cron string, promoting a rejected
-version, a wrong current password) must instead say why in the page, and leave
-the tables and the typed text visible and editable.
+version, a wrong current password, a file the server refuses) must instead say
+why in the page, and leave the tables, the open study and the typed text visible
+and editable.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from tests.support.browser import ARTIFACTS, require_chromium
 require_chromium()
 
 WAIT = 30_000  # every wait is explicit: the app runs on 2 busy cores
+SELECTED = """() => { const f = document.querySelector('#orapo-worklist-study :is(input, textarea)');
+  return !!f && f.value.trim() !== ''; }"""
 BADGE = "div.wrap span.error"  # Gradio's status tracker marks a failed output with this badge
 REPORT = "Small left pleural effusion. No pneumothorax."
 
@@ -24,9 +27,12 @@ REPORT = "Small left pleural effusion. No pneumothorax."
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     """Users, one study of rita's with a report she signed, and a version the gate rejected."""
+    from sqlalchemy import update
+
     from app.services import reports
     from app.services.ingest import ingest_bytes
     from db import ModelVersionRepository, UserRepository
+    from db.models import Study
     from tests.support.app import phantom_png
     from tests.support.app import launched_app, make_env
 
@@ -36,6 +42,8 @@ def app(tmp_path_factory):
     png = phantom_png(root / "chest.png", seed=11)
     outcome = ingest_bytes(png.read_bytes(), "chest.png", db=db, settings=settings, user=rita, actor="rita")
     reports.save_report(db, rita, outcome.study_id, None, REPORT, sign=True)
+    with db.session() as session:  # held out, whatever its hash says: both tabs must say so in a reader's words
+        session.execute(update(Study).where(Study.id == outcome.study_id).values(split="holdout"))
     versions = ModelVersionRepository(db)
     rejected = versions.create("round-bad", base_model_path="models/tiny")
     versions.reject(rejected.id, reason="worse on the held-out set")
@@ -148,10 +156,57 @@ def test_a_radiologist_sees_her_worklist_as_it_opens_with_names_and_no_choice_sh
     expect(history).to_contain_text("report v1", timeout=WAIT)
     expect(history).to_contain_text("rita", timeout=WAIT)
     expect(history).not_to_contain_text("author", timeout=WAIT)
+    expect(table).to_contain_text("kept aside to check the model", timeout=WAIT)
+    open_selected(page)  # the Read tab says what a held-out study is for, not "split holdout"
+    study = page.locator("#orapo-study")
+    expect(study).to_contain_text("kept aside to check the model; not used to train it", timeout=WAIT)
+    expect(study).not_to_contain_text("holdout", timeout=WAIT)
+    expect(study).not_to_contain_text("split", timeout=WAIT)
     page.get_by_role("tab", name="Dashboard").click()
     expect(page.locator("#orapo-dashboard-tiles")).to_be_visible(timeout=WAIT)
     expect(page.locator("#orapo-dashboard-scope")).to_be_hidden(timeout=WAIT)
     page.screenshot(path=str(ARTIFACTS / "messages-5-worklist.png"), full_page=True)
+    context.close()
+
+
+def open_selected(page) -> None:
+    """Open the study selected in the worklist, once the selection reached the server."""
+    from playwright.sync_api import expect
+
+    page.wait_for_function(SELECTED, timeout=WAIT)
+    page.locator("#orapo-worklist-open").click()
+    expect(page.locator("#orapo-report textarea")).to_have_value(REPORT, timeout=WAIT)
+
+
+def test_a_refused_upload_is_a_message_and_the_open_study_stays(browser, app, tmp_path):
+    from playwright.sync_api import expect
+
+    url, db, study_id, _ = app
+    context, page = signed_in(browser, url, "rita", "rita-pass-1")
+    page.get_by_role("tab", name="Worklist").click()
+    expect(page.locator("#orapo-worklist")).to_contain_text("signed", timeout=WAIT)
+    page.locator("#orapo-worklist [data-testid=cell-0-0]").click()
+    open_selected(page)
+    page.get_by_text("De-identified header").click()
+    header = page.locator("#orapo-header")
+    expect(header).to_contain_text("PatientID", timeout=WAIT)
+    report = page.locator("#orapo-report textarea")
+    report.fill(REPORT + " Typed, not saved yet.")
+
+    # a file the page lets through (its name ends in .dcm) that the server refuses: not a DICOM at all
+    broken = tmp_path / "messages-broken.dcm"
+    broken.write_bytes(b"this is not a DICOM file" * 40)
+    page.locator("#orapo-files input[type=file]").set_input_files(str(broken))
+    summary = page.locator("#orapo-upload-status")
+    expect(summary).to_contain_text("Refused messages-broken.dcm", timeout=WAIT)
+    no_badge(page)
+    expect(page.locator("#orapo-study")).to_contain_text(f"Study {study_id}", timeout=WAIT)  # still the study open
+    expect(report).to_have_value(REPORT + " Typed, not saved yet.", timeout=WAIT)  # the typed text is kept
+    expect(report).to_be_editable(timeout=WAIT)
+    expect(header).to_contain_text("PatientID", timeout=WAIT)  # the header table is still there
+    expect(page.locator(".orapo-viewer")).to_be_visible(timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "messages-6-refused-upload.png"), full_page=True)
+    report.fill(REPORT)  # nothing unsaved left behind
     context.close()
 
 

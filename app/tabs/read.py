@@ -47,7 +47,7 @@ def build(ctx: AppContext) -> ReadUI:
             image_viewer = viewer.build()
             with gr.Accordion("De-identified header", open=False):
                 header = gr.Dataframe(headers=["Element", "Value"], interactive=False, wrap=True, elem_id="orapo-header")
-        with gr.Column(scale=1, min_width=420):
+        with gr.Column(scale=1, min_width=420, elem_id="orapo-report-column"):
             column = read_report.build_column(ctx)
 
     study_outputs = [image_viewer, header, *column.opened_outputs]

@@ -99,9 +99,9 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
     def pick_sentence(evt: gr.SelectData):
         # spans alternate sentence, separator: the n-th sentence is span 2n
         index = evt.index if isinstance(evt.index, int) else 0
-        return gr.Dropdown(value=index // 2)
+        return gr.Dropdown(value=index // 2), gr.Accordion(open=True)
 
-    c.highlights.select(pick_sentence, outputs=c.sentence, api_visibility="private")
+    c.highlights.select(pick_sentence, outputs=[c.sentence, c.facts_panel], api_visibility="private")
 
     def stored(record, ahead: reports.PendingReport, user, session) -> tuple:
         """After storing: the report shows the stored text, unlocked; the status says what was stored; the page

@@ -29,15 +29,23 @@ from orapo_core.errors import OrapoError
 
 LAST_STUDY_KEY = "orapo-last-study"  # localStorage key of the study the reader last had open (an id, and whose)
 MODEL_POLL_S = 2.0
+FACTS_TITLE = "Facts of a sentence (click a sentence above)"
 DRAFT_QUESTION = ("**Your edit of this report is not saved.** A new draft would replace it in the report box. "
                   "Replace it with a new draft, or keep your edit (and save it if you want to keep it).")
-# The badge after each sentence never breaks inside (Gradio's highlights break words anywhere); the text between
-# words only. Injected once into the page's head.
-HIGHLIGHT_CSS = """<style>
-#orapo-highlights .textfield { word-break: normal; overflow-wrap: break-word; }
+# The column fits 1440x900 beside the image with a draft on screen: the highlights and their legend scroll inside
+# fixed heights, the facts of a sentence fold away until a sentence is clicked, the gaps are tighter. The badge after
+# each sentence never breaks inside (Gradio's highlights break words anywhere); the text between words only.
+# Injected once into the page's head.
+COLUMN_CSS = """<style>
+#orapo-report-column { gap: 8px; }
+#orapo-highlight-style { display: none; }
+#orapo-highlights .textfield { word-break: normal; overflow-wrap: break-word; max-height: 8.5em; overflow-y: auto; }
 #orapo-highlights .label { white-space: nowrap; word-break: keep-all; }
-#orapo-missed .orapo-chip { color: #fff !important; font-weight: 600; font-size: 85%; padding: 1px 6px; border-radius: 4px;
-  white-space: nowrap; }
+#orapo-missed { max-height: 6.5em; overflow-y: auto; font-size: 90%; line-height: 1.45; }
+#orapo-missed p { margin: 0 0 2px 0; }
+#orapo-missed ul { margin: 0 0 2px 0; }
+#orapo-missed .orapo-chip { color: #fff !important; font-weight: 600; font-size: 85%; padding: 0 5px;
+  border-radius: 4px; white-space: nowrap; }
 </style>"""
 
 
@@ -103,12 +111,13 @@ def _missed_md(hl: reports.Highlights) -> str:
     chips = " ".join(f'<span class="orapo-chip" style="background:{color}">{label}</span> {meaning}'
                      for label, color, meaning in hl.legend())
     if hl.mode != "facts":
-        return (f"**Before your edit**, each sentence shows the share of the model's samples that agree with it: {chips}. "
+        return (f"**Before your edit:** the share of the model's samples that agree with each sentence: {chips}. "
                 "Edit the report to check the draft against it.")
+    # what the reader must act on first (the panel scrolls): what was missed, why sentences are contradicted
     missed = ", ".join(hl.missed) if hl.missed else "none"
     why = "".join(f"\n- *{sentence}* {reason}" for sentence, reason in hl.reasons)
-    return (f"**Checked against your report:** {chips}.\n\n" + (f"**Contradicted:**{why}\n\n" if why else "")
-            + f"**Missed by the draft:** {missed}")
+    return (f"**Missed by the draft:** {missed}\n\n" + (f"**Contradicted:**{why}\n\n" if why else "")
+            + f"**Checked against your report:** {chips}.")
 
 
 def opened(user, overview, image) -> tuple:
@@ -166,7 +175,7 @@ def build_column(ctx: AppContext) -> ReportColumn:
     c["study_info"] = gr.Markdown("Upload a study or open one from the worklist.", elem_id="orapo-study")
     c["resume_btn"] = gr.Button("Continue where you left off", visible=False, elem_id="orapo-resume")
     c["model_note"] = gr.Markdown(elem_id="orapo-model-status")
-    c["draft_btn"] = gr.Button("Draft report", variant="primary", elem_id="orapo-draft")
+    c["draft_btn"] = gr.Button("Draft report", variant="primary", size="md", elem_id="orapo-draft")
     with gr.Column(visible=False, elem_id="orapo-draft-confirm") as c["draft_panel"]:
         gr.Markdown(DRAFT_QUESTION, elem_id="orapo-draft-question")
         with gr.Row():
@@ -174,19 +183,21 @@ def build_column(ctx: AppContext) -> ReportColumn:
             c["keep_btn"] = gr.Button("Keep my edit", variant="primary", elem_id="orapo-draft-keep")
     c["highlights"] = gr.HighlightedText(label=reports.TITLES["empty"], color_map=reports.COLOR_MAP, show_legend=False,
                                          show_inline_category=True, combine_adjacent=False, elem_id="orapo-highlights")
-    gr.HTML("", head=HIGHLIGHT_CSS, container=False, padding=False, elem_id="orapo-highlight-style")
+    gr.HTML("", head=COLUMN_CSS, container=False, padding=False, elem_id="orapo-highlight-style")
     c["missed"] = gr.Markdown(elem_id="orapo-missed")
-    with gr.Row():
-        c["sentence"] = gr.Dropdown(label="Facts of sentence", choices=[], scale=2, elem_id="orapo-sentence")
-    c["facts"] = gr.Dataframe(headers=["Mention", "Finding", "Polarity", "Attributes", "Verdict"], interactive=False,
-                              wrap=True, elem_id="orapo-facts")
-    c["report"] = gr.Textbox("", label="Report (edit in place)", lines=8, max_lines=20, elem_id="orapo-report")
+    # folded until wanted: clicking a sentence in the highlights opens it on that sentence's facts
+    with gr.Accordion(FACTS_TITLE, open=False, elem_id="orapo-facts-panel") as c["facts_panel"]:
+        c["sentence"] = gr.Dropdown(label="Sentence", choices=[], elem_id="orapo-sentence")
+        c["facts"] = gr.Dataframe(headers=["Mention", "Finding", "Polarity", "Attributes", "Verdict"],
+                                  interactive=False, wrap=True, elem_id="orapo-facts")
+    c["report"] = gr.Textbox("", label="Report (edit in place)", lines=7, max_lines=10, elem_id="orapo-report")
     # the last text stored for the study: what the page's unsaved-changes prompt compares the report with
     c["saved"] = gr.Textbox("", visible="hidden", interactive=False, elem_id="orapo-report-saved")
     with gr.Row() as c["actions"]:
-        c["accept_btn"] = gr.Button("Accept draft unchanged and sign", interactive=False, elem_id="orapo-accept")
-        c["save_btn"] = gr.Button("Save correction", elem_id="orapo-save")
-        c["sign_btn"] = gr.Button("Save and sign", variant="primary", elem_id="orapo-sign")
+        c["accept_btn"] = gr.Button("Accept draft unchanged and sign", interactive=False, size="md", scale=3,
+                                    elem_id="orapo-accept")
+        c["save_btn"] = gr.Button("Save correction", size="md", scale=2, elem_id="orapo-save")
+        c["sign_btn"] = gr.Button("Save and sign", variant="primary", size="md", scale=2, elem_id="orapo-sign")
     with gr.Column(visible=False, elem_id="orapo-confirm") as c["confirm_panel"]:
         c["question"] = gr.Markdown(elem_id="orapo-confirm-question")
         c["confirm_text"] = gr.Textbox(label="Exactly this text will be stored", interactive=False, lines=6,
