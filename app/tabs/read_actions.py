@@ -206,7 +206,8 @@ def wire_page_load(ctx: AppContext, col: ReportColumn, demo: gr.Blocks, load_stu
         """The remembered study, offered while this page has none open. The browser state reads its value when
         it is first shown (the Read tab appears after sign-in), and says so with this change event."""
         user = ctx.user(request, allow_password_change=True)
-        study = None if user.must_change_password or (session or {}).get("study_id") else remembered(last, user)
+        session = mine(session, user)  # another user's tab state is refused like in every handler that reads it
+        study = None if user.must_change_password or session.get("study_id") else remembered(last, user)
         if study is not None:
             try:
                 drafting.open_study(ctx.database, user, study)
