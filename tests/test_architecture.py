@@ -193,3 +193,70 @@ def test_the_loader_check_tells_a_model_load_from_a_processor_load(tmp_path: Pat
     )
     assert [load.split(".")[0] for load in _model_loads(sample)] == [
         "AutoModelForImageTextToText", "Qwen2VLForConditionalGeneration", "model_class", "PeftModel"]
+
+
+def _app_import_graph(app_dir: Path, *, package: str = "app") -> dict[str, set[str]]:
+    """Module -> the app modules it imports, from every import statement (lazy ones too). `from pkg import sub`
+    of a submodule counts as importing the submodule, not the package's `__init__`."""
+    modules: dict[str, Path] = {}
+    for path in app_dir.rglob("*.py"):
+        parts = (package,) + path.relative_to(app_dir).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                subs = {f"{node.module}.{alias.name}" for alias in node.names} & modules.keys()
+                targets.update(subs)
+                if len(subs) < len(node.names):
+                    targets.add(node.module)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_in_the_app() -> None:
+    """No two app modules import each other, directly or round about, not even lazily inside a function."""
+    assert _cycles(_app_import_graph(APP)) == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
+    (tmp_path / "tabs").mkdir()
+    (tmp_path / "server.py").write_text("from app.tabs import read\n")
+    (tmp_path / "tabs" / "__init__.py").write_text("")
+    (tmp_path / "tabs" / "read.py").write_text("def f():\n    from app.server import build\n")
+    assert _cycles(_app_import_graph(tmp_path)) == [["app.server", "app.tabs.read"]]

@@ -86,7 +86,7 @@ class RoundScheduler:
     """APScheduler's BackgroundScheduler running the cron and threshold jobs of one app instance."""
 
     def __init__(self, database, settings=None, *, service=None, threshold_check_s: float = 60.0, timezone=None):
-        from app.services.rounds import RoundService
+        from app.services.rounds.service import RoundService
 
         self.db = database
         self.service = service or RoundService(database, settings)
