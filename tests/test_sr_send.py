@@ -39,9 +39,11 @@ def clinic(data_dir, tmp_path, monkeypatch):
 
 
 def _sign(clinic):
-    from app.services.reports import save_report
+    """As the Read tab signs: the confirmation's pending report, stored with the app's settings."""
+    from app.services.reports import prepare_report, store_report
 
-    return save_report(clinic.db, clinic.rita, clinic.study_id, clinic.draft_id, REPORT, sign=True)
+    pending = prepare_report(clinic.db, clinic.rita, clinic.study_id, clinic.draft_id, REPORT, sign=True)
+    return store_report(clinic.db, clinic.rita, pending, REPORT, settings=clinic.settings)
 
 
 def _join_sends(study_id: int, timeout: float = 120) -> int:

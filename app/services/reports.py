@@ -248,7 +248,7 @@ def check_base_version(db, latest: CorrectionRecord | None, base_version: int) -
                      "Reload the study to see it; your text stays on screen until you do.")
 
 
-def store_report(db, user: UserRecord, pending: PendingReport, current_text: str) -> CorrectionRecord:
+def store_report(db, user: UserRecord, pending: PendingReport, current_text: str, *, settings=None) -> CorrectionRecord:
     """Store what the confirmation showed, provided the report on screen is still exactly that text
     and the study's report is still the version the confirmation spoke of."""
     from app.services.drafting import open_study
@@ -263,9 +263,9 @@ def store_report(db, user: UserRecord, pending: PendingReport, current_text: str
                                              "saved. Reopen it from the worklist to see the latest version.")
     if pending.accept:
         return accept_draft(db, user, pending.study_id, pending.draft_id, pending.text,
-                            base_version=pending.base_version)
+                            base_version=pending.base_version, settings=settings)
     return save_report(db, user, pending.study_id, pending.draft_id, pending.text, sign=pending.sign,
-                       base_version=pending.base_version)
+                       base_version=pending.base_version, settings=settings)
 
 
 def _check_unchanged(draft: DraftRecord, study_id: int, text: str) -> None:
@@ -343,7 +343,7 @@ def _store_correction(db, user: UserRecord, study_id, draft_id, text: str, *, si
 
 
 def accept_draft(db, user: UserRecord, study_id: int, draft_id: int, text: str, *,
-                 base_version: int | None = None) -> CorrectionRecord:
+                 base_version: int | None = None, settings=None) -> CorrectionRecord:
     """The draft, unchanged, as the signed report; `text` is the report the clinician sees.
 
     Refused when `text` is not the draft (whitespace aside): what is signed is the text on
@@ -354,7 +354,7 @@ def accept_draft(db, user: UserRecord, study_id: int, draft_id: int, text: str, 
 
     overview = open_study(db, user, study_id)
     _check_unchanged(DraftRepository(db).get(int(draft_id)), overview.study.id, text or "")
-    return save_report(db, user, study_id, int(draft_id), text, sign=True, base_version=base_version)
+    return save_report(db, user, study_id, int(draft_id), text, sign=True, base_version=base_version, settings=settings)
 
 
 # What a study's split means, in a reader's words (the worklist's column, the Read tab's header).

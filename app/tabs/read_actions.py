@@ -132,7 +132,7 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
                                                sign=kind != "save", accept=kind == "accept",
                                                base_version=session.get("report_version", 0))
                 if not ahead.needs_confirmation:  # an unsigned save that amends no signed report
-                    record = reports.store_report(ctx.database, user, ahead, text)
+                    record = reports.store_report(ctx.database, user, ahead, text, settings=ctx.settings)
                     return (*stored(record, ahead, user, session), gr.skip(), gr.skip(), gr.skip())
             except OrapoError as exc:
                 if exc.code != "stale_correction":
@@ -158,7 +158,7 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
             raise OrapoError("nothing_to_confirm",
                              "There is nothing waiting to be stored; save or sign the report again.")
         try:
-            return stored(reports.store_report(ctx.database, user, ahead, text), ahead, user, session)
+            return stored(reports.store_report(ctx.database, user, ahead, text, settings=ctx.settings), ahead, user, session)
         except OrapoError as exc:
             if exc.code != "stale_correction":
                 raise
