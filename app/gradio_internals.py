@@ -11,6 +11,10 @@ for these, each a detail of Gradio 6.31 (`PINNED_GRADIO`) read from its source:
 - the names of its HTTP routes the middleware treats specially;
 - `File` / `UploadButton._process_single_file`, replaced to stop a stray temp file per upload;
 - the uvicorn server `launch` keeps as `Blocks.server`.
+- its page closes its server connection in a window `beforeunload` listener that
+  its own modules add, before the `head` scripts run; the unsaved-changes guard
+  (`app.page_scripts.EARLY_HEAD`) is therefore put first in the page's `<head>`
+  by the session middleware, and holds that listener back while it prompts.
 
 `tests/test_gradio_internals.py` checks each against the installed Gradio, so
 an upgrade that changes one fails there by name, not as a signed-out user or

@@ -4,12 +4,16 @@ A request's origin (`cross_site`, `same_origin`: `Sec-Fetch-Site` first, then
 `Origin`, then `Referer`), its address, the route templates it may reach and
 where a path parameter resolves to; and the headers every response carries
 (no framing, no sniffing, HSTS with secure cookies), with a plain message for
-an upload refused for its size.
+an upload refused for its size; and the script put first in an HTML page's
+`<head>` (`with_early_script`).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
+import re
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -134,3 +138,61 @@ def _add_headers(message, secure: bool) -> None:
         headers["Content-Security-Policy"] = f"{csp}; {FRAME_ANCESTORS}"
     if secure:
         headers["Strict-Transport-Security"] = HSTS
+
+
+_HEAD_TAG = re.compile(rb"<head(?:\s[^>]*)?>", re.IGNORECASE)
+
+
+def with_early_script(send, script_tag: str):
+    """`send` that puts `script_tag` right after the opening `<head>` of an HTML page (status 200, not encoded),
+    before any script the page itself carries; any other response goes through as it is. A policy with its own
+    `script-src` (none is sent today) gets the script's hash, unless it already allows inline scripts."""
+    tag = script_tag.encode()
+    start: dict | None = None
+    chunks: list[bytes] = []
+    passing = False
+
+    async def wrapped(message):
+        nonlocal start, passing
+        if passing:
+            await send(message)
+            return
+        if message["type"] == "http.response.start":
+            headers = MutableHeaders(scope=message)
+            html = (headers.get("content-type") or "").lower().startswith("text/html")
+            if message["status"] != 200 or not html or headers.get("content-encoding"):
+                passing = True
+                await send(message)
+                return
+            start = message
+            return
+        if message["type"] != "http.response.body" or start is None:
+            await send(message)
+            return
+        chunks.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        body = b"".join(chunks)
+        body, found = _HEAD_TAG.subn(lambda m: m.group(0) + tag, body, count=1)
+        headers = MutableHeaders(scope=start)
+        if found:
+            if "content-length" in headers:
+                headers["content-length"] = str(len(body))
+            csp = headers.get("content-security-policy")
+            if csp is not None:
+                headers["content-security-policy"] = _allow_script(csp, script_tag)
+        await send(start)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return wrapped
+
+
+def _allow_script(csp: str, script_tag: str) -> str:
+    """The policy with the inline script's hash in its `script-src`, where it has one that needs it."""
+    source = script_tag.removeprefix("<script>").removesuffix("</script>")
+    digest = "'sha256-" + base64.b64encode(hashlib.sha256(source.encode()).digest()).decode() + "'"
+    directives = [d.strip() for d in csp.split(";")]
+    for i, directive in enumerate(directives):
+        if directive.split(" ", 1)[0].lower() == "script-src" and "'unsafe-inline'" not in directive:
+            directives[i] = f"{directive} {digest}"
+    return "; ".join(d for d in directives if d)

@@ -19,6 +19,9 @@ chooses. So this middleware, in front of every route:
   user's hash opens neither its state nor its event stream; deep links (a
   snapshot of a session's state by its hash) and `/gradio_api/token` (the
   HttpOnly session token handed to page scripts) are off;
+- puts the page's unsaved-changes guard (`app.page_scripts.EARLY_HEAD`) first
+  in the `<head>` of Gradio's HTML pages served to a signed-in session, before
+  Gradio's own scripts;
 - puts a clear message on an upload refused for its size, and sends
   anti-framing and no-sniff headers (and HSTS with secure cookies) on every
   response.
@@ -45,12 +48,16 @@ from starlette.routing import compile_path
 
 from app import gradio_internals
 from app.gradio_internals import DEEP_LINK_PATH, STARTUP_EVENTS_PATH, TOKEN_PATHS, UPLOAD_PATHS
-from app.web_requests import client_address, cross_site, inside, route_templates, same_origin, with_headers
+from app.page_scripts import EARLY_HEAD
+from app.web_requests import (client_address, cross_site, inside, route_templates, same_origin, with_early_script,
+                              with_headers)
 
 # What a browser needs before it has a session: the sign-in page and its assets.
 PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/theme.css", "/gradio_api/theme.css", "/manifest.json", "/robots.txt",
                           STARTUP_EVENTS_PATH})
 PUBLIC_PREFIXES = ("/assets/", "/static/", "/pwa_icon", "/svelte/")
+# Gradio's HTML pages: the app and the run history; with a session they get `EARLY_HEAD` first in <head>.
+PAGE_PATHS = frozenset({"/", "/gradio_api/runs", "/gradio_api/runs/"})
 SIGN_IN_PATHS = frozenset({"/login", "/login/"})
 SIGN_OUT_PATHS = frozenset({"/logout", "/logout/"})
 # Deep links snapshot a tab's state by its session hash; /token hands the HttpOnly session token to page scripts.
@@ -91,6 +98,8 @@ class RequireSession:
             if exports:
                 await _refuse(scope, receive, send, 403, "Forbidden", "Exports are for administrators.")
                 return
+            if _page(scope) and await self._session_user(scope, ctx) is not None:
+                send = with_early_script(send, EARLY_HEAD)  # the app's page; the sign-in page needs no guard
             await self.app(scope, receive, send)
             return
         username = await self._session_user(scope, ctx)
@@ -112,6 +121,8 @@ class RequireSession:
             await _refuse(scope, receive, send, 403, "Forbidden", "This page session belongs to another user.")
             return
         scope[SESSION_USER] = username  # the app's own routes (app.viewer_routes) read who this is here
+        if _page(scope):
+            send = with_early_script(send, EARLY_HEAD)
         await self.app(scope, receive, send)
 
     # -- sign-in and sign-out ----------------------------------------------------------------------------------
@@ -304,6 +315,12 @@ class RequireSession:
             return None
         return (f"file_too_large: This file is larger than the upload limit of {self.max_upload_mb} MB "
                 "(ORAPO_MAX_UPLOAD_MB); it was not stored.")
+
+
+def _page(scope) -> bool:
+    """A request for one of Gradio's HTML pages, whose <head> starts with the unsaved-changes guard
+    (`app.page_scripts.EARLY_HEAD`: before Gradio's scripts add their own listeners)."""
+    return scope["type"] == "http" and scope.get("method") == "GET" and scope.get("path") in PAGE_PATHS
 
 
 def _token(scope) -> str | None:

@@ -136,3 +136,16 @@ def test_a_launched_server_bounds_its_graceful_shutdown():
         assert blocks_of(demo.server_app) is demo and cookie_names(demo.server_app)
     finally:
         demo.close()
+
+
+def test_the_page_closes_its_connection_in_a_beforeunload_listener_its_modules_add():
+    # app.page_scripts.EARLY_HEAD holds back the window's later beforeunload listeners while it prompts, and the
+    # middleware puts it right after the page's opening <head> tag, ahead of the page's own scripts
+    import gradio
+
+    frontend = Path(gradio.__file__).parent / "templates" / "frontend"
+    close = re.compile(r"window\.addEventListener\(`beforeunload`,\(\)=>\{\w+\(\w+\)\.close\(\)\}\)")
+    assert any(close.search(f.read_text(errors="replace")) for f in (frontend / "assets").glob("*.js"))
+    page = (frontend / "index.html").read_text()
+    head = re.search(r"<head[^>]*>", page)
+    assert head and head.end() < page.index("<script")

@@ -112,6 +112,43 @@ def test_session_cookie_is_secure_httponly_and_lax_behind_a_tls_proxy(server):
     http.close()
 
 
+def test_the_page_runs_the_unsaved_changes_guard_before_any_of_gradios_scripts(server):
+    # Gradio adds its connection-closing beforeunload listener from its own modules, and a window runs its listeners
+    # in the order they were added: the guard must come first in <head> of the HTML itself (app.page_scripts).
+    import re
+
+    from app.page_scripts import EARLY_HEAD
+
+    url, settings, db, demo = server
+    http = signed_in(url, "rita", "rita-pass-1")
+    with httpx.Client(base_url=url, timeout=30) as signed_out:
+        sign_in_page = signed_out.get("/")
+    assert sign_in_page.status_code == 200 and EARLY_HEAD not in sign_in_page.text  # the sign-in page needs none
+    pages = [http.get("/"), http.get("/gradio_api/runs")]
+    http.close()
+    for response in pages:
+        assert response.status_code == 200 and response.text.count(EARLY_HEAD) == 1
+        head = re.search(r"<head[^>]*>", response.text)
+        assert head and response.text[head.end():].startswith(EARLY_HEAD)
+        assert int(response.headers["content-length"]) == len(response.content)
+        assert response.headers["X-Frame-Options"] == "DENY"
+        assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+
+
+def test_a_policy_with_its_own_script_src_gets_the_guards_hash():
+    import base64
+
+    from app.page_scripts import EARLY_HEAD
+    from app.web_requests import _allow_script
+
+    source = EARLY_HEAD.removeprefix("<script>").removesuffix("</script>")
+    digest = base64.b64encode(hashlib.sha256(source.encode()).digest()).decode()
+    assert _allow_script("script-src 'self'; img-src 'self'", EARLY_HEAD) == (
+        f"script-src 'self' 'sha256-{digest}'; img-src 'self'")
+    assert _allow_script("script-src 'self' 'unsafe-inline'", EARLY_HEAD) == "script-src 'self' 'unsafe-inline'"
+    assert _allow_script("frame-ancestors 'none'", EARLY_HEAD) == "frame-ancestors 'none'"
+
+
 def test_no_file_route_serves_an_export_to_a_radiologist(server, tmp_path):
     from db import UserRepository
     from orapo_core.data import load_dataset
