@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from tests.support.browser import ARTIFACTS, require_chromium
+from tests.support.browser import ARTIFACTS, require_chromium, signed_in
 
 require_chromium()
 
@@ -63,19 +63,6 @@ def app(tmp_path_factory):
         gate.set()
         demo.close()
 
-
-def signed_in(browser, url, user, password):
-    from playwright.sync_api import expect
-
-    context = browser.new_context(viewport={"width": 1500, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(WAIT)
-    page.goto(url, timeout=WAIT)
-    page.get_by_label("username").fill(user)
-    page.get_by_label("password").fill(password)
-    page.get_by_role("button", name="Login").click()
-    expect(page.locator("#orapo-whoami")).to_contain_text(f"Signed in as {user}", timeout=WAIT)
-    return context, page
 
 
 def test_the_page_says_the_model_is_loading_until_it_is_ready(browser, app):

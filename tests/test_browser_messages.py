@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import ARTIFACTS, require_chromium
+from tests.support.browser import ARTIFACTS, require_chromium, signed_in
 
 require_chromium()
 
@@ -51,19 +51,6 @@ def app(tmp_path_factory):
     with launched_app(settings, db) as (url, _):
         yield url, db, outcome.study_id, rejected
 
-
-def signed_in(browser, url, user, password):
-    context = browser.new_context(viewport={"width": 1500, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(WAIT)
-    page.goto(url, timeout=WAIT)
-    page.get_by_label("username").fill(user)
-    page.get_by_label("password").fill(password)
-    page.get_by_role("button", name="Login").click()
-    from playwright.sync_api import expect
-
-    expect(page.locator("#orapo-whoami")).to_contain_text(f"Signed in as {user}", timeout=WAIT)
-    return context, page
 
 
 def no_badge(page) -> None:

@@ -260,6 +260,24 @@ class FhirExport:
         return text
 
 
+def build_each(study_ids: list[int], build) -> tuple[list, list[SkippedStudy]]:
+    """`build(study_id)` for each study, in order: what was built, and the studies skipped with their reason (an
+    `OrapoError`). The one rule of every export: a study that cannot be exported is skipped and the rest still go;
+    a single study asked for raises its own error, and nothing at all built is `nothing_to_export`."""
+    built, skipped = [], []
+    for study_id in study_ids:
+        try:
+            built.append(build(study_id))
+        except OrapoError as exc:
+            if len(study_ids) == 1:
+                raise
+            skipped.append(SkippedStudy(study_id, exc.code, exc.message))
+    if not built:
+        reasons = "; ".join(f"study {s.study_id}: {s.message}" for s in skipped)
+        raise OrapoError("nothing_to_export", f"None of the {len(skipped)} studies could be exported ({reasons}).")
+    return built, skipped
+
+
 def export_fhir(db, out: str | Path, *, study_ids: list[int] | None = None) -> FhirExport:
     """One `study-<id>.json` Bundle per study (all studies with a draft or a report when `study_ids` is None).
 
@@ -274,18 +292,8 @@ def export_fhir(db, out: str | Path, *, study_ids: list[int] | None = None) -> F
                      if o.latest_draft is not None or o.latest_correction is not None]
         if not study_ids:
             raise OrapoError("nothing_to_export", "There are no studies with a draft or a report to export yet.")
-    bundles: list[tuple[int, dict[str, Any]]] = []
-    skipped: list[SkippedStudy] = []
-    for study_id in study_ids:
-        try:
-            bundles.append((study_id, fhir_bundle(db, study_id)))
-        except OrapoError as exc:
-            if len(study_ids) == 1:
-                raise
-            skipped.append(SkippedStudy(study_id, exc.code, exc.message))
-    if not bundles:
-        reasons = "; ".join(f"study {s.study_id}: {s.message}" for s in skipped)
-        raise OrapoError("nothing_to_export", f"None of the {len(skipped)} studies could be exported ({reasons}).")
+    bundles: list[tuple[int, dict[str, Any]]]
+    bundles, skipped = build_each(study_ids, lambda study_id: (study_id, fhir_bundle(db, study_id)))
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for study_id, bundle in bundles:

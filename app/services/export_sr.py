@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.services.export import SkippedStudy, _model_label
+from app.services.export import SkippedStudy, _model_label, build_each
 from orapo_core.errors import OrapoError
 
 #: The Verifying Organization an SR names (DICOM requires one for a verified report); the reader's own
@@ -109,18 +109,8 @@ def export_sr(db, settings, out: str | Path, *, study_ids: list[int] | None = No
         study_ids = signed_study_ids(db)
         if not study_ids:
             raise OrapoError("nothing_to_export", "There are no signed reports to export yet.")
-    reports: list[StudySR] = []
-    skipped: list[SkippedStudy] = []
-    for study_id in study_ids:
-        try:
-            reports.append(study_sr(db, settings, study_id))
-        except OrapoError as exc:
-            if len(study_ids) == 1:
-                raise
-            skipped.append(SkippedStudy(study_id, exc.code, exc.message))
-    if not reports:
-        reasons = "; ".join(f"study {s.study_id}: {s.message}" for s in skipped)
-        raise OrapoError("nothing_to_export", f"None of the {len(skipped)} studies could be exported ({reasons}).")
+    reports: list[StudySR]
+    reports, skipped = build_each(study_ids, lambda study_id: study_sr(db, settings, study_id))
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for report in reports:

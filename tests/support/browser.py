@@ -43,3 +43,18 @@ def launch(playwright):
     """Chromium, with `expect` waiting TIMEOUT_MS by default (pages' own defaults are Playwright's 30 s)."""
     use_explicit_timeouts()
     return playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+
+
+def signed_in(browser, url: str, user: str, password: str, *, viewport=(1500, 1000)):
+    """A new browser context signed in as `user` through the sign-in page: (context, page), the page on the app."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url, timeout=TIMEOUT_MS)
+    page.get_by_label("username").fill(user)
+    page.get_by_label("password").fill(password)
+    page.get_by_role("button", name="Login").click()
+    expect(page.locator("#orapo-whoami")).to_contain_text(f"Signed in as {user}", timeout=TIMEOUT_MS)
+    return context, page
