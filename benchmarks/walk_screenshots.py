@@ -95,15 +95,11 @@ def prepare(root: Path):
 
 
 def sign_in(browser, url: str, user: str, password: str):
-    from playwright.sync_api import expect
+    """A page signed in as `user`, at the walk's size (the tests' own sign-in)."""
+    from tests.support.browser import signed_in
 
-    page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
-    page.set_default_timeout(WAIT)
-    page.goto(url, timeout=WAIT)
-    page.get_by_label("username").fill(user)
-    page.get_by_label("password").fill(password)
-    page.get_by_role("button", name="Login").click()
-    expect(page.locator("#orapo-whoami")).to_contain_text(f"Signed in as {user}", timeout=WAIT)
+    page = signed_in(browser, url, user, password, viewport=(WIDTH, HEIGHT))[1]
+    page.set_default_timeout(WAIT)  # the walk drafts with the real starter: its waits are longer than the tests'
     return page
 
 

@@ -8,7 +8,6 @@ does.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -17,25 +16,12 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.support.app import client, free_port
+from tests.support.app import client, launched_app
 
 pytestmark = pytest.mark.slow  # a live server
 
 MAX_UPLOAD_MB = 1
 
-
-@contextlib.contextmanager
-def launched(settings, database):
-    from app.server import build_app, launch_options
-
-    demo = build_app(settings=settings, database=database)
-    port = free_port()
-    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                   prevent_thread_lock=True, **launch_options(settings, database))
-    try:
-        yield f"http://127.0.0.1:{port}", demo
-    finally:
-        demo.close()
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +38,7 @@ def server(tmp_path_factory):
     users.create("boss", "admin-pass-1", role="admin")
     users.create("rita", "rita-pass-1")
     users.create("omar", "omar-pass-1")
-    with launched(settings, db) as (url, demo):
+    with launched_app(settings, db) as (url, demo):
         yield url, settings, db, demo
 
 

@@ -9,7 +9,6 @@ not reach the next.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import threading
 import time
@@ -17,25 +16,12 @@ import time
 import httpx
 import pytest
 
-from tests.support.app import client, free_port, make_env
+from tests.support.app import client, launched_app, make_env
 
 pytestmark = pytest.mark.slow  # a live server, and sign-ins that wait out lockouts
 
 ADDRESS_LIMIT = 8  # the test server's per-address limit, to keep the test short (the default is 20)
 
-
-@contextlib.contextmanager
-def launched(settings, database, **build):
-    from app.server import build_app, launch_options
-
-    demo = build_app(settings=settings, database=database, **build)
-    port = free_port()
-    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                   prevent_thread_lock=True, **launch_options(settings, database))
-    try:
-        yield f"http://127.0.0.1:{port}", demo
-    finally:
-        demo.close()
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +30,7 @@ def server(tmp_path_factory):
 
     settings, db = make_env(tmp_path_factory.mktemp("signin"))
     guard = SignInGuard(db, address_limit=f"{ADDRESS_LIMIT} per 15 minutes")
-    with launched(settings, db, signin=guard) as (url, demo):
+    with launched_app(settings, db, signin=guard) as (url, demo):
         yield url, settings, db, demo
 
 

@@ -34,11 +34,12 @@ def make_env(root: Path, model_dir: Path | None = None):
 
 
 @contextlib.contextmanager
-def launched_app(settings, database, registry=None, rounds=None):
-    """The app as `orapo serve` launches it, on a free local port; yields its URL and the Blocks."""
+def launched_app(settings, database, registry=None, rounds=None, **build):
+    """The app as `orapo serve` launches it, on a free local port; yields its URL and the Blocks. `build`: any
+    other `build_app` argument (say, a `signin` guard with test limits)."""
     from app.server import build_app, launch_options
 
-    demo = build_app(settings=settings, database=database, registry=registry, rounds=rounds)
+    demo = build_app(settings=settings, database=database, registry=registry, rounds=rounds, **build)
     port = free_port()
     demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
                                                    prevent_thread_lock=True, **launch_options(settings, database))
