@@ -38,10 +38,15 @@ def three_versions(tmp_path: Path, tiny_model: Path):
     from db import ModelVersionRepository
     from orapo_core.config import Settings
 
+    import shutil
+
     settings = Settings(data_dir=tmp_path / "data", model_dir=tiny_model, deid_secret="test-secret")
     db = open_database(settings)
     versions = ModelVersionRepository(db)
-    ids = [versions.create(f"tiny-v{i}", base_model_path=str(tiny_model)).id for i in range(3)]
+    # three bases, as after rounds that each merged the one before (versions on one base share it:
+    # tests/test_shared_base.py)
+    bases = [shutil.copytree(tiny_model, tmp_path / f"base-{i}") for i in range(3)]
+    ids = [versions.create(f"tiny-v{i}", base_model_path=str(base)).id for i, base in enumerate(bases)]
     return settings, db, ids
 
 
@@ -133,7 +138,8 @@ def test_a_draft_in_flight_on_an_evicted_model_finishes_and_the_model_is_then_fr
 
 
 def test_the_bound_comes_from_the_settings_and_the_served_model_always_fits(monkeypatch, tmp_path):
-    from app.services.drafting import DraftBatcher, ModelRegistry
+    from app.services.draft_batcher import DraftBatcher
+    from app.services.drafting import ModelRegistry
     from app.settings import web_settings
     from orapo_core.config import Settings
 

@@ -8,9 +8,10 @@ a restart and two users never load the same weights twice; at most
 `max_resident` of them (ORAPO_MAX_RESIDENT_MODELS, default 2: the served model
 and the one before it, so a rollback drafts at once). Loading another evicts the
 least recently used: drafts in flight on it finish, then nothing holds its
-weights. Two versions on one base each load the base: sharing it would take one
-PEFT model carrying several adapters, switched under one lock for all of them,
-which `orapo_core.models` (one adapter and one lock per loaded model) does not do.
+weights. Versions on one base folder share one copy of it
+(`orapo_core.models.shared_base`: the base loaded once, each version's LoRA
+adapter a named adapter on it, one lock for all of them), so the baseline and
+a round's candidate cost one base and two adapters, not two models.
 Each Drafter comes with a `DraftBatcher`: users who press
 Draft at about the same time are drafted together in one batched `generate`
 (`Drafter.draft_many`), which on a CPU costs little more than drafting one.
@@ -23,14 +24,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.services.draft_batcher import DraftBatcher
 from app.services.served import ServedModel, served_model
 from app.services.studies import first_image, open_study  # the access rule, shared
 from app.settings import DEFAULT_MAX_RESIDENT_MODELS
@@ -40,9 +40,6 @@ from orapo_core.errors import OrapoError
 
 #: How many sampled drafts measure each sentence's confidence (self-consistency).
 DRAFT_SAMPLES = 4
-#: The most drafts batched into one `generate`, and how long a draft waits for others when the model is idle.
-DRAFT_MAX_BATCH = 8
-DRAFT_MAX_WAIT_S = 0.02
 
 log = logging.getLogger("orapo.drafting")
 
@@ -74,6 +71,7 @@ class ModelRegistry:
         self._lock = threading.Lock()
         self._drafters: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         self._batchers: dict[str, DraftBatcher] = {}
+        self._bases: dict[Path, Any] = {}  # base folder -> its SharedBase, while a resident version uses it
         self._readiness = Readiness("idle")
 
     def readiness(self) -> Readiness:
@@ -118,20 +116,53 @@ class ModelRegistry:
         with self._lock:
             return list(self._drafters)
 
+    def bases(self) -> list[Path]:
+        """The base folders loaded in memory (each once, whatever number of resident versions use it)."""
+        with self._lock:
+            return list(self._bases)
+
     def drafter(self, served: ServedModel):
-        evicted: list[DraftBatcher] = []
+        evicted: list[tuple[str, DraftBatcher | None]] = []
         with self._lock:  # one load per version even when two users press Draft at once
             drafter = self._drafters.get(served.key)
             if drafter is None:
                 # room first: the registry holds at most `max_resident`, even while the new one loads
                 while len(self._drafters) >= self.max_resident:
-                    evicted += self._evict_oldest()
-                load = self._loader or _load_drafter
-                drafter = self._drafters[served.key] = load(served)
+                    evicted.append(self._evict_oldest())
+                self._release(evicted)
+                drafter = self._drafters[served.key] = (self._loader or self._load_on_shared_base)(served)
             self._drafters.move_to_end(served.key)
-        for batcher in evicted:
-            batcher.close()
+        for _, batcher in evicted:
+            if batcher is not None:
+                batcher.close()
         return drafter
+
+    def _load_on_shared_base(self, served: ServedModel):
+        """A Drafter for `served` on its base folder's one SharedBase (loaded now if no resident version uses it)."""
+        from orapo_core.models.draft import Drafter
+        from orapo_core.models.loading import check_model_dir
+        from orapo_core.models.shared_base import SharedBase
+
+        folder = check_model_dir(served.model_dir)
+        base = self._bases.get(folder)
+        if base is None:
+            base = self._bases[folder] = SharedBase(folder)
+        try:
+            loaded = base.view(served.key, served.adapter_dir)
+        except Exception:
+            if not base.views():
+                self._bases.pop(folder, None)
+            raise
+        return Drafter(loaded, model_version=served.name, lock=base.lock)
+
+    def _release(self, evicted: list[tuple[str, Any]]) -> None:
+        """Unload the adapters of evicted versions from their shared bases, and bases no resident version uses
+        (under the registry's lock, so a version loaded again meanwhile cannot lose its view). Waits for a draft
+        in flight on the base (the base's lock); drafts queued behind it load the adapter again for themselves."""
+        for key, _ in evicted:
+            for folder, base in list(self._bases.items()):
+                if base.has_view(key) and base.release(key) == 0:
+                    del self._bases[folder]
 
     def batcher(self, served: ServedModel) -> DraftBatcher:
         """The one DraftBatcher in front of `served`'s Drafter: what the app drafts through."""
@@ -146,130 +177,16 @@ class ModelRegistry:
                     batcher.close()
             return batcher
 
-    def _evict_oldest(self) -> list[DraftBatcher]:
+    def _evict_oldest(self) -> tuple[str, DraftBatcher | None]:
         """Forget the least recently used Drafter (under the lock). Whoever is drafting on it keeps their reference
         and finishes; its batcher, closed by the caller outside the lock, stops once its queue is empty."""
         key, _ = self._drafters.popitem(last=False)
         log.info("orapo: unloading model %s (more than %d resident)", key, self.max_resident)
-        batcher = self._batchers.pop(key, None)
-        return [batcher] if batcher is not None else []
-
-
-@dataclass(eq=False)  # compared by identity: the image may be an array
-class _Request:
-    image: Any
-    settings: tuple  # sorted (name, value) pairs: only drafts with the same settings share a batch
-    future: Future = field(default_factory=Future)
-    submitted: float = field(default_factory=time.perf_counter)
-
-
-class DraftBatcher:
-    """Drafts concurrent requests together: one `draft_many` call for all those waiting.
-
-    `draft` may be called from any number of threads; each caller blocks until its
-    own image's Draft is ready (or its batch failed: then every caller in that batch
-    gets the exception). One worker thread runs the batches, so the model runs one
-    `generate` at a time. A request waits for others at most `max_wait_s` when the
-    model is idle; while a batch is running, requests gather and all go (up to
-    `max_batch`, oldest first) as soon as it ends. The worker thread starts on
-    demand and ends after `idle_s` without work, or as soon as the queue is empty
-    once `close` was called (the registry evicted its model: the worker must not
-    keep the model alive while it idles).
-
-    A drafter without `draft_many` is called with `draft` once per request.
-    """
-
-    def __init__(self, drafter, *, max_batch: int = DRAFT_MAX_BATCH, max_wait_s: float = DRAFT_MAX_WAIT_S,
-                 idle_s: float = 30.0):
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1; got {max_batch}")
-        self.drafter = drafter
-        self.max_batch = max_batch
-        self.max_wait_s = max_wait_s
-        self.idle_s = idle_s
-        self._cond = threading.Condition()
-        self._queue: list[_Request] = []
-        self._worker: threading.Thread | None = None
-        self._closed = False
-
-    def close(self) -> None:
-        """Stop idling: the worker drafts what is queued and ends. A draft asked later still runs (on a worker
-        that again ends when done), so closing never fails a caller that got this batcher before."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-    def draft(self, image, **settings):
-        """The Draft of `image` (as `drafter.draft(image, **settings)` gives it), drafted in a batch with others.
-
-        Its `latency_ms` is the time from this call to the draft, waiting for the batch included.
-        """
-        prepare = getattr(self.drafter, "prepare", None)
-        if prepare is not None:
-            image = prepare(image)  # a bad image fails its own caller here, not the batch it would join
-        request = _Request(image, tuple(sorted(settings.items())))
-        with self._cond:
-            self._queue.append(request)
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._run, name="orapo-draft-batcher", daemon=True)
-                self._worker.start()
-            self._cond.notify_all()
-        draft = request.future.result()
-        if hasattr(draft, "latency_ms"):
-            draft = replace(draft, latency_ms=round((time.perf_counter() - request.submitted) * 1000, 1))
-        return draft
-
-    def _next_batch(self) -> list[_Request] | None:
-        """Wait for work; the requests to draft together, or None when idle long enough to stop."""
-        with self._cond:
-            idle_since = time.monotonic()
-            while not self._queue:
-                left = self.idle_s - (time.monotonic() - idle_since)
-                if left <= 0 or self._closed:
-                    self._worker = None  # under the lock: a new request starts a new worker
-                    return None
-                self._cond.wait(left)
-            while len(self._queue) < self.max_batch:
-                left = self.max_wait_s - (time.perf_counter() - self._queue[0].submitted)
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            settings = self._queue[0].settings
-            batch = [r for r in self._queue if r.settings == settings][: self.max_batch]
-            taken = set(map(id, batch))
-            self._queue = [r for r in self._queue if id(r) not in taken]
-            return batch
-
-    def _run(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            try:
-                drafts = self._draft(batch)
-            except BaseException as exc:  # noqa: BLE001 - every caller of the batch gets it; the worker goes on
-                for request in batch:
-                    request.future.set_exception(exc)
-            else:
-                for request, draft in zip(batch, drafts):
-                    request.future.set_result(draft)
-
-    def _draft(self, batch: list[_Request]) -> list:
-        settings = dict(batch[0].settings)
-        draft_many = getattr(self.drafter, "draft_many", None)
-        if draft_many is None:
-            return [self.drafter.draft(r.image, **settings) for r in batch]
-        drafts = draft_many([r.image for r in batch], **settings)
-        if len(drafts) != len(batch):
-            raise RuntimeError(f"draft_many returned {len(drafts)} drafts for {len(batch)} images")
-        return drafts
+        return key, self._batchers.pop(key, None)
 
 
 def _reason(exc: Exception) -> str:
     return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-
-
-def _load_drafter(served: ServedModel):
-    from orapo_core.models.draft import Drafter
-
-    return Drafter.from_dir(served.model_dir, served.adapter_dir, model_version=served.name)
 
 
 @dataclass(frozen=True)

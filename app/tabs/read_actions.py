@@ -15,6 +15,7 @@ import gradio as gr
 from app.messages import in_page, status_line, title_of
 from app.context import AppContext
 from app.services import drafting, reports
+from app.services.draft_batcher import DRAFT_MAX_BATCH
 from app.tabs.read_report import (ReportColumn, _accept_allowed, _edited, _editing, _highlighted, _missed_md,
                                   _study_info, mine, model_note)
 from orapo_core.errors import OrapoError
@@ -61,9 +62,9 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
     # 8 drafts may wait at once: the registry's DraftBatcher, not Gradio, bounds the compute (one batched
     # generate at a time), and drafts waiting together are drafted together
     c.draft_btn.click(drafter(False), inputs=[c.state, c.report], outputs=drafted, api_name="draft_report",
-                      concurrency_limit=drafting.DRAFT_MAX_BATCH, concurrency_id="draft")
+                      concurrency_limit=DRAFT_MAX_BATCH, concurrency_id="draft")
     c.replace_btn.click(drafter(True), inputs=[c.state, c.report], outputs=drafted, api_visibility="private",
-                        concurrency_limit=drafting.DRAFT_MAX_BATCH, concurrency_id="draft")
+                        concurrency_limit=DRAFT_MAX_BATCH, concurrency_id="draft")
     c.keep_btn.click(lambda: gr.Column(visible=False), outputs=c.draft_panel, api_visibility="private")
 
     @in_page()

@@ -68,13 +68,15 @@ class Drafter:
         model_version: str | None = None,
         prompt: str = REPORT_PROMPT,
         max_side: int | None = DEFAULT_MAX_SIDE,
+        lock: threading.Lock | None = None,
     ):
         self.loaded = loaded
         self.model_version = model_version
         self.prompt = prompt
         self.max_side = max_side
         self._prompt_text = render_prompt(loaded.processor, prompt)
-        self._lock = threading.Lock()
+        # drafters of versions on one shared base pass that base's lock (orapo_core.models.shared_base)
+        self._lock = lock or threading.Lock()
 
     @classmethod
     def from_dir(
@@ -151,7 +153,7 @@ class Drafter:
     def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed) -> list[tuple[str, list[str]]]:
         import torch
 
-        model, processor = self.loaded.model, self.loaded.processor
+        processor = self.loaded.processor
         # left padding: every row's prompt ends at the last column, where generation appends; the attention
         # mask marks the padding, and Qwen2-VL computes its (m)rope positions from that mask
         inputs = processor(text=[self._prompt_text] * len(pictures), images=list(pictures), return_tensors="pt",
@@ -163,7 +165,7 @@ class Drafter:
         tokenizer = processor.tokenizer
         common = dict(max_new_tokens=max_new_tokens, use_cache=True,
                       pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
-        with torch.inference_mode():
+        with torch.inference_mode(), self.loaded.using() as model:
             if samples == 0:
                 greedy_ids = model.generate(**inputs, do_sample=False, **common)
                 return [(t.strip(), []) for t in processor.batch_decode(greedy_ids[:, prompt_len:],

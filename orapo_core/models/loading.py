@@ -20,6 +20,8 @@ served version is the base folder plus one adapter folder.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,18 @@ class LoadedModel:
     adapter_dir: Path | None
     device: str
     dtype: Any
+    # set by orapo_core.models.shared_base for a version on a base shared with others: selects the version's
+    # adapter on the shared modules and yields the model to run; None: `model` as it is
+    activate: Callable[[], contextlib.AbstractContextManager] | None = None
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[Any]:
+        """The model to run inference with, ready for this version (its adapter active) for the body."""
+        if self.activate is None:
+            yield self.model
+        else:
+            with self.activate() as model:
+                yield model
 
     @property
     def name(self) -> str:
@@ -208,6 +222,20 @@ def save_adapter(model, adapter_dir: str | Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     return path
+
+
+def add_named_adapter(model, adapter_dir: str | Path, name: str):
+    """The LoRA adapter saved in `adapter_dir` put on `model` as adapter `name`, for inference; `model` is a
+    base model (a PeftModel wrapping it is returned) or a PeftModel already holding other adapters (returned)."""
+    from peft import PeftModel
+
+    path = _check_adapter_dir(adapter_dir)
+    if isinstance(model, PeftModel):
+        model.load_adapter(path, adapter_name=name, is_trainable=False)
+    else:
+        model = PeftModel.from_pretrained(model, path, adapter_name=name, is_trainable=False)
+    model.eval()
+    return model
 
 
 def unload_adapter(loaded: LoadedModel) -> LoadedModel:
