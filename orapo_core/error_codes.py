@@ -146,7 +146,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "port_in_use": "The DIMSE listener cannot bind its port; choose another --port or stop what uses it.",
     },
     "rounds (policy, data, gate, versions, schedule)": {
-        "invalid_setting": "A round setting does not parse, or has a wrong value; the sentence names it.",
+        "invalid_setting": "A setting (of a round, or an ORAPO_* variable) does not parse, or has a wrong value; the sentence names it.",
         "managed_setting": "A round sets this recipe value itself (model, data, output); leave it out.",
         "recipe_missing": "The training recipe does not exist.",
         "recipe_invalid": "The training recipe does not parse; the sentence says which value.",

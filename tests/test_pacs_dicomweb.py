@@ -52,6 +52,7 @@ def test_pacs_commands_say_what_is_missing(data_dir, monkeypatch, capsys) -> Non
     monkeypatch.delenv("ORAPO_DICOMWEB_URL", raising=False)
     assert main(["pacs", "search"]) == 2 and "no_archive" in capsys.readouterr().err
     monkeypatch.setenv("ORAPO_DICOMWEB_URL", f"http://127.0.0.1:{free_port()}/dicom-web")  # nothing listens there
+    monkeypatch.setenv("ORAPO_DICOMWEB_ATTEMPTS", "1")  # not four more tries over 30 s
     assert main(["pacs", "search"]) == 2 and "archive_unreachable" in capsys.readouterr().err
     assert main(["pacs", "pull"]) == 2 and "study_or_since" in capsys.readouterr().err
 

@@ -88,6 +88,7 @@ def test_an_unreachable_archive_never_fails_the_signing_and_the_admin_sees_why(c
     from db import StudyRepository
 
     monkeypatch.setenv("ORAPO_DICOMWEB_URL", f"http://127.0.0.1:{free_port()}/dicom-web")  # nothing listens there
+    monkeypatch.setenv("ORAPO_DICOMWEB_ATTEMPTS", "1")  # not four more tries over 30 s
     sr_send.set_sr_send_mode(clinic.db, clinic.boss, "on_sign")
     record = _sign(clinic)
     assert record.signed_at is not None and StudyRepository(clinic.db).overview(clinic.study_id).study.status == "signed"

@@ -45,6 +45,9 @@ class ArchiveSettings:
     password: str | None = field(default=None, repr=False)
     token: str | None = field(default=None, repr=False)
     timeout_s: float = 30.0
+    # dicomweb-client's own retry (refused connections and 429/408/503/504), waiting 2, 4, 8, 16 s in between: five
+    # attempts take about 30 s before an unreachable archive is reported (ORAPO_DICOMWEB_ATTEMPTS)
+    attempts: int = 5
 
 
 def archive_settings(environ: Mapping[str, str] | None = None) -> ArchiveSettings | None:
@@ -63,7 +66,11 @@ def archive_settings(environ: Mapping[str, str] | None = None) -> ArchiveSetting
     user = environ.get("ORAPO_DICOMWEB_USER") or parts.username
     password = environ.get("ORAPO_DICOMWEB_PASSWORD") or parts.password
     token = environ.get("ORAPO_DICOMWEB_TOKEN") or None
-    return ArchiveSettings(url, user or None, password or None, token)
+    raw_attempts = (environ.get("ORAPO_DICOMWEB_ATTEMPTS") or "5").strip()
+    if not raw_attempts.isdigit() or not 1 <= int(raw_attempts) <= 10:
+        raise OrapoError("invalid_setting", f"ORAPO_DICOMWEB_ATTEMPTS is how many times a request to the archive is "
+                                            f"tried, from 1 to 10, not {raw_attempts!r}.")
+    return ArchiveSettings(url, user or None, password or None, token, attempts=int(raw_attempts))
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,7 @@ class Archive:
             elif self.settings.user:
                 session.auth = (self.settings.user, self.settings.password or "")
             self._client = DICOMwebClient(self.settings.url, session=session, timeout=self.settings.timeout_s)
+            self._client.set_http_retry_params(max_attempts=self.settings.attempts)
         return self._client
 
     def _call(self, what: str, fn, *args, **kwargs):
