@@ -9,6 +9,7 @@
     metrics    the round row's metrics, typed and versioned
     versions   promote, roll back, install a candidate
     processes  child processes: launch, watch, stop
+    backends   where a round's jobs run (ORAPO_ROUND_BACKEND): local child processes, SLURM batch jobs, Ray Jobs
     worker     `orapo rounds worker evaluate|merge`, the child processes' work
     schedule   RoundScheduler: cron and threshold rounds
 

@@ -10,6 +10,7 @@ spec and results) is written as JSON by `to_dict` and read back by
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,15 +67,52 @@ class RoundPlan:
     def output_dir(self) -> Path:
         return self.round_dir / "output"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON (`plan.json` in the round folder); the actor becomes its name."""
+        return {"round_id": self.round_id, "round_dir": str(self.round_dir), "recipe": self.recipe,
+                "overrides": self.overrides, "policy": self.policy.model_dump(), "served": self.served.to_dict(),
+                "correction_ids": self.correction_ids, "pair_ids": self.pair_ids, "study_ids": self.study_ids,
+                "max_steps": self.max_steps, "actor": getattr(self.actor, "username", self.actor),
+                "started_by": self.started_by, "trigger": self.trigger, "gate_untrusted": self.gate_untrusted}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RoundPlan:
+        return cls(int(data["round_id"]), Path(data["round_dir"]), data["recipe"], dict(data.get("overrides") or {}),
+                   RoundPolicy.model_validate(data.get("policy") or {}), ServedModel.from_dict(data["served"]),
+                   list(data.get("correction_ids") or []), list(data.get("pair_ids") or []),
+                   list(data.get("study_ids") or []), int(data.get("max_steps") or 1), data.get("actor") or "rounds",
+                   data.get("started_by"), data.get("trigger") or "manual", data.get("gate_untrusted"))
+
+
+PLAN_FILE = "plan.json"
+
+
+def write_plan(plan: RoundPlan) -> Path:
+    """Keep the plan in the round folder, so an app started later can watch the round's job to its end."""
+    path = plan.round_dir / PLAN_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(plan.to_dict(), indent=1))
+    tmp.replace(path)
+    return path
+
+
+def read_plan(round_dir: Path) -> RoundPlan | None:
+    """The plan `write_plan` kept, or None when there is none (a round started by an older version)."""
+    try:
+        return RoundPlan.from_dict(json.loads((Path(round_dir) / PLAN_FILE).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
 
 @dataclass
 class RunningRound:
-    """A round this process runs: its plan, monitor thread, current child process and cancel flag."""
+    """A round this process runs: its plan, monitor thread, current job (a backends.JobHandle) and cancel flag."""
 
     plan: RoundPlan
     thread: threading.Thread | None = None
-    process: Any = None
+    job: Any = None
     cancel: threading.Event = field(default_factory=threading.Event)
+    detach: threading.Event = field(default_factory=threading.Event)  # stop watching, leave the job running
 
 
 @dataclass(frozen=True)

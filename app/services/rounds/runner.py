@@ -10,18 +10,27 @@ only `Install` writes the outcome, in one transaction.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
-from app.services.rounds.plan import Evaluation, EvaluationSpec, RoundPlan, RunningRound
+from app.services.rounds.backends import Backends, JobHandle
+from app.services.rounds.plan import Candidate, Evaluation, EvaluationSpec, RoundPlan, RunningRound
 from app.services.rounds.policy import RoundPolicy
 from app.services.rounds.steps import Decide, Evaluate, Install, RoundWatch, SelectData, Train
+
+
+def evaluation_candidate(plan: RoundPlan) -> Candidate:
+    """The candidate an evaluation job drafted, from the spec it was given (`eval_spec.json`)."""
+    spec = EvaluationSpec.from_dict(json.loads((plan.round_dir / "eval_spec.json").read_text()))
+    return Candidate(spec.candidate.base, spec.candidate.adapter)
 
 
 class RoundRunner:
     """Runs rounds inside their monitor threads; holds no state of its own beyond the database and the settings."""
 
-    def __init__(self, database, settings, *, evaluator: Callable[[EvaluationSpec], Evaluation] | None = None):
-        self.watch = RoundWatch(database)
+    def __init__(self, database, settings, *, evaluator: Callable[[EvaluationSpec], Evaluation] | None = None,
+                 backends: Backends | None = None):
+        self.watch = RoundWatch(database, backends)
         self.select = SelectData(database, settings, self.watch)
         self.train = Train(settings, self.watch)
         self.evaluate = Evaluate(self.watch, evaluator=evaluator)
@@ -32,15 +41,22 @@ class RoundRunner:
         """A queued round's data written to its folder and the round marked running; `policy` is the service's."""
         return self.select(record, actor, policy)
 
-    def execute(self, run: RunningRound) -> None:
-        """The monitor thread's work, to the round's end; a failure of its own is recorded on the round, never raised."""
+    def execute(self, run: RunningRound, *, job: JobHandle | None = None) -> None:
+        """The monitor thread's work, to the round's end; a failure of its own is recorded on the round, never raised.
+
+        With `job`, the round goes on from that job, which an earlier app process submitted and did not see end."""
         try:
-            candidate = self.train(run)
-            if candidate is None:
-                return
-            evaluation = self.evaluate(run, candidate)
+            if job is not None and job.phase == "evaluating":
+                candidate, evaluation = None, self.evaluate.resume(run, job)
+            else:
+                candidate = self.train.resume(run, job) if job is not None else self.train(run)
+                if candidate is None:
+                    return
+                evaluation = self.evaluate(run, candidate)
             if evaluation is None:
                 return
+            if candidate is None:
+                candidate = evaluation_candidate(run.plan)
             decision = self.decide(run.plan, evaluation)
             verdict = "promote" if decision.promote else "hold" if decision.hold else "reject"
             self.watch.log(run.plan.round_id, f"gate: {verdict} ({decision.reason})", progress=0.99)

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from app.services.rounds import versions
+from app.services.rounds.backends import Backends, stored_job
 from app.services.rounds.metrics import RoundMetrics
-from app.services.rounds.plan import Evaluation, EvaluationSpec, RunningRound
+from app.services.rounds.plan import Evaluation, EvaluationSpec, RunningRound, read_plan
 from app.services.rounds.policy import MANAGED_KEYS, POLICY_KEYS, RECIPES_DIR, RoundPolicy, check_overrides
 from app.services.rounds.processes import JsonlTail, pid_alive, stop_process, tail_text
 from app.services.rounds.runner import RoundRunner
@@ -62,12 +63,14 @@ class RoundService:
     """Owns the rounds this process runs (their monitor threads); everything durable is in the database."""
 
     def __init__(self, database, settings: Settings | None = None, *, policy: RoundPolicy | None = None,
-                 evaluator: Callable[[EvaluationSpec], Evaluation] | None = None):
+                 evaluator: Callable[[EvaluationSpec], Evaluation] | None = None, backends: Backends | None = None):
         self.db = database
         self.settings = settings or Settings()
         self.policy = policy or RoundPolicy()
+        # where jobs run: ORAPO_ROUND_BACKEND by default (local child processes, SLURM or Ray)
+        self.backends = backends or Backends()
         # `evaluator` is a hook in place of the evaluation worker (see `steps.Evaluate`)
-        self._runner = RoundRunner(database, self.settings, evaluator=evaluator)
+        self._runner = RoundRunner(database, self.settings, evaluator=evaluator, backends=self.backends)
         self._lock = threading.Lock()
         self._running: dict[int, RunningRound] = {}
 
@@ -188,7 +191,8 @@ class RoundService:
     # --- stopping ---------------------------------------------------------------------------------------
 
     def cancel_round(self, round_id: int, *, actor=None, reason: str | None = None):
-        """Cancel a queued or running round: marked cancelled first, then its process group stopped (TERM, then KILL)."""
+        """Cancel a queued or running round: marked cancelled first, then its job stopped (TERM then KILL, `scancel`,
+        `ray job stop`)."""
         from db import RoundRepository
 
         rounds = RoundRepository(self.db)
@@ -202,17 +206,17 @@ class RoundService:
         # Marking first means a worker that finishes meanwhile cannot promote anything: succeeded is no longer reachable.
         who = getattr(actor, "username", actor) or "admin"
         record = rounds.transition(round_id, "cancelled", error=reason or f"cancelled by {who}", actor=actor)
-        pid = record.pid
-        process = run.process if run is not None else None
+        job = (run.job if run is not None else None) or stored_job(record)
         grace = run.plan.policy.cancel_grace_s if run is not None else self.policy.cancel_grace_s
-        if pid:
-            stop_process(pid, process=process, grace_s=grace)
+        if job is not None:
+            self.backends.for_job(job).cancel(job, grace_s=grace)
         if run is not None and run.thread is not None and run.thread is not threading.current_thread():
             run.thread.join(grace + 10)
         return rounds.get(round_id)
 
     def recover(self) -> list:
-        """At app start: rounds left queued or running by a process that is gone are marked failed (workers stopped)."""
+        """At app start: rounds left queued or running by a process that is gone are marked failed (workers stopped),
+        except a round whose job runs on SLURM or Ray, which is watched again (`_reattach`)."""
         from db import RoundRepository
 
         rounds = RoundRepository(self.db)
@@ -223,6 +227,8 @@ class RoundService:
             supervisor = RoundMetrics.of(record).supervisor_pid
             if supervisor and supervisor != os.getpid() and pid_alive(supervisor):
                 continue  # another live process (e.g. `orapo rounds run`) is watching it
+            if self._reattach(record):
+                continue  # its job runs on a cluster: watched again from here (see `_reattach`)
             if record.status == "running" and record.pid and pid_alive(record.pid):
                 stop_process(record.pid, grace_s=self.policy.cancel_grace_s)
                 error = (f"worker_orphaned: the app stopped while worker {record.pid} ran; it was stopped. "
@@ -242,6 +248,11 @@ class RoundService:
         with self._lock:
             runs = list(self._running.items())
         for round_id, run in runs:
+            if run.job is not None and run.job.backend != "local":
+                run.detach.set()  # a cluster job outlives the app: the next start watches it again (`_reattach`)
+                if run.thread is not None:
+                    run.thread.join(timeout)
+                continue
             if run.thread is not None and run.thread.is_alive():
                 if cancel:
                     try:
@@ -289,10 +300,34 @@ class RoundService:
             raise OrapoError("no_checkpoint", f"Round {round_id} saved no checkpoint (set save_strategy=steps to make rounds resumable).")
         return checkpoints[-1]
 
-    def _execute(self, run: RunningRound) -> None:
+    def _reattach(self, record) -> bool:
+        """Watch again a running round whose job a gone app process submitted to SLURM or Ray; False for local jobs.
+
+        A cluster job outlives the app that submitted it (a restart, an upgrade, another app server taking over),
+        and a research-computing team does not expect GPU hours thrown away for it: a job still queued or running
+        is followed to its end and the round goes on from there (evaluation, gate, promotion). A job that ended
+        meanwhile is read as it ended (a training job that succeeded goes on to evaluation); a job the cluster no
+        longer knows fails the round as `worker_gone`."""
+        job = stored_job(record)
+        if record.status != "running" or job is None or job.backend == "local":
+            return False
+        plan = read_plan(self.round_dir(record.id))
+        if plan is None:  # nothing to go on from: stop the job, and the round fails as any orphan does
+            self.backends.for_job(job).cancel(job, grace_s=self.policy.cancel_grace_s)
+            return False
+        run = RunningRound(plan, job=job)
+        self._runner.watch.log(record.id, f"watching {job.describe()} ({job.phase}) again: the app that started it "
+                                          f"stopped", metrics=RoundMetrics.update(supervisor_pid=os.getpid()))
+        run.thread = threading.Thread(target=self._execute, args=(run, job), name=f"orapo-round-{record.id}", daemon=True)
+        with self._lock:
+            self._running[record.id] = run
+        run.thread.start()
+        return True
+
+    def _execute(self, run: RunningRound, job=None) -> None:
         try:
-            self._runner.execute(run)
+            self._runner.execute(run, job=job)
         finally:
-            run.process = None
+            run.job = None
             with self._lock:
                 self._running.pop(run.plan.round_id, None)

@@ -1,15 +1,16 @@
 """The steps of a round, each an object with a typed input and output (the way MONAI Label writes its tasks).
 
     SelectData(record, policy) -> RoundPlan          the studies, the held-out set, the round marked running
-    Train(run)                 -> Candidate | None    `orapo train` as a child process, its metrics streamed
-    Evaluate(run, candidate)   -> Evaluation | None   both models drafted on the held-out set, in a child process
+    Train(run)                 -> Candidate | None    `orapo train` as a job, its metrics streamed
+    Evaluate(run, candidate)   -> Evaluation | None   both models drafted on the held-out set, in a job
     Decide(plan, evaluation)   -> Decision            the gate: a pure function of the two models' metrics
     Install(run, candidate, evaluation, decision)     the version, corrections marked, promote or reject: one transaction
 
 `RoundRunner` (app.services.rounds.runner) chains them in the round's monitor
 thread. A step that returns None has already recorded why on the round (a
-failed or cancelled child); `RoundWatch` is what the steps share for that: the
-round's log, its cancel flag and its child processes.
+failed or cancelled job); `RoundWatch` is what the steps share for that: the
+round's log, its cancel flag and its jobs, which run through the configured
+backend (`app.services.rounds.backends`: child processes, SLURM or Ray).
 """
 
 from __future__ import annotations
@@ -32,12 +33,18 @@ from app.services.rounds.plan import (
     RoundPlan,
     RunningRound,
     Weights,
+    write_plan,
 )
+from app.services.rounds.backends import Backends, JobHandle, JobSpec, JobState
 from app.services.rounds.policy import POLICY_KEYS, RoundPolicy, check_overrides, estimate_steps
-from app.services.rounds.processes import JsonlTail, describe_exit, launch, stop_process, tail_text, train_command
+from app.services.rounds.processes import JsonlTail, python_command, tail_text, train_command
 from app.services.rounds.versions import install_candidate
 from app.services.served import ServedModel, served_model, stored_path
 from orapo_core.errors import OrapoError
+
+
+#: How long a cluster that does not answer (a restarting Ray head, slurmctld failing over) is waited for.
+LOST_AFTER_S = 300.0
 
 
 def round_folder(settings, round_id: int) -> Path:
@@ -47,8 +54,6 @@ def round_folder(settings, round_id: int) -> Path:
 
 def worker_command(*args: str) -> list[str]:
     """`orapo rounds worker ...` as a child process runs it (the one entry point of a round's helper processes)."""
-    from app.services.rounds.processes import python_command
-
     return python_command("-m", "app.cli", "rounds", "worker", *map(str, args))
 
 
@@ -72,10 +77,11 @@ def untrusted_heldout(heldout, served: ServedModel, min_heldout: int) -> str | N
 
 
 class RoundWatch:
-    """The round's log, its cancel flag and its child processes, as every step uses them."""
+    """The round's log, its cancel flag and its jobs, as every step uses them."""
 
-    def __init__(self, database):
+    def __init__(self, database, backends: Backends | None = None):
         self.db = database
+        self.backends = backends or Backends()
 
     def log(self, round_id: int, line: str, *, progress: float | None = None, metrics: dict | None = None) -> bool:
         """Append an event to the round's log; False when the round is no longer running (cancelled meanwhile)."""
@@ -106,29 +112,56 @@ class RoundWatch:
             pass  # cancelled or finished meanwhile
 
     def child(self, run: RunningRound, argv: list[str], log_path: Path, *, phase: str,
-              on_poll: Callable[[], None] | None = None) -> int | None:
-        """Run one child to its end, recording its pid; None when the round was cancelled meanwhile."""
+              on_poll: Callable[[], None] | None = None) -> JobState | None:
+        """Run one command of the round to its end through the backend; None when the round was cancelled meanwhile."""
         from db import RoundRepository
 
-        rounds = RoundRepository(self.db)
-        process = launch(argv, log_path)
-        run.process = process
-        rounds.set_process(run.plan.round_id, pid=process.pid)
-        self.log(run.plan.round_id, f"{phase}: worker pid {process.pid}", metrics=RoundMetrics.update(phase=phase))
-        while process.poll() is None:
+        backend = self.backends.current
+        write_plan(run.plan)  # what a restarted app needs to watch the job on (see `RoundService.recover`)
+        job = backend.submit(JobSpec(list(map(str, argv)), log_path, phase, run.plan.round_id))
+        run.job = job
+        RoundRepository(self.db).set_process(run.plan.round_id, pid=job.pid)
+        self.log(run.plan.round_id, f"{phase}: {job.describe()}", metrics=RoundMetrics.update(phase=phase, job=job.to_dict()))
+        return self.follow(run, job, on_poll=on_poll)
+
+    def follow(self, run: RunningRound, job: JobHandle, *, on_poll: Callable[[], None] | None = None) -> JobState | None:
+        """Watch a submitted job to its end (streaming with `on_poll`), stopping it if the round is cancelled."""
+        from db import RoundRepository
+
+        backend = self.backends.for_job(job)
+        run.job = job
+        lost_since = None
+        while True:
+            state = backend.poll(job)
+            if not state.active:
+                break
+            if state.status == "unknown":  # the cluster does not answer: a restarting head is given a while
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > LOST_AFTER_S:
+                    state = JobState("gone", detail=f"{state.detail} (for {LOST_AFTER_S:.0f} s)")
+                    break
+            else:
+                lost_since = None
             if on_poll is not None:
                 on_poll()
+            if run.detach.is_set():
+                return None  # the app is going away; a cluster job goes on, and the next start watches it again
             if self.stopped(run):
-                stop_process(process.pid, process=process, grace_s=run.plan.policy.cancel_grace_s)
+                backend.cancel(job, grace_s=run.plan.policy.cancel_grace_s)
                 return None
             time.sleep(run.plan.policy.poll_s)
         if on_poll is not None:
             on_poll()
         try:
-            rounds.set_process(run.plan.round_id, pid=None)
+            RoundRepository(self.db).set_process(run.plan.round_id, pid=None)
         except OrapoError:
             pass
-        return None if self.stopped(run) else process.returncode
+        return None if self.stopped(run) else state
+
+    def failure(self, job: JobHandle | None, state: JobState, log_path: Path, lines: int = 15) -> str:
+        """How a job ended, with the last lines of its log (from the backend: Ray keeps the log on the cluster)."""
+        tail = self.backends.for_job(job).log_tail(job, log_path, lines) if job is not None else tail_text(log_path, lines)
+        return f"{state.describe()}. Last lines of {log_path.name}:\n{tail}"
 
 
 class SelectData:
@@ -201,6 +234,23 @@ class Train:
             if train_base is None:
                 return None
         plan.overrides["model_name_or_path"] = str(train_base)
+        ended = self.watch.child(run, train_command(plan.recipe, plan.overrides), log_path, phase="training",
+                                 on_poll=self._metrics_reporter(plan))
+        return self._candidate(run, ended)
+
+    def resume(self, run: RunningRound, job: JobHandle) -> Candidate | None:
+        """Watch a training job a previous app process submitted to its end, then as `__call__` goes on."""
+        if job.phase == "merging":
+            ended = self.watch.follow(run, job)
+            if ended is None:
+                return None
+            if not ended.ok:
+                self.watch.fail(run, "merge_failed", f"while merging the served adapter: {self.watch.failure(job, ended, run.plan.round_dir / 'train.log', 10)}")
+                return None
+            return self(run)  # the merged base is there now: train from it
+        return self._candidate(run, self.watch.follow(run, job, on_poll=self._metrics_reporter(run.plan)))
+
+    def _metrics_reporter(self, plan: RoundPlan) -> Callable[[], None]:
         tail = JsonlTail(plan.output_dir / "metrics.jsonl")
         latest: dict[str, Any] = {}  # the last value of every logged key (step records, then the run's summary)
 
@@ -214,16 +264,18 @@ class Train:
                                progress=0.05 + 0.8 * min(1.0, step / max(1, plan.max_steps)),
                                metrics=RoundMetrics.update(phase="training", train=dict(latest)))
 
-        code = self.watch.child(run, train_command(plan.recipe, plan.overrides), log_path, phase="training",
-                                on_poll=report_metrics)
-        if code is None:
+        return report_metrics
+
+    def _candidate(self, run: RunningRound, ended: JobState | None) -> Candidate | None:
+        plan = run.plan
+        if ended is None:
             return None
-        if code != 0:
-            self.watch.fail(run, "worker_failed", f"{describe_exit(code)}. Last lines of train.log:\n{tail_text(log_path, 15)}")
+        if not ended.ok:
+            self.watch.fail(run, "worker_failed", self.watch.failure(run.job, ended, plan.round_dir / "train.log"))
             return None
         output = plan.output_dir
         if (output / "adapter_config.json").is_file():
-            return Candidate(Path(train_base), output)
+            return Candidate(Path(plan.overrides["model_name_or_path"]), output)
         if (output / "config.json").is_file():
             return Candidate(output)
         self.watch.fail(run, "worker_failed", f"the worker exited cleanly but saved no model in {output}.")
@@ -233,13 +285,13 @@ class Train:
         served = run.plan.served
         target = self.settings.models_dir / "merged" / str(served.version_id)
         if not (target / "config.json").is_file():
-            code = self.watch.child(run, worker_command("merge", served.model_dir, served.adapter_dir, target), log_path,
-                                    phase="merging")
-            if code is None:
+            ended = self.watch.child(run, worker_command("merge", served.model_dir, served.adapter_dir, target), log_path,
+                                     phase="merging")
+            if ended is None:
                 return None
-            if code != 0:
+            if not ended.ok:
                 self.watch.fail(run, "merge_failed",
-                                f"{describe_exit(code)} while merging the served adapter:\n{tail_text(log_path, 10)}")
+                                f"while merging the served adapter: {self.watch.failure(run.job, ended, log_path, 10)}")
                 return None
         return target
 
@@ -265,11 +317,19 @@ class Evaluate:
             return evaluate_models(spec)
         spec_path, out_path, log_path = plan.round_dir / "eval_spec.json", plan.round_dir / "eval.json", plan.round_dir / "eval.log"
         spec_path.write_text(json.dumps(spec.to_dict(), indent=1))
-        code = self.watch.child(run, worker_command("evaluate", spec_path, out_path), log_path, phase="evaluating")
-        if code is None:
+        return self._result(run, self.watch.child(run, worker_command("evaluate", spec_path, out_path), log_path,
+                                                  phase="evaluating"))
+
+    def resume(self, run: RunningRound, job: JobHandle) -> Evaluation | None:
+        """Watch an evaluation job a previous app process submitted to its end, and read its result."""
+        return self._result(run, self.watch.follow(run, job))
+
+    def _result(self, run: RunningRound, ended: JobState | None) -> Evaluation | None:
+        out_path, log_path = run.plan.round_dir / "eval.json", run.plan.round_dir / "eval.log"
+        if ended is None:
             return None
-        if code != 0 or not out_path.is_file():
-            self.watch.fail(run, "evaluation_failed", f"{describe_exit(code)}:\n{tail_text(log_path, 15)}")
+        if not ended.ok or not out_path.is_file():
+            self.watch.fail(run, "evaluation_failed", self.watch.failure(run.job, ended, log_path))
             return None
         return Evaluation.from_dict(json.loads(out_path.read_text()))
 
