@@ -30,15 +30,21 @@ run: $(STAMP)
 # installs (Debian's package) and starts on 127.0.0.1; in CI or with
 # ORAPO_TEST_ORTHANC=1 the archive tests (DICOMweb, DIMSE, SR sending, the
 # Worklist's archive view) run against a throwaway Orthanc that .ci/orthanc.sh
-# installs and starts the same way; in CI the browser tests' Chromium comes from
-# Debian too (.ci/chromium.sh). Elsewhere, tests that need a missing server or
-# browser are skipped with a reason.
+# installs and starts the same way; in CI or with ORAPO_TEST_SLURM=1 the round
+# backend tests submit rounds to a one-node SLURM (.ci/slurm.sh: Debian's
+# slurm-wlm on 127.0.0.1), and in CI or with ORAPO_TEST_RAY=1 to a local Ray head
+# (.ci/ray.sh, which installs the pinned `ray` extra); in CI the browser tests'
+# Chromium comes from Debian too (.ci/chromium.sh). Elsewhere, tests that need a
+# missing server or browser are skipped with a reason.
 test: $(STAMP)
-	@pg_url=""; orthanc_url=""; \
+	@pg_url=""; orthanc_url=""; slurm_conf=""; ray_address=""; \
 	if [ "$${CI:-}" = "true" ]; then .ci/chromium.sh || exit 1; fi; \
 	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_POSTGRES:-}" ]; then pg_url=$$(.ci/postgres.sh) || exit 1; fi; \
 	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_ORTHANC:-}" ]; then orthanc_url=$$(.ci/orthanc.sh) || exit 1; fi; \
+	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_SLURM:-}" ]; then slurm_conf=$$(.ci/slurm.sh) || exit 1; fi; \
+	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_RAY:-}" ]; then ray_address=$$(BIN=$(BIN) .ci/ray.sh) || exit 1; fi; \
 	env $${pg_url:+ORAPO_TEST_POSTGRES_URL=$$pg_url} $${orthanc_url:+ORAPO_TEST_ORTHANC_URL=$$orthanc_url} \
+	  $${slurm_conf:+ORAPO_TEST_SLURM_CONF=$$slurm_conf} $${ray_address:+ORAPO_TEST_RAY_ADDRESS=$$ray_address} \
 	  OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --timeout=900
 
 # Every test not marked `slow` (browsers, live servers, training runs, starter builds, anything over ~2 s):
