@@ -24,20 +24,19 @@ import gradio as gr
 from app import gradio_internals
 from app.context import AppContext
 from app.runtime import upload_cache_dir
+from app.services.cache_sweep import CACHE_MAX_AGE_S, CACHE_SWEEP_S
 from app.settings import web_settings
 from app.web_security import RequireSession
 from orapo_core.config import Settings
 
-# Gradio's cache holds patient-derived files (viewer renders, export zips): every CACHE_SWEEP_S, what the app
-# put there more than CACHE_MAX_AGE_S ago is deleted, and all of it when the server closes.
-CACHE_SWEEP_S = 5 * 60
-CACHE_MAX_AGE_S = 60 * 60
+CACHE_SWEEP_JOB = "orapo-cache-sweep"
 
 
 def build_app(*, settings: Settings, database, registry=None, rounds=None, signin=None,
               warm_model: bool = False) -> gr.Blocks:
-    """The Blocks of the whole app. `rounds` (a `RoundScheduler`, default one with the default policy) is
-    not started here: the server's lifespan (`launch_options`) starts it and stops it, so building an
+    """The Blocks of the whole app. `rounds` (a `RoundScheduler`, default one with the default policy, whose
+    leader jobs include the shared cache's sweep) is not started here: the server's lifespan (`launch_options`)
+    starts it (it joins the election of servers on this database, `app.services.leader`) and stops it, so building an
     app, as tests do, leaves no thread behind; with `warm_model` (as `orapo serve` asks) the lifespan also
     loads and warms the served model in the background. `signin` (a `SignInGuard`) defaults to the
     standard limits."""
@@ -54,8 +53,10 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     cache.mkdir(parents=True, exist_ok=True)
     gradio_internals.use_cache_dir(cache)
     prune_downloads(settings, work=True)  # what a previous run left behind, once its download time is up
-    ctx = AppContext(settings, database, registry or ModelRegistry(settings, database),
-                     rounds if rounds is not None else RoundScheduler(database, settings),
+    if rounds is None:  # the leading server also sweeps the shared upload cache (app.services.cache_sweep)
+        rounds = RoundScheduler(database, settings, leader_jobs=[(CACHE_SWEEP_JOB, lambda: _sweep_stale(settings),
+                                                                  CACHE_SWEEP_S)])
+    ctx = AppContext(settings, database, registry or ModelRegistry(settings, database), rounds,
                      signin if signin is not None else SignInGuard(database), SessionBook())
 
     with gr.Blocks(title="OraPO: chest X-ray reporting", delete_cache=(CACHE_SWEEP_S, CACHE_MAX_AGE_S)) as demo:
@@ -102,6 +103,16 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     demo.round_scheduler = ctx.rounds  # for whoever holds the Blocks: `orapo serve`'s close, tests
     gradio_internals.skip_placeholder_files(demo)
     return demo
+
+
+def _sweep_stale(settings) -> None:
+    import sys
+
+    from app.services.cache_sweep import sweep_stale
+
+    report = sweep_stale(settings)
+    if report.cache_files or report.exports:
+        print(report.line("leader's cache sweep"), file=sys.stderr, flush=True)
 
 
 def launch_options(settings: Settings, database) -> dict[str, Any]:

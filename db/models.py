@@ -268,3 +268,19 @@ class AuditLog(Base):
     object_id: Mapped[str | None] = mapped_column(String(64))
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class Lease(Base):
+    """A named lease one process holds until `expires_at` unless it renews it (app.services.leader): the servers'
+    scheduler election ("scheduler") and each server's sign of life ("server:<host>:<pid>:<start>").
+
+    Times are seconds since the epoch on the database's clock (`LeaseRepository` reads it in the same
+    transaction), so servers whose clocks disagree still agree on who holds what."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(191), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(191))
+    acquired_at: Mapped[float] = mapped_column(Float)
+    renewed_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float, index=True)

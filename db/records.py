@@ -215,3 +215,22 @@ class DashboardCounts:
     pairs_by_source: dict[str, int]
     accepted_unchanged_rate: float | None
     """Among each study's latest correction; None when there is none yet."""
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """A lease as the database saw it when read: times in seconds on the database's clock, `now` included."""
+
+    name: str
+    holder: str
+    acquired_at: float
+    expires_at: float
+    now: float
+
+    @property
+    def live(self) -> bool:
+        return self.expires_at > self.now
+
+    @property
+    def remaining_s(self) -> float:
+        return max(0.0, self.expires_at - self.now)

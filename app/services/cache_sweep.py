@@ -15,6 +15,12 @@ So `orapo serve` calls:
 
 Both return counts only: the line the server logs names no file, since a file name can itself carry PHI.
 
+Several servers on one data folder share the upload cache, and each one's Gradio deletes only its own files:
+when another server's sign of life is live (`app.services.leader`), a start or a stop must not empty the cache
+under it (`shared=True`), so only entries older than `CACHE_MAX_AGE_S` go, the age after which Gradio itself
+deletes its files, which no server still serves. What a killed server left is then deleted by the leader's
+`sweep_stale` within `CACHE_MAX_AGE_S + CACHE_SWEEP_S`, not at the next start.
+
 A stored file younger than `ORPHAN_GRACE_S` is kept, counted apart: `orapo ingest` running in another process
 may be between writing it and committing its row (SQLite waits up to 10 s for each lock). The next start
 deletes it if it is still nobody's. The cache has no such case: only the server writes there.
@@ -32,6 +38,11 @@ from app.runtime import upload_cache_dir
 
 #: Unreferenced stored files younger than this are left for the next start (see the module docstring).
 ORPHAN_GRACE_S = 60.0
+# Gradio's cache holds patient-derived files (viewer renders, export zips): every CACHE_SWEEP_S, what the app put
+# there more than CACHE_MAX_AGE_S ago is deleted (Gradio's `delete_cache` for its own files, `sweep_stale` on the
+# leading server for everyone's), and all of it when the last server closes.
+CACHE_SWEEP_S = 5 * 60
+CACHE_MAX_AGE_S = 60 * 60
 #: The prefix `app.services.ingest._write_atomic` gives a file it has not yet renamed into place.
 PARTIAL_PREFIX = ".part-"
 
@@ -59,31 +70,53 @@ class SweepReport:
         return text
 
 
-def sweep_at_start(settings, database, *, now: float | None = None) -> SweepReport:
-    """Before the server listens: what a previous run, killed or not, left behind (see the module docstring)."""
+def sweep_at_start(settings, database, *, now: float | None = None, shared: bool = False) -> SweepReport:
+    """Before the server listens: what a previous run, killed or not, left behind (see the module docstring).
+    `shared`: other servers use the data folder now, so the upload cache keeps what they may be serving."""
     from app.services.export_downloads import downloads_dir, prune_downloads
 
+    now = time.time() if now is None else now
     exports = downloads_dir(settings)
     expired = prune_downloads(settings, now=now, work=True)
-    cache_files = _sweep_upload_cache(settings, keep=exports)
-    partial, orphans, recent = _sweep_storage(settings, database, now=time.time() if now is None else now)
+    cache_files = _sweep_upload_cache(settings, keep=exports, older_than=now - CACHE_MAX_AGE_S if shared else None)
+    partial, orphans, recent = _sweep_storage(settings, database, now=now)
     return SweepReport(cache_files=cache_files, exports=len(expired), partial_images=partial,
                        orphan_images=orphans, recent_unreferenced=recent)
 
 
-def sweep_at_stop(settings) -> SweepReport:
-    """After the server closed: nothing stays in the upload cache, not even an export zip."""
-    return SweepReport(cache_files=_sweep_upload_cache(settings))
+def sweep_at_stop(settings, *, shared: bool = False) -> SweepReport:
+    """After the server closed: nothing stays in the upload cache, not even an export zip; `shared` (other servers
+    still run): nothing more goes, since Gradio's close already deleted this server's own files."""
+    return SweepReport() if shared else SweepReport(cache_files=_sweep_upload_cache(settings))
 
 
-def _sweep_upload_cache(settings, *, keep: Path | None = None) -> int:
-    """Delete everything in the upload cache except the folder `keep`; returns how many files went."""
+def sweep_stale(settings, *, now: float | None = None) -> SweepReport:
+    """The leading server's sweep, every CACHE_SWEEP_S: cache entries older than CACHE_MAX_AGE_S, whichever server
+    (a killed one included) put them there, and export zips past their download time."""
+    from app.services.export_downloads import downloads_dir, prune_downloads
+
+    now = time.time() if now is None else now
+    expired = prune_downloads(settings, now=now)
+    cache_files = _sweep_upload_cache(settings, keep=downloads_dir(settings), older_than=now - CACHE_MAX_AGE_S)
+    return SweepReport(cache_files=cache_files, exports=len(expired))
+
+
+def _sweep_upload_cache(settings, *, keep: Path | None = None, older_than: float | None = None) -> int:
+    """Delete everything in the upload cache except the folder `keep` (and, with `older_than`, entries touched
+    since then); returns how many files went."""
+    from app.services.export_downloads import newest_mtime
+
     cache = upload_cache_dir(settings)
     if not cache.is_dir():
         return 0
     removed = 0
     for entry in list(cache.iterdir()):
         if keep is not None and entry == keep:
+            continue
+        try:
+            if older_than is not None and newest_mtime(entry) >= older_than:
+                continue
+        except FileNotFoundError:
             continue
         removed += _delete(entry)
     return removed

@@ -50,7 +50,7 @@ def work_dir(settings) -> Path:
     return settings.resolved_data_dir / "export-work"
 
 
-def _newest_mtime(path: Path) -> float:
+def newest_mtime(path: Path) -> float:
     stamps = [path.lstat().st_mtime]
     if path.is_dir() and not path.is_symlink():
         stamps += [p.lstat().st_mtime for p in path.rglob("*")]
@@ -68,7 +68,7 @@ def prune_downloads(settings, *, max_age_s: float = DOWNLOAD_RETENTION_S, now: f
             continue
         for entry in root.iterdir():
             try:
-                if _newest_mtime(entry) >= cutoff:
+                if newest_mtime(entry) >= cutoff:
                     continue
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry)

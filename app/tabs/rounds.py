@@ -134,7 +134,9 @@ def schedule_markdown(status) -> str:
                      f"(now {status.untrained}).")
     else:
         lines.append(f"The new-corrections trigger is **off** ({status.untrained} signed corrections wait for a round).")
-    if not status.scheduler_running:
+    if not status.scheduler_running and status.led_by:
+        lines.append(f"_Scheduled rounds are started by another server ({status.led_by}), which leads._")
+    elif not status.scheduler_running:
         lines.append("_The scheduler is not running in this process: rounds start only by hand._")
     return "  \n".join(lines)
 

@@ -2,6 +2,7 @@
 
 from db.repositories.admin import ArchiveSettingsRepository, AuditRepository, DashboardRepository, ScheduleRepository
 from db.repositories.base import Actor, Repository
+from db.repositories.leases import LeaseRepository
 from db.repositories.reports import CorrectionRepository, DraftRepository
 from db.repositories.studies import HOLDOUT_FRACTION, StudyRepository, split_for
 from db.repositories.training import ROUND_TRANSITIONS, ModelVersionRepository, PairRepository, RoundRepository
@@ -16,6 +17,7 @@ __all__ = [
     "CorrectionRepository",
     "DashboardRepository",
     "DraftRepository",
+    "LeaseRepository",
     "ModelVersionRepository",
     "PairRepository",
     "Repository",

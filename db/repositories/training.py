@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from db.models import ModelVersion, PreferencePair, Study, TrainingRound, utcnow
@@ -29,6 +29,8 @@ ROUND_TRANSITIONS: dict[str, frozenset[str]] = {
     "promoted": frozenset(),
 }
 ACTIVE_ROUND_STATUSES = ("queued", "running")
+#: The PostgreSQL advisory lock key `RoundRepository.create` holds to its commit (any constant no other code uses).
+ROUND_CREATE_LOCK = 0x0_4A90_0001
 _FINISHED = frozenset({"succeeded", "failed", "cancelled"})
 
 
@@ -170,6 +172,11 @@ class RoundRepository(Repository):
         if trigger not in ROUND_TRIGGERS:
             raise OrapoError("invalid_trigger", f"A round's trigger is one of {', '.join(ROUND_TRIGGERS)}, not {trigger!r}.")
         with self._session() as session:
+            if session.get_bind().dialect.name == "postgresql":
+                # PostgreSQL hands out ids before commit: without this, two requests could each commit and look
+                # for the other before the older one committed, and both rounds would run. Held to the commit,
+                # the lock makes id order commit order, so the newer request always sees the older one.
+                session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ROUND_CREATE_LOCK})
             r = TrainingRound(status="queued", trigger=trigger, config=dict(config or {}), progress=0.0, metrics={}, log="",
                               started_by=started_by)
             session.add(r)

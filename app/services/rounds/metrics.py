@@ -66,6 +66,8 @@ class RoundMetrics:
     schema: int = 1
     phase: str | None = None  # preparing, merging, training, evaluating, finished
     supervisor_pid: int | None = None  # the process whose thread watches the round
+    # that process in full, host, pid and start time (app.services.leader.ServerIdentity): servers share the database
+    supervisor: dict[str, Any] | None = None
     job: dict[str, Any] | None = None  # the step's job as its backend knows it (backends.JobHandle.to_dict), None after
     served_version_id: int | None = None  # the version the round trained from and compared with
     max_steps: int | None = None

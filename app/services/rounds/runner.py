@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from app.services.leader import this_process
 from app.services.rounds.backends import Backends, JobHandle
+from app.services.rounds.metrics import RoundMetrics
 from app.services.rounds.plan import Candidate, Evaluation, EvaluationSpec, RoundPlan, RunningRound
 from app.services.rounds.policy import RoundPolicy
 from app.services.rounds.steps import Decide, Evaluate, Install, RoundWatch, SelectData, Train
@@ -39,7 +41,11 @@ class RoundRunner:
 
     def prepare(self, record, actor, policy: RoundPolicy) -> RoundPlan:
         """A queued round's data written to its folder and the round marked running; `policy` is the service's."""
-        return self.select(record, actor, policy)
+        plan = self.select(record, actor, policy)
+        # several servers, on several machines, may share the database: a pid alone does not say who watches
+        me = this_process()
+        self.watch.log(plan.round_id, f"watched by {me}", metrics=RoundMetrics.update(supervisor=me.as_dict()))
+        return plan
 
     def execute(self, run: RunningRound, *, job: JobHandle | None = None) -> None:
         """The monitor thread's work, to the round's end; a failure of its own is recorded on the round, never raised.

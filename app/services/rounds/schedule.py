@@ -6,6 +6,15 @@ two APScheduler jobs in step with them. Both jobs only *request* a round from
 the `RoundService`, so the one-round-at-a-time rule and its refusals are the
 same as for a click: a scheduled request that finds a round running is refused,
 and the refusal is written to the audit log rather than queued behind it.
+
+Several servers may share one database: each has a `RoundScheduler`, but only
+the leader (`app.services.leader.Leadership`, a lease in the database) runs the
+jobs. On election it recovers what a gone process left (`RoundService.recover`)
+and starts them; a deposed leader stops them, and every job asks `acting()`
+before it acts. Besides the round jobs the leader recovers again every check
+interval (a server that died while the leader lived left its rounds too) and
+runs whatever other once-only duties the app hands it (`leader_jobs`: the
+shared cache's sweep).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ log = logging.getLogger(__name__)
 CRON_JOB = "orapo-round-cron"
 THRESHOLD_JOB = "orapo-round-threshold"
 SYNC_JOB = "orapo-schedule-sync"
+RECOVER_JOB = "orapo-round-recover"
 
 
 def cron_trigger(cron: str, timezone=None):
@@ -68,6 +78,7 @@ class ScheduleStatus:
     next_run: datetime | None  # when the cron next requests a round; None while scheduled rounds are off
     untrained: int  # signed corrections of training studies that no round has used yet
     scheduler_running: bool  # False: this process starts rounds only by hand
+    led_by: str | None = None  # the other server that runs the schedule now ("host pid N"), when one does
 
 
 def schedule_status(db, scheduler: RoundScheduler | None = None) -> ScheduleStatus:
@@ -79,65 +90,120 @@ def schedule_status(db, scheduler: RoundScheduler | None = None) -> ScheduleStat
     when = None
     if settings.schedule_enabled and settings.cron:
         when = (scheduler.jobs().get(CRON_JOB) if running else None) or next_run(settings.cron)
-    return ScheduleStatus(settings, when, CorrectionRepository(db).count_untrained(), running)
+    led_by = None
+    leadership = getattr(scheduler, "leadership", None)
+    if leadership is not None and not running:
+        lease = leadership.leader()
+        if lease is not None and lease.live:
+            host, pid, _ = lease.holder.split("#")[0].rsplit(":", 2)
+            led_by = f"{host} pid {pid}"
+    return ScheduleStatus(settings, when, CorrectionRepository(db).count_untrained(), running, led_by)
 
 
 class RoundScheduler:
-    """APScheduler's BackgroundScheduler running the cron and threshold jobs of one app instance."""
+    """APScheduler's BackgroundScheduler running the cron and threshold jobs, on the leading app server only.
 
-    def __init__(self, database, settings=None, *, service=None, threshold_check_s: float = 60.0, timezone=None):
+    `threshold_check_s` (default ORAPO_ROUND_CHECK_S) is how often the threshold is checked, settings saved
+    elsewhere are picked up and rounds of gone servers recovered; `lease_s` (default ORAPO_LEADER_LEASE_S) is
+    the leader lease; `leader_jobs` are (id, function, every_s) run by the leader beside the round jobs."""
+
+    def __init__(self, database, settings=None, *, service=None, threshold_check_s: float | None = None, timezone=None,
+                 lease_s: float | None = None, leader_jobs=()):
+        from app.services.leader import Leadership
         from app.services.rounds.service import RoundService
+        from app.settings import web_settings
 
+        web = web_settings(settings)
         self.db = database
         self.service = service or RoundService(database, settings)
-        self.threshold_check_s = threshold_check_s
+        self.threshold_check_s = web.round_check_s if threshold_check_s is None else threshold_check_s
         self.timezone = timezone
+        self.leader_jobs = tuple(leader_jobs)
+        self.leadership = Leadership(database, lease_s=web.leader_lease_s if lease_s is None else lease_s,
+                                     on_elected=self._lead, on_deposed=self._follow)
         self._scheduler = None
         self._loaded_at = None  # updated_at of the settings the jobs were built from
 
     @property
     def running(self) -> bool:
-        return self._scheduler is not None and self._scheduler.running
+        """Whether this process runs the round jobs now (it leads)."""
+        scheduler = self._scheduler
+        return scheduler is not None and scheduler.running
 
     def start(self) -> RoundScheduler:
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        if self.running:
-            return self
-        self.service.recover()
-        self._scheduler = BackgroundScheduler(timezone=self.timezone, job_defaults={"coalesce": True, "max_instances": 1,
-                                                                                     "misfire_grace_time": 3600})
-        self._scheduler.start()
-        self.reload()
-        # Settings saved by another process (`orapo rounds schedule`) are picked up within a check interval.
-        from apscheduler.triggers.interval import IntervalTrigger
-
-        self._scheduler.add_job(self._sync, IntervalTrigger(seconds=self.threshold_check_s), id=SYNC_JOB)
+        """Join the election (a lone server leads at once: recovers, then runs the jobs) and keep ticking."""
+        self.leadership.start()
         return self
 
     def shutdown(self, *, cancel_rounds: bool = True) -> None:
-        if self._scheduler is not None and self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
-        self._scheduler = None
+        """Leave the election (a leader hands over at once) and stop this process's rounds."""
+        self.leadership.stop()
+        self._follow()
         self.service.shutdown(cancel=cancel_rounds)
+
+    def _lead(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+        from apscheduler.triggers.interval import IntervalTrigger
+
+        from app.services.leader import QUEUED_GRACE_S, other_servers_alive
+
+        if self.running:
+            return
+        # Alone, a queued round is what a stopped server left (as before); with others alive it may be theirs.
+        alone = not other_servers_alive(self.db, self.leadership.identity)
+        self.service.recover(**({} if alone else {"queued_grace_s": QUEUED_GRACE_S}))
+        scheduler = BackgroundScheduler(timezone=self.timezone, job_defaults={"coalesce": True, "max_instances": 1,
+                                                                              "misfire_grace_time": 3600})
+        scheduler.start()
+        self._scheduler = scheduler
+        self.reload()
+        # Settings saved by another process (`orapo rounds schedule`, another server) are picked up within a check.
+        every = IntervalTrigger(seconds=self.threshold_check_s)
+        scheduler.add_job(self._as_leader(self._sync), every, id=SYNC_JOB)
+        scheduler.add_job(self._as_leader(self._recover), every, id=RECOVER_JOB)
+        for job_id, function, every_s in self.leader_jobs:
+            scheduler.add_job(self._as_leader(function), IntervalTrigger(seconds=every_s), id=job_id)
+
+    def _follow(self) -> None:
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None and scheduler.running:
+            scheduler.shutdown(wait=False)
+
+    def _as_leader(self, function):
+        """`function` as a leader job: skipped when this process can no longer be sure it leads."""
+
+        def job(*args):
+            if not self.leadership.acting():
+                log.info("%s skipped: this server no longer leads", getattr(function, "__name__", "job"))
+                return None
+            return function(*args)
+
+        job.__name__ = getattr(function, "__name__", "job")
+        return job
+
+    def _recover(self) -> None:
+        from app.services.leader import QUEUED_GRACE_S
+
+        self.service.recover(queued_grace_s=QUEUED_GRACE_S)
 
     def reload(self) -> None:
         """Make the jobs match the stored settings (after an admin changed them)."""
         from apscheduler.triggers.interval import IntervalTrigger
 
-        if not self.running:
-            return
+        scheduler = self._scheduler
+        if scheduler is None or not scheduler.running:
+            return  # not leading: the leader picks the change up within a check interval
         settings = get_schedule(self.db)
         self._loaded_at = settings.updated_at
         for job_id in (CRON_JOB, THRESHOLD_JOB):
-            if self._scheduler.get_job(job_id) is not None:
-                self._scheduler.remove_job(job_id)
+            if scheduler.get_job(job_id) is not None:
+                scheduler.remove_job(job_id)
         if settings.schedule_enabled and settings.cron:
-            self._scheduler.add_job(self.fire_scheduled, cron_trigger(settings.cron, self.timezone), id=CRON_JOB,
-                                    replace_existing=True)
+            scheduler.add_job(self._as_leader(self.fire_scheduled), cron_trigger(settings.cron, self.timezone),
+                              id=CRON_JOB, replace_existing=True)
         if settings.threshold_enabled and settings.corrections_threshold:
-            self._scheduler.add_job(self.check_threshold, IntervalTrigger(seconds=self.threshold_check_s), id=THRESHOLD_JOB,
-                                    replace_existing=True)
+            scheduler.add_job(self._as_leader(self.check_threshold), IntervalTrigger(seconds=self.threshold_check_s),
+                              id=THRESHOLD_JOB, replace_existing=True)
 
     def _sync(self) -> None:
         if get_schedule(self.db).updated_at != self._loaded_at:
@@ -145,17 +211,20 @@ class RoundScheduler:
 
     def jobs(self) -> dict[str, datetime | None]:
         """The round-starting jobs and when each next runs (for the admin tab)."""
-        if not self.running:
+        scheduler = self._scheduler
+        if scheduler is None or not scheduler.running:
             return {}
-        return {job.id: job.next_run_time for job in self._scheduler.get_jobs() if job.id in (CRON_JOB, THRESHOLD_JOB)}
+        return {job.id: job.next_run_time for job in scheduler.get_jobs() if job.id in (CRON_JOB, THRESHOLD_JOB)}
 
     def add_one_off(self, when: datetime, trigger: str = "schedule") -> None:
         """Run one scheduled request at `when` (an admin's "tonight at 2", and how tests fire the cron path quickly)."""
         from apscheduler.triggers.date import DateTrigger
 
-        if not self.running:
-            raise OrapoError("scheduler_stopped", "The round scheduler is not running.")
-        self._scheduler.add_job(self._request, DateTrigger(run_date=when), args=[trigger])
+        scheduler = self._scheduler
+        if scheduler is None or not scheduler.running:
+            raise OrapoError("scheduler_stopped", "The round scheduler is not running on this server (another one "
+                                                  "leads, or none was started).")
+        scheduler.add_job(self._as_leader(self._request), DateTrigger(run_date=when), args=[trigger])
 
     # --- the job functions (called by APScheduler, or directly) ---------------------------------------------
 

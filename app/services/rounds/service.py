@@ -214,27 +214,33 @@ class RoundService:
             run.thread.join(grace + 10)
         return rounds.get(round_id)
 
-    def recover(self) -> list:
+    def recover(self, *, queued_grace_s: float = 0.0) -> list:
         """At app start: rounds left queued or running by a process that is gone are marked failed (workers stopped),
         except a round whose job runs on SLURM or Ray, which is watched again (`_reattach`)."""
+        from app.services.leader import server_leases, this_process, watch_of
         from db import RoundRepository
 
         rounds = RoundRepository(self.db)
+        me, servers = this_process(), server_leases(self.db)
         recovered = []
         for record in rounds.active():
             if self.is_running_here(record.id):
                 continue
-            supervisor = RoundMetrics.of(record).supervisor_pid
-            if supervisor and supervisor != os.getpid() and pid_alive(supervisor):
-                continue  # another live process (e.g. `orapo rounds run`) is watching it
-            if self._reattach(record):
-                continue  # its job runs on a cluster: watched again from here (see `_reattach`)
-            if record.status == "running" and record.pid and pid_alive(record.pid):
+            # Another live process watching it (a server, on any machine, or `orapo rounds run` here) keeps it; so
+            # does a queued round younger than `queued_grace_s`, which its requester may still be preparing.
+            watch = watch_of(record, me=me, servers=servers, queued_grace_s=queued_grace_s)
+            if not watch.gone:
+                continue
+            if self._reattach(record):  # its job runs on a cluster: watched again from here (see `_reattach`)
+                self._runner.watch.log(record.id, f"watched by {me}", metrics=RoundMetrics.update(supervisor=me.as_dict()))
+                continue
+            if record.status == "running" and record.pid and watch.local and pid_alive(record.pid):
                 stop_process(record.pid, grace_s=self.policy.cancel_grace_s)
                 error = (f"worker_orphaned: the app stopped while worker {record.pid} ran; it was stopped. "
                          f"Resume it with `orapo rounds run --resume {record.id}`.")
             elif record.status == "running":
-                error = f"worker_gone: worker process {record.pid} is gone (the app or the machine restarted)."
+                error = (f"worker_gone: worker process {record.pid} is gone (the app or the machine restarted)."
+                         if watch.local else f"worker_gone: {watch.who}, which watched this round, is gone.")
             else:
                 error = "app_restarted: the app stopped before this round started."
             try:
