@@ -20,7 +20,7 @@ alive() {  # the address in $DIR/address answers the job API
 }
 
 if [ "${1:-}" = "--stop" ]; then
-  if [ -x "$RAY" ] && [ -d "$DIR" ]; then "$RAY" stop >&2 || true; fi
+  if [ -x "$RAY" ] && [ -d "$DIR" ]; then "$RAY" stop >/dev/null 2>&1 || true; fi
   rm -rf "$DIR"
   exit 0
 fi
@@ -48,7 +48,10 @@ chmod 700 "$DIR"
 GCS_PORT=$(free_port)
 DASHBOARD_PORT=$(free_port "$GCS_PORT")
 ADDRESS="http://127.0.0.1:$DASHBOARD_PORT"
-# The job server is part of the dashboard; usage stats off (no network); a short temp dir (Unix socket paths are short).
+# The job server is part of the dashboard; usage stats off (no network). Ray takes a node IP of 127.0.0.1 as "find
+# the machine's address" and binds its gRPC servers there, unless it is told this is a one-machine cluster
+# (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, the switch behind its loopback-only mode on macOS and Windows).
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 RAY_USAGE_STATS_ENABLED=0 "$RAY" start --head --node-ip-address 127.0.0.1 --port "$GCS_PORT" \
   --dashboard-host 127.0.0.1 --dashboard-port "$DASHBOARD_PORT" --include-dashboard true \
   --num-cpus 1 --num-gpus 0 --temp-dir "$DIR/tmp" --disable-usage-stats >"$DIR/start.log" 2>&1 || {

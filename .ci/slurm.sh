@@ -78,9 +78,16 @@ chmod 400 "$DIR/munge/munge.key"
 munged --force --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.socket" \
   --pid-file="$DIR/munged.pid" --log-file="$DIR/munged.log" --seed-file="$DIR/munge/munge.seed" >&2
 
+# Daemons bind to the address their host name resolves to, not to every interface: slurmd always (its NodeAddr is
+# 127.0.0.1); slurmctld only where this machine's name resolves to a loopback address (it would bind elsewhere).
+BIND=NoInAddrAny
+if getent hosts "$NODE" | awk '{print $1}' | grep -q '^127\.'; then BIND=NoInAddrAny,NoCtldInAddrAny; fi
+
 cat >"$CONF" <<CONF
 ClusterName=orapo-test
 SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldAddr=127.0.0.1
+CommunicationParameters=$BIND
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 SlurmUser=root
