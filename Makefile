@@ -48,10 +48,10 @@ test: $(STAMP)
 	  OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --timeout=900
 
 # Every test not marked `slow` (browsers, live servers, training runs, starter builds, anything over ~2 s):
-# pure functions, the engine on tiny models, the database. Under a minute on 2 cores; run it after each change
-# and `make test` before a commit that others build on.
+# pure functions, the engine on tiny models, the database, spread over one worker per core (pytest-xdist).
+# Under a minute on 2 cores; run it after each change and `make test` before a commit that others build on.
 test-fast: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" --timeout=300
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" --timeout=300 -n auto
 
 # Benchmarks are never part of the suite: `make bench` lists them, `make bench NAME=decode ARGS="--runs 3"`
 # runs one (the same as `orapo bench decode --runs 3`); each prints its numbers and the command that made them.
