@@ -87,6 +87,7 @@ def test_admin_starts_watches_rolls_back_and_promotes_a_round(browser, tmp_path,
 
         expect(status).to_contain_text("promoted", timeout=120_000)  # the timer polled it to the end
         expect(status).to_contain_text("Gate: promote")
+        expect(page.locator("#orapo-cancel-round")).to_be_disabled()  # nothing left to cancel
         for plot in ("reward", "zero", "weight", "losses"):
             expect(page.locator(f"#orapo-plot-{plot} .js-plotly-plot")).to_be_visible()
         expect(page.locator("#orapo-plot-losses")).to_contain_text("GRPO loss")

@@ -143,7 +143,7 @@ class ModelRegistry:
         from orapo_core.models.loading import check_model_dir
         from orapo_core.models.shared_base import SharedBase
 
-        folder = check_model_dir(served.model_dir)
+        folder = check_model_dir(served.model_dir).resolve()
         base = self._bases.get(folder)
         if base is None:
             base = self._bases[folder] = SharedBase(folder)

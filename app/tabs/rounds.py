@@ -200,7 +200,7 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
             quality_plot = gr.Plot(label="Precision, recall, macro-F1", elem_id="orapo-plot-quality")
             length_plot = gr.Plot(label="Report length", elem_id="orapo-plot-length")
 
-    live_outputs = [status, log, reward_plot, zero_plot, weight_plot, loss_plot, rounds_table, timer]
+    live_outputs = [status, log, reward_plot, zero_plot, weight_plot, loss_plot, rounds_table, timer, cancel_btn]
     version_outputs = [versions_table, f1_plot, quality_plot, length_plot]
     schedule_outputs = [cron, cron_on, threshold, threshold_on, schedule_md]
 
@@ -224,11 +224,13 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
     def live_view(actor, rid):
         rid = chosen(rid)
         if rid is None:
-            return [round_html(None), "", *round_charts.live_figures([]), rounds_view(actor), gr.Timer(active=False)]
+            return [round_html(None), "", *round_charts.live_figures([]), rounds_view(actor), gr.Timer(active=False),
+                    gr.Button(interactive=False)]
         details = ctx.rounds.service.round_details(int(rid), log_lines=40)
         active = details.round.status in ACTIVE
         return [round_html(details), log_text(details),
-                *round_charts.live_figures(details.metrics_history), rounds_view(actor), gr.Timer(active=active)]
+                *round_charts.live_figures(details.metrics_history), rounds_view(actor), gr.Timer(active=active),
+                gr.Button(interactive=active)]  # only a queued or running round can be cancelled
 
     def schedule_view():
         status = schedule_status(ctx.database, ctx.rounds)
