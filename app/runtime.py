@@ -13,8 +13,17 @@ from orapo_core.config import Settings
 
 
 def upload_cache_dir(settings: Settings) -> Path:
-    """Gradio's upload and file cache, kept in the data folder (the server sets GRADIO_TEMP_DIR to it), not in /tmp."""
+    """The upload cache, kept in the data folder, not in /tmp: one folder per server in it (`server_cache_dir`)."""
     return settings.resolved_data_dir / "upload-cache"
+
+
+def server_cache_dir(settings: Settings, identity=None) -> Path:
+    """Gradio's upload and file cache for one server (default: this process; the server sets GRADIO_TEMP_DIR to
+    it), `<data>/upload-cache/<server>/`, so a killed server's uploads can go whole while others run
+    (`app.services.cache_sweep`)."""
+    from app.services.leader import this_process
+
+    return upload_cache_dir(settings) / (identity or this_process()).folder
 
 
 def open_database(settings: Settings | None = None, *, migrate: bool = True):

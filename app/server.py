@@ -23,7 +23,7 @@ import gradio as gr
 
 from app import gradio_internals
 from app.context import AppContext
-from app.runtime import upload_cache_dir
+from app.runtime import server_cache_dir
 from app.services.cache_sweep import CACHE_MAX_AGE_S, CACHE_SWEEP_S
 from app.settings import web_settings
 from app.web_security import RequireSession
@@ -48,14 +48,15 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist
 
     settings = web_settings(settings)
-    # keep uploads in the data folder, where ingest deletes each one after use
-    cache = upload_cache_dir(settings)
+    # keep uploads in this server's folder in the data folder, where ingest deletes each one after use and the
+    # sweeps delete the whole folder once this server stopped or died (app.services.cache_sweep)
+    cache = server_cache_dir(settings)
     cache.mkdir(parents=True, exist_ok=True)
     gradio_internals.use_cache_dir(cache)
     prune_downloads(settings, work=True)  # what a previous run left behind, once its download time is up
-    if rounds is None:  # the leading server also sweeps the shared upload cache (app.services.cache_sweep)
-        rounds = RoundScheduler(database, settings, leader_jobs=[(CACHE_SWEEP_JOB, lambda: _sweep_stale(settings),
-                                                                  CACHE_SWEEP_S)])
+    if rounds is None:  # the leading server also sweeps every server's upload cache (app.services.cache_sweep)
+        rounds = RoundScheduler(database, settings, leader_jobs=[
+            (CACHE_SWEEP_JOB, lambda: _sweep_stale(settings, database), CACHE_SWEEP_S)])
     ctx = AppContext(settings, database, registry or ModelRegistry(settings, database), rounds,
                      signin if signin is not None else SignInGuard(database), SessionBook())
 
@@ -105,12 +106,12 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     return demo
 
 
-def _sweep_stale(settings) -> None:
+def _sweep_stale(settings, database) -> None:
     import sys
 
     from app.services.cache_sweep import sweep_stale
 
-    report = sweep_stale(settings)
+    report = sweep_stale(settings, database)
     if report.cache_files or report.exports:
         print(report.line("leader's cache sweep"), file=sys.stderr, flush=True)
 

@@ -117,7 +117,7 @@ def test_uploads_leave_no_original_in_the_upload_cache(server, tmp_path):
     from gradio_client import handle_file
     from gradio_client.exceptions import AppError
 
-    from app.server import upload_cache_dir
+    from app.runtime import server_cache_dir
 
     url, settings, db, demo = server
     original = tmp_path / "RG1_J2KR.dcm"
@@ -130,8 +130,8 @@ def test_uploads_leave_no_original_in_the_upload_cache(server, tmp_path):
     result = rita.predict([handle_file(str(original)), handle_file(str(refused))], api_name="/upload_studies")
     summary = result[1]
     assert "Stored **RG1_J2KR.dcm**: study" in summary and "Refused **notes.png**: " in summary
-    cache = upload_cache_dir(settings)
-    assert Path(demo.server_app.uploaded_file_dir) == cache  # Gradio uploads into the data folder, not /tmp
+    cache = server_cache_dir(settings)
+    assert Path(demo.server_app.uploaded_file_dir) == cache  # into this server's folder in the data folder, not /tmp
     left = [p for p in cache.rglob("*") if p.is_file() and hashlib.sha256(p.read_bytes()).hexdigest() in digests]
     assert left == []
     assert not [p for p in cache.rglob("*") if p.name in {"RG1_J2KR.dcm", "notes.png"}]

@@ -47,10 +47,11 @@ def test_the_installed_gradio_is_the_one_the_adapter_was_read_from():
 def test_the_cache_folder_comes_from_the_environment(built):
     from gradio.utils import get_upload_folder
 
-    from app.runtime import upload_cache_dir
+    from app.runtime import server_cache_dir, upload_cache_dir
 
     settings, demo, server = built
-    cache = str(upload_cache_dir(settings))
+    cache = str(server_cache_dir(settings))  # this server's own folder in the data folder's upload cache
+    assert server_cache_dir(settings).parent == upload_cache_dir(settings)
     assert get_upload_folder() == cache
     assert demo.GRADIO_CACHE == cache and server.uploaded_file_dir == cache
 
@@ -101,14 +102,14 @@ def test_uploads_reach_handlers_without_a_stray_cache_file(built, tmp_path):
     from gradio.data_classes import FileData
     from gradio.utils import NamedString
 
-    from app.runtime import upload_cache_dir
+    from app.runtime import server_cache_dir
 
     settings, demo, _ = built
     for cls in (gr.File, gr.UploadButton):  # the method the adapter replaces, with the signature it keeps
         assert list(inspect.signature(cls._process_single_file).parameters) == ["self", "f"]
     uploads = [b for b in demo.blocks.values() if isinstance(b, (gr.File, gr.UploadButton))]
     assert uploads and all("_process_single_file" in vars(b) for b in uploads)
-    cache = upload_cache_dir(settings)
+    cache = server_cache_dir(settings)
     upload = cache / "abc" / "chest.png"
     upload.parent.mkdir(parents=True, exist_ok=True)
     upload.write_bytes(b"\x89PNG")

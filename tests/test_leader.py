@@ -203,6 +203,29 @@ def test_who_watches_a_round_decides_whether_recover_may_fail_it():
     assert gone(queued) and not gone(queued, grace=600) and gone(queued, grace=10)
 
 
+def test_a_servers_cache_folder_is_named_after_it_and_lives_as_long_as_it_does(database):
+    """The upload cache's folders by server (`app.services.cache_sweep`): on this machine the process decides,
+    elsewhere the sign-of-life lease; a name that is no server's folder is never a live one."""
+    import psutil
+
+    from app.services.leader import SERVER_PREFIX, ServerIdentity, live_server_folders, this_process
+    from db import LeaseRepository
+
+    me = this_process()
+    odd = ServerIdentity("ward 3/../x:y", 12, 1700000000.5)
+    assert odd.folder == "server-ward_3_.._x_y-12-1700000000.50" and "/" not in odd.folder
+    assert ServerIdentity.from_folder(me.folder) == me and ServerIdentity.from_folder("0a1b2c") is None
+    parent = _identity(me.host, os.getppid(), round(psutil.Process(os.getppid()).create_time(), 2))
+    elsewhere_live, elsewhere_gone, never = (_identity("other-host", pid) for pid in (41, 42, 43))
+    local_gone = _identity(me.host, 2**22 + 7)  # no such pid
+    leases = LeaseRepository(database)
+    for identity in (elsewhere_live, elsewhere_gone, local_gone):
+        assert leases.acquire(SERVER_PREFIX + identity.key, identity.key, 600)
+    leases.release(SERVER_PREFIX + elsewhere_gone.key, elsewhere_gone.key)
+    names = [s.folder for s in (me, parent, elsewhere_live, elsewhere_gone, never, local_gone)] + ["exports", "0a1b"]
+    assert live_server_folders(names, database, me) == {me.folder, parent.folder, elsewhere_live.folder}
+
+
 def _round_watched_by(database, supervisor, worker_pid):
     from app.services.rounds.metrics import RoundMetrics
     from db import RoundRepository

@@ -4,8 +4,10 @@ The end-to-end cases run the real command in a subprocess on 127.0.0.1, upload
 DICOMs whose headers carry made-up names, IDs and addresses (one of them only
 half sent, so the server holds a partial upload), then kill the server with
 SIGKILL or stop it with SIGTERM/SIGINT, start it again, and read every byte of
-every file in the data folder: none of those strings may be found. The sweep
-itself is also tested on a fake data folder, file by file.
+every file in the data folder: none of those strings may be found, also when
+another server on the same data folder is alive (each server has its own cache
+folder, deleted whole once that server is dead). The sweeps themselves are also
+tested on a fake data folder, file by file, with live and dead servers' folders.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -273,6 +276,52 @@ def test_a_stopped_server_leaves_no_original(served, tmp_path, sig):
     assert server.stop(signal.SIGTERM) == 0
 
 
+def test_a_killed_servers_originals_go_at_the_next_start_while_another_server_runs(tmp_path):
+    """Two servers on one data folder: B is killed mid-batch while A runs; a third server's start deletes B's
+    folder whole at once (no hour's wait for A's sake), and leaves A's upload where A serves it. The last server
+    to stop leaves an empty cache."""
+    import psutil
+
+    from app.runtime import server_cache_dir, upload_cache_dir
+    from app.services.leader import ServerIdentity
+
+    settings, db = make_env(tmp_path)
+    servers = {name: Served(tmp_path / name, settings) for name in "abc"}
+    for server in servers.values():
+        server.root.mkdir()
+    a, b, c = servers.values()
+    batch, phi = phi_dicoms(tmp_path / "originals", 3)
+    try:
+        a_url, b_url = a.start(), b.start()
+
+        def cache_of(server) -> Path:
+            pid = server.proc.pid
+            return server_cache_dir(settings, ServerIdentity(socket.gethostname(), pid,
+                                                              round(psutil.Process(pid).create_time(), 2)))
+
+        b_cache = cache_of(b)
+        alice = signed_in(a_url)
+        (a_upload,) = upload_to_cache(alice, [_file(tmp_path / "no-phi.dcm", b"DICM nobody's data")])
+        assert Path(a_upload).parent.parent == cache_of(a)
+        http, half = originals_in_flight(b_url, b_cache, phi, batch)
+        try:
+            assert b.stop(signal.SIGKILL) == -signal.SIGKILL
+        finally:
+            half.end()
+            http.close()
+        assert phi_found(b_cache, phi)
+
+        c.start()
+        assert phi_found(settings.resolved_data_dir, phi) == [] and not b_cache.exists()
+        assert Path(a_upload).is_file() and alice.get(f"/gradio_api/file={a_upload}").status_code == 200
+        alice.close()
+        assert a.stop(signal.SIGTERM) == 0 and c.stop(signal.SIGTERM) == 0
+        assert list(upload_cache_dir(settings).iterdir()) == []
+    finally:
+        for server in servers.values():
+            server.close()
+
+
 # --- the sweep on a fake data folder --------------------------------------------------------------------------
 
 def _aged(path: Path, seconds: float, now: float) -> Path:
@@ -286,25 +335,25 @@ def _file(path: Path, data: bytes = b"x") -> Path:
     return path
 
 
-def test_the_start_sweep_keeps_live_exports_and_rows_and_removes_the_rest(tmp_path):
+def test_the_start_sweep_empties_the_cache_of_the_old_layout_keeps_rows_and_removes_the_rest(tmp_path):
+    """No other server alive: the whole cache goes, as with a single server; stored files with a row stay."""
     from app.runtime import upload_cache_dir
     from app.services.cache_sweep import ORPHAN_GRACE_S, sweep_at_start
-    from app.services.export_downloads import DOWNLOAD_RETENTION_S, downloads_dir, work_dir
+    from app.services.export_downloads import DOWNLOAD_RETENTION_S, work_dir
     from db import StudyRepository
 
     settings, db = make_env(tmp_path)
     now = time.time()
-    cache, exports, storage = upload_cache_dir(settings), downloads_dir(settings), settings.storage_dir
-    # The upload cache: an original in its hash folder, a half-written upload, a render, a link, an empty folder.
+    cache, storage = upload_cache_dir(settings), settings.storage_dir
+    # The single-folder cache of earlier versions: an original in its hash folder, a half-written upload, a
+    # render, a link, an empty folder and an export zip still within its download time.
     _file(cache / "0a1b2c" / "Doe^John-1961.dcm", b"DICM PatientName=Doe^John")
     _file(cache / "tmpk2j3h4", b"DICM half an upload")
     _file(cache / "e4f5" / "image.webp")
     (cache / "link").symlink_to(storage)
     (cache / "empty").mkdir()
-    # Exports: one still within its download time, one past it, and a work folder a crash left.
-    live = _file(exports / ("a" * 32) / "orapo-fhir.zip")
-    _aged(_file(exports / ("b" * 32) / "orapo-fhir.zip").parent, DOWNLOAD_RETENTION_S + 60, now)
-    _aged(exports / ("b" * 32) / "orapo-fhir.zip", DOWNLOAD_RETENTION_S + 60, now)
+    _file(cache / "exports" / ("a" * 32) / "orapo-fhir.zip")
+    # A work folder an export killed mid-way left.
     for path in (_file(work_dir(settings) / "fhir-x1" / "fhir" / "study-1.json"), *work_dir(settings).rglob("*")):
         _aged(path, DOWNLOAD_RETENTION_S + 60, now)
     # Storage: a study's files with their row, old and recent partial writes, old and recent orphans.
@@ -323,16 +372,15 @@ def test_the_start_sweep_keeps_live_exports_and_rows_and_removes_the_rest(tmp_pa
     report = sweep_at_start(settings, db, now=now)
 
     assert (report.cache_files, report.exports, report.partial_images, report.orphan_images,
-            report.recent_unreferenced) == (4, 2, 2, 2, 2)
-    assert sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*")) == \
-        ["exports", "exports/" + "a" * 32, f"exports/{'a' * 32}/orapo-fhir.zip"]
-    assert live.is_file() and storage.is_dir()  # the link was removed, not followed
+            report.recent_unreferenced) == (5, 1, 2, 2, 2)
+    assert list(cache.iterdir()) == []
+    assert storage.is_dir()  # the link was removed, not followed
     assert not work_dir(settings).exists() or not any(work_dir(settings).iterdir())
     assert sorted(p.relative_to(storage).as_posix() for p in storage.rglob("*") if p.is_file()) == \
         sorted(p.relative_to(storage).as_posix() for p in kept + fresh)
     assert not (storage / "cd").exists()  # study folders it emptied go too
     line = report.line("start-up sweep")
-    assert line.startswith("orapo: start-up sweep: removed 4 file(s) from the upload cache, 2 expired export(s), "
+    assert line.startswith("orapo: start-up sweep: removed 5 file(s) from the upload cache, 1 expired export(s), "
                            "2 partial image write(s), 2 stored image(s) without a database row; kept 2 ")
     assert "Doe" not in line and "orphan" not in line  # counts, never names
 
@@ -340,16 +388,129 @@ def test_the_start_sweep_keeps_live_exports_and_rows_and_removes_the_rest(tmp_pa
     assert (again.cache_files, again.exports, again.partial_images, again.orphan_images) == (0, 0, 0, 0)
 
 
-def test_the_stop_sweep_empties_the_cache_exports_included(tmp_path):
-    from app.runtime import upload_cache_dir
+def test_the_stop_sweep_deletes_the_servers_own_folder_exports_included(tmp_path):
+    from app.runtime import server_cache_dir, upload_cache_dir
     from app.services.cache_sweep import sweep_at_stop
     from app.services.export_downloads import downloads_dir
 
     settings, db = make_env(tmp_path)
     _file(downloads_dir(settings) / ("a" * 32) / "orapo-fhir.zip")
-    _file(upload_cache_dir(settings) / "0a1b2c" / "original.dcm")
+    _file(server_cache_dir(settings) / "0a1b2c" / "original.dcm")
+    assert downloads_dir(settings).parent == server_cache_dir(settings) != upload_cache_dir(settings)
     stored = _file(settings.storage_dir / "ab" / "abcd" / "orphan-but-not-the-stop-sweeps-business.dcm")
-    report = sweep_at_stop(settings)
+    report = sweep_at_stop(settings, db)
     assert report.cache_files == 2 and list(upload_cache_dir(settings).iterdir()) == []
     assert stored.is_file()
     assert report.line("stop sweep") == "orapo: stop sweep: removed 2 file(s) from the upload cache"
+
+
+# --- several servers on one data folder -----------------------------------------------------------------------
+
+class Servers:
+    """Server folders in one upload cache, each with an original in it, and the sign-of-life leases the sweeps
+    judge them by; processes on this machine are real ones (`python -c sleep`), started here."""
+
+    def __init__(self, settings, db):
+        self.settings, self.db = settings, db
+        self.procs: list[subprocess.Popen] = []
+
+    def folder(self, identity, lease: str | None) -> Path:
+        """`identity`'s cache folder holding an original; `lease`: "live", "expired" or None (never took one)."""
+        from app.runtime import server_cache_dir
+        from app.services.leader import SERVER_PREFIX
+        from db import LeaseRepository
+
+        folder = server_cache_dir(self.settings, identity)
+        _file(folder / "0a1b2c" / "Doe^John-1961.dcm", b"DICM PatientName=Doe^John")
+        if lease is not None:
+            leases = LeaseRepository(self.db)
+            assert leases.acquire(SERVER_PREFIX + identity.key, identity.key, 600)
+            if lease == "expired":
+                leases.release(SERVER_PREFIX + identity.key, identity.key)
+        return folder
+
+    def local_process(self):
+        """A real process on this machine, and its identity as a server would give it."""
+        import socket
+
+        import psutil
+
+        from app.services.leader import ServerIdentity
+
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        self.procs.append(proc)
+        return proc, ServerIdentity(socket.gethostname(), proc.pid, round(psutil.Process(proc.pid).create_time(), 2))
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture
+def servers(tmp_path):
+    settings, db = make_env(tmp_path)
+    folders = Servers(settings, db)
+    yield folders
+    folders.close()
+
+
+def test_a_start_deletes_dead_servers_folders_whole_and_keeps_live_ones(servers):
+    """A server killed with SIGKILL (its lease still live) and servers elsewhere whose lease ran out, or who never
+    took one, are dead: a third server's start deletes their folders whole, at once; a live server's folder (lease
+    live elsewhere, or a running process here whatever its lease) is left as it is."""
+    from app.runtime import upload_cache_dir
+    from app.services.cache_sweep import sweep_at_start
+    from app.services.leader import ServerIdentity, this_process
+
+    killed, killed_id = servers.local_process()
+    running, running_id = servers.local_process()
+    dead = [servers.folder(killed_id, "live"), servers.folder(ServerIdentity("elsewhere", 41, 1000.0), "expired"),
+            servers.folder(ServerIdentity("elsewhere", 42, 1000.0), None)]
+    live = [servers.folder(ServerIdentity("elsewhere", 43, 1000.0), "live"), servers.folder(running_id, "expired")]
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait(10) == -signal.SIGKILL
+    cache = upload_cache_dir(servers.settings)
+    _file(cache / "tmpk2j3h4", b"DICM half an upload, single-folder layout")
+    live_files = sorted(p for folder in live for p in folder.rglob("*"))
+
+    report = sweep_at_start(servers.settings, servers.db, now=time.time())
+
+    assert sorted(cache.iterdir()) == sorted(live)
+    assert sorted(p for folder in live for p in folder.rglob("*")) == live_files
+    assert report.cache_files == len(dead) + 1
+    assert this_process().folder not in {p.name for p in cache.iterdir()}
+
+    running.kill()
+    running.wait(10)
+    assert sweep_at_start(servers.settings, servers.db).cache_files == 1  # its process is gone: dead at once
+    assert [p.name for p in cache.iterdir()] == [live[0].name]
+
+
+def test_the_leaders_sweep_deletes_dead_folders_at_once_and_ages_out_live_ones(servers):
+    from app.runtime import server_cache_dir
+    from app.services.cache_sweep import CACHE_MAX_AGE_S, sweep_stale
+    from app.services.export_downloads import DOWNLOAD_RETENTION_S, EXPORTS
+    from app.services.leader import ServerIdentity, this_process
+
+    now = time.time()
+    dead = servers.folder(ServerIdentity("elsewhere", 41, 1000.0), "expired")
+    _aged(dead / "0a1b2c" / "Doe^John-1961.dcm", 60, now)  # a minute old: no hour's wait for a dead server
+    other, me = ServerIdentity("elsewhere", 43, 1000.0), this_process()
+    for identity in (other, me):
+        folder = servers.folder(identity, "live" if identity is other else None)
+        for path in (_file(folder / "9f8e" / "old-render.webp"), folder / "9f8e"):
+            _aged(path, CACHE_MAX_AGE_S + 60, now)
+        _aged(_file(folder / EXPORTS / ("b" * 32) / "orapo-fhir.zip"), DOWNLOAD_RETENTION_S + 60, now)
+        _aged(folder / EXPORTS / ("b" * 32), DOWNLOAD_RETENTION_S + 60, now)
+        _file(folder / EXPORTS / ("c" * 32) / "orapo-fhir.zip")
+
+    report = sweep_stale(servers.settings, servers.db, me=me, now=now)
+
+    assert not dead.exists()
+    for identity in (other, me):
+        folder = server_cache_dir(servers.settings, identity)
+        assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == \
+            ["0a1b2c/Doe^John-1961.dcm", f"{EXPORTS}/{'c' * 32}/orapo-fhir.zip"]
+    assert (report.cache_files, report.exports) == (1 + 2, 2)

@@ -9,8 +9,9 @@ however it stops: before it listens it deletes what a killed run left in the
 upload cache and the storage folder (`app.services.cache_sweep`), and SIGTERM
 (what Docker and systemd send) stops it the way Ctrl-C does: Gradio closes
 (its lifespan deletes its cache files and stops the rounds scheduler), then the
-whole upload cache is emptied. Each sweep logs one line of counts on stderr. With other servers on the same
-database and data folder alive, neither sweep empties the cache they share; the leading server sweeps it by age.
+this server's folder in the upload cache is deleted. Each sweep logs one line of counts on stderr. Each server
+has its own folder there: both sweeps also delete the folders of servers found dead and leave live servers'
+folders alone, so with no other server alive the whole cache goes, as it always did.
 """
 
 from __future__ import annotations
@@ -60,9 +61,8 @@ def run(args: argparse.Namespace) -> int:
         # The shipped starter is copied into the data folder; without one it is built here (minutes, once).
         ensure_starter(settings.models_dir / "starter")
     first_admin = bootstrap_admin(database)
-    # other servers on this database and data folder: their files in the shared cache stay (app.services.cache_sweep)
-    shared = _others_alive(database)
-    print(sweep_at_start(settings, database, shared=shared).line("start-up sweep"), file=sys.stderr, flush=True)
+    # what this server's previous runs and any dead server left; live servers' folders stay (app.services.cache_sweep)
+    print(sweep_at_start(settings, database).line("start-up sweep"), file=sys.stderr, flush=True)
     demo = build_app(settings=settings, database=database, warm_model=True)  # the model loads as the server starts
     with stop_signals() as stop:
         try:
@@ -82,20 +82,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             print("OraPO is stopping.", flush=True)
             close(demo)
-            shared = _others_alive(database)
-            print(sweep_at_stop(settings, shared=shared).line("stop sweep"), file=sys.stderr, flush=True)
+            print(sweep_at_stop(settings, database).line("stop sweep"), file=sys.stderr, flush=True)
     return 0
-
-
-def _others_alive(database) -> bool:
-    """Whether other servers use this database (and so the data folder) now; an unreachable database counts as
-    none, so the upload cache is emptied: the originals in it matter more than another server's uploads."""
-    from app.services.leader import other_servers_alive
-
-    try:
-        return bool(other_servers_alive(database))
-    except Exception:  # noqa: BLE001 - SQLAlchemy's errors, whatever the driver
-        return False
 
 
 @contextlib.contextmanager

@@ -1,29 +1,39 @@
 """What a crash or a stop leaves in the data folder, deleted: no uploaded original outlives the server.
 
-Gradio writes every upload into its cache (`<data>/upload-cache/`, GRADIO_TEMP_DIR) before any handler sees
-it, and its own `delete_cache` deletes only files the running process put there (hourly, and when it closes
-its server). Ingest deletes each original as soon as its ingest returns, but after `kill -9` (or a power cut)
-whatever was uploaded and not yet ingested, or half uploaded, would stay there for good, names and IDs in its
-header.
-So `orapo serve` calls:
+Gradio writes every upload into its cache before any handler sees it, and its own `delete_cache` deletes only
+files the running process put there (hourly, and when it closes its server). Ingest deletes each original as soon
+as its ingest returns, but after `kill -9` (or a power cut) whatever was uploaded and not yet ingested, or half
+uploaded, would stay there for good, names and IDs in its header.
 
-- `sweep_at_start`, before the server listens: everything in the cache but export zips still within their
-  download time goes, as do export work folders; and in the storage folder (`<data>/images/`), `.part-*`
-  files of an interrupted write and images without a database row (an ingest killed between writing its
-  files and its row; de-identified, but no longer anyone's to delete);
-- `sweep_at_stop`, after Gradio closed (SIGTERM, SIGINT): everything in the cache, exports included.
+Each server has its own cache folder, `<data>/upload-cache/<server>/` (GRADIO_TEMP_DIR; the name is its
+sign-of-life identity, `app.services.leader.ServerIdentity.folder`), so what a dead server left can go whole
+while other servers on the same data folder keep theirs. A server is dead when its process is gone (on this
+machine) or its sign-of-life lease has run out (on another machine; `live_server_folders`). So `orapo serve`
+calls:
 
-Both return counts only: the line the server logs names no file, since a file name can itself carry PHI.
+- `sweep_at_start`, before the server listens: in the upload cache, its own folder (it cannot exist yet), the
+  whole folder of every dead server and anything else at the top level that is no live server's folder (the
+  single-folder layout of earlier versions); export work folders a crash left; and in the storage folder
+  (`<data>/images/`), `.part-*` files of an interrupted write and images without a database row (an ingest
+  killed between writing its files and its row; de-identified, but no longer anyone's to delete);
+- `sweep_at_stop`, after Gradio closed (SIGTERM, SIGINT): its own folder, exports included, and again what no
+  live server owns.
 
-Several servers on one data folder share the upload cache, and each one's Gradio deletes only its own files:
-when another server's sign of life is live (`app.services.leader`), a start or a stop must not empty the cache
-under it (`shared=True`), so only entries older than `CACHE_MAX_AGE_S` go, the age after which Gradio itself
-deletes its files, which no server still serves. What a killed server left is then deleted by the leader's
-`sweep_stale` within `CACHE_MAX_AGE_S + CACHE_SWEEP_S`, not at the next start.
+The leading server's `sweep_stale`, every `CACHE_SWEEP_S`, also deletes dead servers' folders at once, and in
+live servers' folders only entries older than `CACHE_MAX_AGE_S` (Gradio's own rule) and export zips past their
+download time. With no other server alive, a start or a stop empties the whole cache, as a single server
+always did.
+
+A killed server's originals therefore go when the next server starts (on its machine at once; elsewhere once
+its lease ran out) or at the leader's first sweep after its lease ran out: within ORAPO_LEADER_LEASE_S +
+CACHE_SWEEP_S of the kill, or ORAPO_LEADER_LEASE_S * 4/3 + CACHE_SWEEP_S when it was the leader (another
+server takes over first). While no server runs at all, they wait for the next start.
+
+Every sweep returns counts only: the line the server logs names no file, since a file name can itself carry PHI.
 
 A stored file younger than `ORPHAN_GRACE_S` is kept, counted apart: `orapo ingest` running in another process
 may be between writing it and committing its row (SQLite waits up to 10 s for each lock). The next start
-deletes it if it is still nobody's. The cache has no such case: only the server writes there.
+deletes it if it is still nobody's. The cache has no such case: only the servers write there.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ from app.runtime import upload_cache_dir
 ORPHAN_GRACE_S = 60.0
 # Gradio's cache holds patient-derived files (viewer renders, export zips): every CACHE_SWEEP_S, what the app put
 # there more than CACHE_MAX_AGE_S ago is deleted (Gradio's `delete_cache` for its own files, `sweep_stale` on the
-# leading server for everyone's), and all of it when the last server closes.
+# leading server for every live server's), and a server's whole folder when it stops or is found dead.
 CACHE_SWEEP_S = 5 * 60
 CACHE_MAX_AGE_S = 60 * 60
 #: The prefix `app.services.ingest._write_atomic` gives a file it has not yet renamed into place.
@@ -70,56 +80,76 @@ class SweepReport:
         return text
 
 
-def sweep_at_start(settings, database, *, now: float | None = None, shared: bool = False) -> SweepReport:
-    """Before the server listens: what a previous run, killed or not, left behind (see the module docstring).
-    `shared`: other servers use the data folder now, so the upload cache keeps what they may be serving."""
-    from app.services.export_downloads import downloads_dir, prune_downloads
+def sweep_at_start(settings, database, *, me=None, now: float | None = None) -> SweepReport:
+    """Before the server `me` (default: this process) listens: what a run, killed or not, of it or of any server
+    now dead left behind (see the module docstring)."""
+    from app.services.export_downloads import prune_downloads
 
     now = time.time() if now is None else now
-    exports = downloads_dir(settings)
     expired = prune_downloads(settings, now=now, work=True)
-    cache_files = _sweep_upload_cache(settings, keep=exports, older_than=now - CACHE_MAX_AGE_S if shared else None)
+    cache_files = _sweep_upload_cache(settings, database, me=me, keep_own=False)[0]
     partial, orphans, recent = _sweep_storage(settings, database, now=now)
     return SweepReport(cache_files=cache_files, exports=len(expired), partial_images=partial,
                        orphan_images=orphans, recent_unreferenced=recent)
 
 
-def sweep_at_stop(settings, *, shared: bool = False) -> SweepReport:
-    """After the server closed: nothing stays in the upload cache, not even an export zip; `shared` (other servers
-    still run): nothing more goes, since Gradio's close already deleted this server's own files."""
-    return SweepReport() if shared else SweepReport(cache_files=_sweep_upload_cache(settings))
+def sweep_at_stop(settings, database, *, me=None) -> SweepReport:
+    """After the server `me` (default: this process) closed: its whole folder, not even an export zip stays, and
+    what dead servers left. With the database unreachable, its own folder only: who else lives is unknown, and
+    the leader or the next start deletes the rest."""
+    from app.services.leader import this_process
+
+    me = me or this_process()
+    try:
+        return SweepReport(cache_files=_sweep_upload_cache(settings, database, me=me, keep_own=False)[0])
+    except Exception:  # noqa: BLE001 - SQLAlchemy's errors, whatever the driver
+        return SweepReport(cache_files=_delete(upload_cache_dir(settings) / me.folder))
 
 
-def sweep_stale(settings, *, now: float | None = None) -> SweepReport:
-    """The leading server's sweep, every CACHE_SWEEP_S: cache entries older than CACHE_MAX_AGE_S, whichever server
-    (a killed one included) put them there, and export zips past their download time."""
-    from app.services.export_downloads import downloads_dir, prune_downloads
-
-    now = time.time() if now is None else now
-    expired = prune_downloads(settings, now=now)
-    cache_files = _sweep_upload_cache(settings, keep=downloads_dir(settings), older_than=now - CACHE_MAX_AGE_S)
-    return SweepReport(cache_files=cache_files, exports=len(expired))
+def sweep_stale(settings, database, *, me=None, now: float | None = None) -> SweepReport:
+    """The leading server's sweep, every CACHE_SWEEP_S: dead servers' folders whole; in live ones (`me`'s, default
+    this process's, included) entries older than CACHE_MAX_AGE_S and export zips past their download time."""
+    cache_files, exports = _sweep_upload_cache(settings, database, me=me, keep_own=True,
+                                               now=time.time() if now is None else now)
+    return SweepReport(cache_files=cache_files, exports=exports)
 
 
-def _sweep_upload_cache(settings, *, keep: Path | None = None, older_than: float | None = None) -> int:
-    """Delete everything in the upload cache except the folder `keep` (and, with `older_than`, entries touched
-    since then); returns how many files went."""
-    from app.services.export_downloads import newest_mtime
+def _sweep_upload_cache(settings, database, *, me, keep_own: bool, now: float | None = None) -> tuple[int, int]:
+    """Delete, at the top of the upload cache, every entry that is not a live server's folder (`me`'s only with
+    `keep_own`); with `now`, in the live folders kept, entries older than CACHE_MAX_AGE_S and export zips past
+    their download time. Returns how many files went, and how many of those zips apart."""
+    from app.services.export_downloads import DOWNLOAD_RETENTION_S, EXPORTS, newest_mtime, prune_folder
+    from app.services.leader import live_server_folders, this_process
 
+    me = me or this_process()
     cache = upload_cache_dir(settings)
     if not cache.is_dir():
-        return 0
-    removed = 0
-    for entry in list(cache.iterdir()):
-        if keep is not None and entry == keep:
-            continue
-        try:
-            if older_than is not None and newest_mtime(entry) >= older_than:
+        return 0, 0
+    entries = list(cache.iterdir())
+    live = live_server_folders([e.name for e in entries if e.is_dir() and not e.is_symlink()], database, me)
+    if not keep_own:
+        live.discard(me.folder)
+    removed = exports = 0
+    for entry in entries:
+        if entry.name not in live or entry.is_symlink() or not entry.is_dir():
+            removed += _delete(entry)
+        elif now is not None:
+            try:
+                inside = list(entry.iterdir())
+            except FileNotFoundError:  # that server stopped meanwhile and took its folder with it
                 continue
-        except FileNotFoundError:
-            continue
-        removed += _delete(entry)
-    return removed
+            for inner in inside:
+                if inner.name == EXPORTS and inner.is_dir() and not inner.is_symlink():
+                    # the folder stays: an export may be about to write into it
+                    exports += len(prune_folder(inner, now - DOWNLOAD_RETENTION_S))
+                    continue
+                try:
+                    if newest_mtime(inner) >= now - CACHE_MAX_AGE_S:
+                        continue
+                except FileNotFoundError:
+                    continue
+                removed += _delete(inner)
+    return removed, exports
 
 
 def _delete(path: Path) -> int:

@@ -3,15 +3,21 @@
 `orapo export` writes where its user says and leaves it there; the app has no
 such user choice, so nothing it exports is meant to stay. Each export is built
 in its own folder under `<data>/export-work/`, removed as soon as the zip is
-made (or the export fails), and the zip is written straight into Gradio's
-cache (`<data>/upload-cache/exports/<random>/`), where Gradio serves the file
-as it stands instead of keeping a second copy. The random folder name keeps one
-administrator's zip from being guessed by another signed-in user.
+made (or the export fails), and the zip is written straight into this
+server's Gradio cache (`<data>/upload-cache/<server>/exports/<random>/`), where
+Gradio serves the file as it stands instead of keeping a second copy. The
+random folder name keeps one administrator's zip from being guessed by another
+signed-in user. Exports are per server, like the rest of its cache: only the
+server that made a zip serves it (Gradio serves files from its own cache
+folder), and with sticky sessions the administrator's download comes back to
+that server.
 
 A zip is kept `DOWNLOAD_RETENTION_S` for its download: every new export and
 every start of the app delete older ones (the start also any work folder a
-crash left), and Gradio's own cache sweep (`delete_cache` in `build_app`)
-deletes what is left while the app runs and when it closes.
+crash left), the leading server's sweep deletes every live server's older ones
+(`app.services.cache_sweep.sweep_stale`), and Gradio's own cache sweep
+(`delete_cache` in `build_app`) deletes what is left while the app runs and
+when it closes.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.runtime import upload_cache_dir
+from app.runtime import server_cache_dir
 from app.services.auth import require_role
 from app.services.export import ExportSummary, SkippedStudy, export_fhir, export_pairs
 from orapo_core.errors import OrapoError
 
 DOWNLOAD_RETENTION_S = 15 * 60
+#: The folder of export zips in a server's cache folder.
+EXPORTS = "exports"
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,8 @@ class ExportDownload:
 
 
 def downloads_dir(settings) -> Path:
-    return upload_cache_dir(settings) / "exports"
+    """Where this server keeps the export zips it offers: in its own cache folder, which Gradio serves."""
+    return server_cache_dir(settings) / EXPORTS
 
 
 def work_dir(settings) -> Path:
@@ -62,21 +71,26 @@ def prune_downloads(settings, *, max_age_s: float = DOWNLOAD_RETENTION_S, now: f
     """Delete export zips untouched for more than `max_age_s` and, with `work` (at the app's start, when no
     export of its own can be under way), work folders a crash left; returns what went."""
     cutoff = (time.time() if now is None else now) - max_age_s
+    return [gone for root in (downloads_dir(settings), *([work_dir(settings)] if work else []))
+            for gone in prune_folder(root, cutoff)]
+
+
+def prune_folder(root: Path, cutoff: float) -> list[Path]:
+    """Delete the entries of `root` (files, or folders whole) untouched since `cutoff`; returns what went."""
+    if not root.is_dir():
+        return []
     removed = []
-    for root in (downloads_dir(settings), *([work_dir(settings)] if work else [])):
-        if not root.is_dir():
-            continue
-        for entry in root.iterdir():
-            try:
-                if newest_mtime(entry) >= cutoff:
-                    continue
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
-            except FileNotFoundError:
-                continue  # another export (or Gradio's sweep) removed it meanwhile
-            removed.append(entry)
+    for entry in list(root.iterdir()):
+        try:
+            if newest_mtime(entry) >= cutoff:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except FileNotFoundError:
+            continue  # another export (or Gradio's sweep) removed it meanwhile
+        removed.append(entry)
     return removed
 
 

@@ -4,7 +4,7 @@ Servers behind a proxy share one PostgreSQL and one data folder. Each serves
 readers and can start a round by hand (the database keeps one round at a time),
 but only the leader, whoever holds the lease named "scheduler" (table `leases`,
 `db.repositories.leases`), runs the cron and threshold jobs, `recover()` of
-rounds a dead process left, and the sweeps of the shared upload cache.
+rounds a dead process left, and the sweep of the servers' upload cache.
 
 A lease row with an expiry rather than PostgreSQL's `pg_try_advisory_lock` on a
 connection held for the leader's life, because:
@@ -36,13 +36,16 @@ the database's clock, so servers with skewed clocks still agree.
 A process is known by host, pid and start time (`ServerIdentity`; the start
 time tells a reused pid apart). A round records the process that watches it
 (`RoundMetrics.supervisor`) and `recover()` leaves it alone while that process
-lives (`watch_of`).
+lives (`watch_of`). Each server keeps its upload cache in a folder named after
+it (`ServerIdentity.folder`), deleted whole once that server is dead
+(`live_server_folders`, `app.services.cache_sweep`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import socket
 import threading
@@ -57,6 +60,8 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE_S = 15.0
 LEADER_LEASE = "scheduler"
 SERVER_PREFIX = "server:"
+#: How a server's own folder in the upload cache begins (`ServerIdentity.folder`).
+FOLDER_PREFIX = "server-"
 #: A queued round younger than this may be a request another process is still preparing (selecting its data,
 #: writing its held-out set) before it records who watches it; recover() leaves it alone until then, except at
 #: a start with no other server alive (what a single server always did).
@@ -80,6 +85,22 @@ class ServerIdentity:
 
     def as_dict(self) -> dict[str, Any]:
         return {"host": self.host, "pid": self.pid, "started": self.started}
+
+    @property
+    def folder(self) -> str:
+        """This server's folder name in the upload cache: its key as a safe file name (host, pid, start time)."""
+        return f"{FOLDER_PREFIX}{_safe_host(self.host)}-{self.pid}-{self.started:.2f}"
+
+    @classmethod
+    def from_folder(cls, name: str) -> ServerIdentity | None:
+        """The server a cache folder is named after, its host as `folder` spelled it; None for any other name."""
+        if not name.startswith(FOLDER_PREFIX):
+            return None
+        try:
+            host, pid, started = name[len(FOLDER_PREFIX):].rsplit("-", 2)
+            return cls(host, int(pid), round(float(started), 2))
+        except ValueError:
+            return None
 
     @classmethod
     def from_key(cls, key: str) -> ServerIdentity | None:
@@ -133,6 +154,37 @@ def other_servers_alive(database, me: ServerIdentity | None = None) -> list[str]
             continue
         alive.append(key)
     return alive
+
+
+def live_server_folders(names, database, me: ServerIdentity | None = None) -> set[str]:
+    """Which of `names` (entries of the upload cache) are the folders (`ServerIdentity.folder`) of servers alive
+    now, `me` (default: this process) always among them. On this machine a server lives while its process runs,
+    its lease live or not (a paused process still holds what it was sent); elsewhere, while its sign-of-life lease
+    is live. A folder on another machine whose server never took a lease is not a live one: a server takes its
+    lease before it listens, so such a folder holds nothing uploaded (Gradio makes it again when it writes)."""
+    me = me or this_process()
+    servers = {}
+    for key, lease in server_leases(database).items():
+        identity = ServerIdentity.from_key(key)
+        if identity is not None:
+            servers[identity.folder] = (identity, lease)
+    live = set()
+    for name in names:
+        identity, lease = servers.get(name, (ServerIdentity.from_folder(name), None))
+        if name == me.folder:
+            live.add(name)
+        elif identity is None:
+            continue
+        elif identity.host in (me.host, _safe_host(me.host)):
+            if process_alive(identity):
+                live.add(name)
+        elif lease is not None and lease.live:
+            live.add(name)
+    return live
+
+
+def _safe_host(host: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", host) or "_"
 
 
 # --- recover(): who watches a round --------------------------------------------------------------------------
