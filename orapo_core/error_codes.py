@@ -166,6 +166,10 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "invalid_version": "A version id is a whole number; pick a version in the table.",
         "no_round": "No round is chosen; click it in the table.",
         "no_version": "No model version is chosen; click it in the table.",
+        "slurm_unavailable": "ORAPO_ROUND_BACKEND=slurm, but SLURM's client commands are missing here or slurmctld does not answer.",
+        "slurm_submit_failed": "SLURM's sbatch refused a round's job; the sentence gives SLURM's reason (partition, account, limits).",
+        "ray_unavailable": "ORAPO_ROUND_BACKEND=ray, but ORAPO_RAY_ADDRESS is unset, Ray is not installed, or the cluster does not answer.",
+        "ray_submit_failed": "The Ray cluster refused a round's job; the sentence gives Ray's reason.",
         # Recorded as a round's error ("code: sentence"), never raised:
         "worker_failed": "A round's training process failed or saved no model; the round shows the end of its log.",
         "merge_failed": "Folding the served adapter into its base before training failed.",

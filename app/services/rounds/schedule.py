@@ -155,14 +155,15 @@ class RoundScheduler:
         scheduler = BackgroundScheduler(timezone=self.timezone, job_defaults={"coalesce": True, "max_instances": 1,
                                                                               "misfire_grace_time": 3600})
         scheduler.start()
-        self._scheduler = scheduler
-        self.reload()
+        self._install_round_jobs(scheduler)
         # Settings saved by another process (`orapo rounds schedule`, another server) are picked up within a check.
         every = IntervalTrigger(seconds=self.threshold_check_s)
         scheduler.add_job(self._as_leader(self._sync), every, id=SYNC_JOB)
         scheduler.add_job(self._as_leader(self._recover), every, id=RECOVER_JOB)
         for job_id, function, every_s in self.leader_jobs:
             scheduler.add_job(self._as_leader(function), IntervalTrigger(seconds=every_s), id=job_id)
+        # Published last: `running` turns true only once the jobs are there (another thread reads it to show them).
+        self._scheduler = scheduler
 
     def _follow(self) -> None:
         scheduler, self._scheduler = self._scheduler, None
@@ -188,11 +189,14 @@ class RoundScheduler:
 
     def reload(self) -> None:
         """Make the jobs match the stored settings (after an admin changed them)."""
-        from apscheduler.triggers.interval import IntervalTrigger
-
         scheduler = self._scheduler
         if scheduler is None or not scheduler.running:
             return  # not leading: the leader picks the change up within a check interval
+        self._install_round_jobs(scheduler)
+
+    def _install_round_jobs(self, scheduler) -> None:
+        from apscheduler.triggers.interval import IntervalTrigger
+
         settings = get_schedule(self.db)
         self._loaded_at = settings.updated_at
         for job_id in (CRON_JOB, THRESHOLD_JOB):
