@@ -98,6 +98,7 @@ class AblationPlan:
     train_seed: int = 101  # PhantomCXR generator seed of the training pool
     eval_seed: int = 202  # ... and of the held-out studies: disjoint from the pool by construction
     image_size: int = 224
+    conspicuity: str | None = None  # PhantomCXR's rendering of small findings; None: its default ("clear")
     eval_batch: int = 32
     eval_max_new_tokens: int = 128
     keep_weights: bool = False  # keep each run's saved model or adapter (off: only its metrics stay)
@@ -119,15 +120,16 @@ def quick_plan(plan: AblationPlan) -> AblationPlan:
 # --------------------------------------------------------------------------- data
 
 
-def phantom_split(folder: Path, n: int, seed: int, size: int) -> tuple[Path, list]:
-    """`n` PhantomCXR studies from generator `seed` (written once, reused while seed, n and size match): CSV, records."""
+def phantom_split(folder: Path, n: int, seed: int, size: int, conspicuity: str | None = None) -> tuple[Path, list]:
+    """`n` PhantomCXR studies from generator `seed` (written once, reused while seed, n, size and conspicuity match):
+    CSV, records."""
     from orapo_core.data.phantom import write_dataset
     from orapo_core.train.dataset import load_training_records
 
     stamp = folder / "ablation_split.json"
-    wanted = {"n": n, "seed": seed, "size": size}
+    wanted = {"n": n, "seed": seed, "size": size, **({"conspicuity": conspicuity} if conspicuity else {})}
     if not (stamp.is_file() and json.loads(stamp.read_text()) == wanted):
-        write_dataset(folder, n, seed=seed, size=size)
+        write_dataset(folder, n, seed=seed, size=size, conspicuity=conspicuity)
         stamp.write_text(json.dumps(wanted))
     return next(iter(sorted(folder.glob("*.csv")))), load_training_records(folder, kind="phantom")
 
@@ -357,9 +359,9 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
     data_dir = out / "data"
     # A method that asks for more studies than the pool holds trains on the whole pool (its record says how many).
     pool_csv, pool = phantom_split(data_dir / f"train-seed{plan.train_seed}-n{plan.pool_studies}", plan.pool_studies,
-                                   plan.train_seed, plan.image_size)
+                                   plan.train_seed, plan.image_size, plan.conspicuity)
     _, held = phantom_split(data_dir / f"heldout-seed{plan.eval_seed}-n{plan.n_eval}", plan.n_eval, plan.eval_seed,
-                            plan.image_size)
+                            plan.image_size, plan.conspicuity)
     held_out = HeldOut(held)
     log(f"data: {len(pool)} training-pool studies (seed {plan.train_seed}), {len(held)} held-out (seed {plan.eval_seed}), "
         f"{time.perf_counter() - started:.0f}s")

@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="settings", nargs="+", default=[], metavar="KEY=VALUE",
                         help="more recipe settings for every trained method, e.g. --set lora_r=8 num_generations=8")
     parser.add_argument("--n-eval", type=int, help="held-out studies")
+    parser.add_argument("--conspicuity", choices=("clear", "subtle"),
+                        help="PhantomCXR's rendering of the small findings for the pool and the held-out studies "
+                             "(default: PhantomCXR's, clear; subtle is the rendering of tables made before 2026-12-01)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1 by default: on a shared 2-core box OpenMP's spinning threads are far slower)")
     opts = parser.parse_args(argv)
@@ -91,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if opts.quick:
         plan = quick_plan(plan)
     changes = {"seeds": tuple(opts.seeds) if opts.seeds else None, "methods": tuple(opts.methods) if opts.methods else None,
-               "steps": opts.steps, "n_eval": opts.n_eval, "learning_rate": opts.learning_rate}
+               "steps": opts.steps, "n_eval": opts.n_eval, "learning_rate": opts.learning_rate,
+               "conspicuity": opts.conspicuity}
     plan = replace(plan, **{k: v for k, v in changes.items() if v is not None})
     command = " ".join([os.path.relpath(sys.executable), *sys.argv])
     print(f"command: {command}\nmodel: {model or 'the recipe or served model'}\nplan: {json.dumps(plan.to_dict())}",
