@@ -158,3 +158,20 @@ def test_the_bound_comes_from_the_settings_and_the_served_model_always_fits(monk
     worker.join(5)
     assert not worker.is_alive()
     assert batcher.draft("image") == "idle: {}"  # a caller holding a closed batcher still gets its draft
+
+
+def test_the_draft_batching_window_comes_from_the_settings(monkeypatch, tmp_path):
+    from app.services.draft_batcher import DRAFT_MAX_WAIT_S
+    from app.services.drafting import ModelRegistry
+    from orapo_core.config import Settings
+
+    loader = lambda served: _GatedDrafter(served.name)  # noqa: E731
+    monkeypatch.delenv("ORAPO_DRAFT_WAIT_MS", raising=False)
+    assert ModelRegistry(Settings(data_dir=tmp_path), None, loader=loader).batcher(_served(0)).max_wait_s == DRAFT_MAX_WAIT_S
+    monkeypatch.setenv("ORAPO_DRAFT_WAIT_MS", "250")
+    registry = ModelRegistry(Settings(data_dir=tmp_path), None, loader=loader)  # an engine Settings: read from the env
+    assert registry.batcher(_served(0)).max_wait_s == 0.25
+    assert registry.batcher(_served(0)).draft("image") == "v0: {}"
+    monkeypatch.setenv("ORAPO_DRAFT_WAIT_MS", "-1")
+    with pytest.raises(ValueError):
+        ModelRegistry(Settings(data_dir=tmp_path), None, loader=loader)

@@ -33,7 +33,7 @@ from typing import Any
 from app.services.draft_batcher import DraftBatcher
 from app.services.served import ServedModel, served_model
 from app.services.studies import first_image, open_study  # the access rule, shared
-from app.settings import DEFAULT_MAX_RESIDENT_MODELS
+from app.settings import DEFAULT_MAX_RESIDENT_MODELS, web_settings
 from db.records import ImageRecord, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
@@ -68,6 +68,7 @@ class ModelRegistry:
         self._db = database
         self._loader = loader  # tests may inject a fake; default Drafter.from_dir
         self.max_resident = max_resident
+        self.draft_wait_s = web_settings(settings).draft_wait_ms / 1000  # ORAPO_DRAFT_WAIT_MS
         self._lock = threading.Lock()
         self._drafters: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         self._batchers: dict[str, DraftBatcher] = {}
@@ -170,7 +171,7 @@ class ModelRegistry:
         with self._lock:
             batcher = self._batchers.get(served.key)
             if batcher is None or batcher.drafter is not drafter:
-                batcher = DraftBatcher(drafter)
+                batcher = DraftBatcher(drafter, max_wait_s=self.draft_wait_s)
                 if self._drafters.get(served.key) is drafter:
                     self._batchers[served.key] = batcher
                 else:  # evicted by another thread meanwhile: this draft runs on it, then nothing keeps it
