@@ -157,22 +157,11 @@ def test_set(args) -> tuple[list, list]:
 
 
 def score(model: tuple[str, str | None], studies, kinds, folder: Path) -> dict:
-    from PIL import Image
-
-    from orapo_core.data.records import StudyRecord
+    from benchmarks.bench_round_story import phantom_test_records
     from orapo_core.models.draft import Drafter
     from orapo_core.models.evaluate import evaluate_drafter
 
-    folder.mkdir(parents=True, exist_ok=True)
-    records = []
-    for i, s in enumerate(studies):
-        path = folder / f"test-{i}.png"
-        if not path.exists():
-            Image.fromarray(np.round(s.image * 255).astype(np.uint8)).save(path)
-        records.append(StudyRecord(study_id=f"test-{i}", image_paths=[path], view=None, findings=s.report_findings,
-                                   impression=s.report_impression, labels=dict(s.labels), source="phantomcxr",
-                                   split="test"))
-    result = evaluate_drafter(Drafter.from_dir(*model), records)
+    result = evaluate_drafter(Drafter.from_dir(*model), phantom_test_records(studies, folder, "test"))
     said = [{kind for kind, label in RARE.items() if p["labels"].get(label) in (1, -1)} for p in result.predictions]
     recall = {}
     for kind in RARE:

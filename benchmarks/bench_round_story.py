@@ -72,24 +72,30 @@ def report_of(study) -> str:
     return report_text(study.report_findings, study.report_impression)
 
 
-def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path) -> dict:
-    """Greedy drafts of the one evaluator on PNGs of the test studies: recall, FPR and macro-F1."""
+def phantom_test_records(studies, folder: Path, tag: str) -> list:
+    """PhantomCXR `studies` as test StudyRecords of PNG films in `folder` (written once), ids `<tag>-<i>`."""
     from PIL import Image
 
     from orapo_core.data.records import StudyRecord
-    from orapo_core.models.draft import Drafter
-    from orapo_core.models.evaluate import evaluate_drafter
 
     folder.mkdir(parents=True, exist_ok=True)
     records = []
-    for tag, studies in (("pos", positives), ("neg", negatives)):
-        for i, s in enumerate(studies):
-            path = folder / f"{tag}-{i}.png"
-            if not path.exists():
-                Image.fromarray(np.round(s.image * 255).astype(np.uint8)).save(path)
-            records.append(StudyRecord(study_id=f"{tag}-{i}", image_paths=[path], view=None, findings=s.report_findings,
-                                       impression=s.report_impression, labels=dict(s.labels), source="phantomcxr",
-                                       split="test"))
+    for i, s in enumerate(studies):
+        path = folder / f"{tag}-{i}.png"
+        if not path.exists():
+            Image.fromarray(np.round(s.image * 255).astype(np.uint8)).save(path)
+        records.append(StudyRecord(study_id=f"{tag}-{i}", image_paths=[path], view=None, findings=s.report_findings,
+                                   impression=s.report_impression, labels=dict(s.labels), source="phantomcxr",
+                                   split="test"))
+    return records
+
+
+def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path) -> dict:
+    """Greedy drafts of the one evaluator on PNGs of the test studies: recall, FPR and macro-F1."""
+    from orapo_core.models.draft import Drafter
+    from orapo_core.models.evaluate import evaluate_drafter
+
+    records = phantom_test_records(positives, folder, "pos") + phantom_test_records(negatives, folder, "neg")
     result = evaluate_drafter(Drafter.from_dir(model_dir, adapter), records)
     label = LABEL[finding]
     said = [r["labels"].get(label) in (1, -1) for r in result.predictions]
