@@ -178,6 +178,36 @@ def test_a_password_change_ends_the_other_sessions(server):
     again.close()
 
 
+def test_the_session_changing_its_password_is_not_ended_by_its_own_requests_meanwhile(server, monkeypatch):
+    """Between the new hash's commit and this session's restamp, a request of the same session (the page's event
+    stream, say) used to see a stale stamp and end the session: the page lost its connection (seen in CI)."""
+    from app.services.signin import SessionBook
+    from db import UserRepository
+
+    url, settings, db, demo = server
+    UserRepository(db).create("cora", "cora-pass-1")
+    other = signed_in(url, "cora", "cora-pass-1", "192.0.2.45")
+    here = client(url, "cora", "cora-pass-1")
+    seen = {}
+    restamp = SessionBook.password_changed
+
+    def in_the_window(self, username, stamp, *, keep):  # the new hash is committed, this session not restamped yet
+        with httpx.Client(base_url=url, timeout=30, cookies=dict(here.cookies)) as http:
+            seen["here"] = http.get("/config").status_code
+        seen["other"] = other.get("/config").status_code
+        return restamp(self, username, stamp, keep=keep)
+
+    monkeypatch.setattr(SessionBook, "password_changed", in_the_window)
+    result = here.predict("cora-pass-1", "cora-pass-2", "cora-pass-2", api_name="/change_password")
+    assert "Password changed" in result[-1]
+    assert seen == {"here": 200, "other": 401}  # the grace is for the changing session alone
+    assert here.predict("all", "mine", api_name="/worklist")["data"] == []  # and it goes on afterwards
+    monkeypatch.setattr(SessionBook, "password_changed", restamp)
+    with httpx.Client(base_url=url, timeout=30, cookies=dict(here.cookies)) as http:
+        assert http.get("/config").status_code == 200
+    other.close()
+
+
 def test_a_disabled_account_gets_nothing_at_all(server, tmp_path):
     from db import UserRepository
 

@@ -9,6 +9,8 @@ refused here, whatever the page showed them.
 
 from __future__ import annotations
 
+import contextlib
+
 from typing import Any
 
 from db.records import UserRecord
@@ -74,6 +76,22 @@ def change_own_password(db, user: UserRecord, old: str, new: str, repeat: str) -
     return UserRepository(db).change_password(user.username, old, new)
 
 
+def change_own_password_in_session(db, sessions, user: UserRecord, request: Any, old: str, new: str,
+                                   repeat: str) -> int:
+    """`user`'s own change from the session of `request`: that session goes on under the new password (honoured
+    by the middleware throughout the change), every other session of theirs ends; returns how many ended."""
+    token = _session_token(sessions, request)
+    with sessions.changing_password(token) if sessions is not None else contextlib.nullcontext():
+        change_own_password(db, user, old, new, repeat)
+        return end_other_sessions(db, sessions, user, request)
+
+
+def _session_token(sessions, request: Any) -> str | None:
+    raw = getattr(request, "request", None)
+    cookies = getattr(raw, "cookies", None) or {}
+    return sessions.token_in(cookies) if sessions is not None else None
+
+
 def end_other_sessions(db, sessions, user: UserRecord, request: Any) -> int:
     """After `user` changed their own password: the session of `request` goes on under the new password, every
     other session of theirs ends (the middleware would refuse them anyway: their password stamp is stale)."""
@@ -81,10 +99,8 @@ def end_other_sessions(db, sessions, user: UserRecord, request: Any) -> int:
 
     if sessions is None:
         return 0
-    raw = getattr(request, "request", None)
-    cookies = getattr(raw, "cookies", None) or {}
     return sessions.password_changed(user.username, UserRepository(db).session_stamp(user.username),
-                                     keep=sessions.token_in(cookies))
+                                     keep=_session_token(sessions, request))
 
 
 # Administration: each takes the acting user and checks the role itself, so no

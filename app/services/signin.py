@@ -25,6 +25,8 @@ records which user each Gradio session hash belongs to.
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import os
 import secrets
@@ -231,6 +233,7 @@ class SessionBook:
     def __init__(self):
         self._sessions: dict[str, SignedInSession] = {}
         self._hash_owners: dict[str, tuple[str, float]] = {}
+        self._changing: set[str] = set()  # tokens whose session is changing its own password right now
         self._lock = threading.Lock()
 
     def open(self, username: str, stamp: str, address: str) -> str:
@@ -267,6 +270,26 @@ class SessionBook:
             if name.startswith("access-token-") and value in self._sessions:
                 return value
         return None
+
+    @contextlib.contextmanager
+    def changing_password(self, token: str | None):
+        """While the session `token` changes its own password: the new hash is committed before this session is
+        restamped with it, and a request of the same session checked in between (the page's event stream, a
+        heartbeat) must not end the very session that proved the old password. Other sessions get no grace."""
+        if token is None:
+            yield
+            return
+        with self._lock:
+            self._changing.add(token)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._changing.discard(token)
+
+    def is_changing_password(self, token: str | None) -> bool:
+        with self._lock:
+            return token in self._changing
 
     def password_changed(self, username: str, stamp: str | None, *, keep: str | None) -> int:
         """After `username` changed their own password: the session `keep` goes on, every other one ends."""

@@ -31,8 +31,8 @@ def build(ctx: AppContext) -> AccountUI:
     @in_page(status=result)  # a refusal keeps what was typed, to correct it
     def change_password(old_value, new_value, repeat_value, count, request: gr.Request):
         user = ctx.user(request, allow_password_change=True)
-        auth.change_own_password(ctx.database, user, old_value, new_value, repeat_value)
-        ended = auth.end_other_sessions(ctx.database, ctx.sessions, user, request)
+        ended = auth.change_own_password_in_session(ctx.database, ctx.sessions, user, request, old_value, new_value,
+                                                    repeat_value)
         return ("", "", "", "Password changed." + (f" Signed out your {ended} other session(s)." if ended else ""),
                 (count or 0) + 1)
 
