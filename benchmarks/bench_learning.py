@@ -60,6 +60,7 @@ def parse_settings(pairs: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.ablation import DEFAULT_RECIPE, METHODS
+    from orapo_core.data.phantom_render import CONSPICUITY
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed, 16 steps, 100 held-out studies (see above)")
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="settings", nargs="+", default=[], metavar="KEY=VALUE",
                         help="more recipe settings for every trained method, e.g. --set lora_r=8 num_generations=8")
     parser.add_argument("--n-eval", type=int, help="held-out studies")
-    parser.add_argument("--conspicuity", choices=("clear", "subtle"),
+    parser.add_argument("--conspicuity", choices=sorted(CONSPICUITY),
                         help="PhantomCXR's rendering of the small findings for the pool and the held-out studies "
                              "(default: PhantomCXR's, clear; subtle is the rendering of tables made before 2026-12-01)")
     parser.add_argument("--threads", type=int, default=1,

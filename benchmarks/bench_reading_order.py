@@ -129,7 +129,7 @@ def run_round(arm: Path) -> dict:
     out = {"status": finished.status, "error": finished.error, "minutes": round((time.perf_counter() - started) / 60, 1),
            "version_status": version.status if version else None,
            "gate": ((finished.metrics or {}).get("gate") or {}).get("reason"),
-           "steps": ((finished.metrics or {}).get("train") or {}).get("global_step")}
+           "steps": ((finished.metrics or {}).get("train") or {}).get("step")}
     if version is not None:
         out["model"] = (str(resolve_path(settings, version.base_model_path)),
                         str(resolve_path(settings, version.adapter_path)) if version.adapter_path else None)
@@ -137,7 +137,7 @@ def run_round(arm: Path) -> dict:
 
 
 def test_set(args) -> tuple[list, list]:
-    """(records, rare-finding kinds present per record) of the test studies, none of them in the pool."""
+    """(studies, rare-finding kinds present in each) of the test studies, none of them in the pool."""
     from benchmarks.bench_round_story import draw
     from orapo_core.data.phantom import generate_study
 

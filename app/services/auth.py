@@ -10,7 +10,6 @@ refused here, whatever the page showed them.
 from __future__ import annotations
 
 import contextlib
-
 from typing import Any
 
 from db.records import UserRecord

@@ -33,7 +33,7 @@ from typing import Any
 from app.services.draft_batcher import DraftBatcher
 from app.services.served import ServedModel, served_model
 from app.services.studies import first_image, open_study  # the access rule, shared
-from app.settings import DEFAULT_MAX_RESIDENT_MODELS, web_settings
+from app.settings import web_settings
 from db.records import ImageRecord, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
@@ -57,18 +57,19 @@ class ModelRegistry:
     """One Drafter per served model version, loaded on first use, at most `max_resident` of them (least recently
     used evicted first); safe across Gradio's worker threads.
 
-    `max_resident` defaults to the settings' `max_resident_models` (ORAPO_MAX_RESIDENT_MODELS), else 2."""
+    `max_resident` defaults to the settings' `max_resident_models` (ORAPO_MAX_RESIDENT_MODELS, default 2)."""
 
     def __init__(self, settings: Settings, database, *, loader=None, max_resident: int | None = None):
+        web = web_settings(settings)  # an engine Settings (benchmarks, tests) takes the web fields from the environment
         if max_resident is None:
-            max_resident = getattr(settings, "max_resident_models", DEFAULT_MAX_RESIDENT_MODELS)
+            max_resident = web.max_resident_models
         if max_resident < 1:
             raise ValueError(f"max_resident must be at least 1 (the served model); got {max_resident}")
         self._settings = settings
         self._db = database
         self._loader = loader  # tests may inject a fake; default Drafter.from_dir
         self.max_resident = max_resident
-        self.draft_wait_s = web_settings(settings).draft_wait_ms / 1000  # ORAPO_DRAFT_WAIT_MS
+        self.draft_wait_s = web.draft_wait_ms / 1000  # ORAPO_DRAFT_WAIT_MS
         self._lock = threading.Lock()
         self._drafters: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         self._batchers: dict[str, DraftBatcher] = {}

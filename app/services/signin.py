@@ -26,7 +26,6 @@ records which user each Gradio session hash belongs to.
 from __future__ import annotations
 
 import contextlib
-
 import math
 import os
 import secrets
