@@ -10,6 +10,7 @@ first use. Typical use from a Gradio callback::
 
 from db.database import Database
 from db.repositories import (
+    ArchiveLinkRepository,
     ArchiveSettingsRepository,
     AuditRepository,
     CorrectionRepository,
@@ -25,6 +26,7 @@ from db.repositories import (
 )
 
 __all__ = [
+    "ArchiveLinkRepository",
     "ArchiveSettingsRepository",
     "AuditRepository",
     "CorrectionRepository",

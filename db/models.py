@@ -254,6 +254,19 @@ class ArchiveSetting(Base):
     updated_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
 
 
+class ArchiveLink(Base):
+    """A study imported from the archive (DICOMweb pull, DIMSE receipt) -> the archive's StudyInstanceUID, sealed
+    (`orapo_core.imaging.deid.seal_archive_uid`: readable only with the de-identification secret). Its own table,
+    read by nothing but the SR sender, so that the signed report can be filed in the archive's own study."""
+
+    __tablename__ = "archive_links"
+
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), primary_key=True, autoincrement=False)
+    sealed_study_uid: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16))  # dicomweb | dimse
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class AuditLog(Base):
     """Append-only: the repository has no update or delete, and migrations add triggers refusing both, and
     refusing an insert over an existing id (SQLite's INSERT OR REPLACE) and TRUNCATE (PostgreSQL)."""

@@ -138,6 +138,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "archive_error": "The archive answered a request with an error status.",
         "archive_study_not_found": "The archive has no study with this StudyInstanceUID.",
         "archive_refused": "The archive refused to store some of the instances sent (STOW-RS).",
+        "archive_link_invalid": "The sealed link to a study's archive study cannot be read: ORAPO_DEID_SECRET changed.",
+        "archive_images_not_found": "The archive's study no longer holds the images a signed report was made from.",
         "invalid_sr_send": "Sending signed reports to the archive is off, on_sign or manual.",
         "invalid_reading_order": "The worklist orders unread studies oldest first or most useful to the model first.",
         "sr_send_failed": "A signed report's SR could not be sent to the archive (the send is audited; retry it).",

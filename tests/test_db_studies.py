@@ -211,3 +211,25 @@ def test_dashboard_counts(database: Database, alice: UserRecord) -> None:
     assert counts.corrections == 4 and counts.signed_corrections == 3 and counts.untrained_corrections == 2
     assert counts.pairs == 1 and counts.pairs_by_source == {"clinician_edit": 1}
     assert counts.accepted_unchanged_rate == pytest.approx(1 / 3)
+
+
+def test_an_archive_link_is_kept_once_and_only_for_the_archives_own_study(database: Database, alice: UserRecord,
+                                                                          tmp_path) -> None:
+    from app.services.pacs import link_to_archive
+    from db.repositories import ArchiveLinkRepository
+    from orapo_core.config import Settings
+    from orapo_core.imaging.deid import hashed_uid, unseal_archive_uid
+
+    settings = Settings(data_dir=tmp_path, deid_secret="link-test-secret")
+    archived = "1.2.3.4.5.6"
+    study = StudyRepository(database).create(hashed_uid(settings.secret(), archived), "p", uploaded_by=alice.id)
+    other = _study(database, alice)
+    assert link_to_archive(database, settings, study.id, archived, source="dicomweb")
+    assert not link_to_archive(database, settings, other.id, archived, source="dimse")  # not made from it
+    assert not link_to_archive(database, settings, study.id, "", source="dimse")
+    links = ArchiveLinkRepository(database)
+    assert links.sealed(other.id) is None
+    sealed = links.sealed(study.id)
+    assert archived not in sealed and unseal_archive_uid(settings.secret(), sealed) == archived
+    links.link(study.id, "a later token", source="dimse")  # the first link stands
+    assert links.sealed(study.id) == sealed

@@ -6,6 +6,7 @@ import datetime as dt
 import io
 
 import pydicom
+import pytest
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
 
@@ -143,3 +144,18 @@ def test_deidentify_alone_on_a_header_without_pixels():
     assert [text for text in PHI if text.encode() in written] == []
     assert pydicom.dcmread(io.BytesIO(written)).PatientIdentityRemoved == "YES"
     assert notes and "burned" in notes[0]
+
+
+def test_the_archive_link_is_sealed_and_opens_only_with_the_secret():
+    from orapo_core.errors import OrapoError
+    from orapo_core.imaging.deid import seal_archive_uid, unseal_archive_uid
+
+    uid = "1.2.826.0.1.3680043.8.498.12345678901234567890"
+    first, second = seal_archive_uid(SECRET, uid), seal_archive_uid(SECRET, uid)
+    assert uid not in first and "12345678901234567890" not in first
+    assert first != second  # a fresh IV each time: two studies' tokens cannot be compared
+    assert unseal_archive_uid(SECRET, first) == unseal_archive_uid(SECRET, second) == uid
+    for token, secret in ((first, "another secret"), (first[:-4] + "AAAA", SECRET), ("not a token", SECRET)):
+        with pytest.raises(OrapoError) as exc:
+            unseal_archive_uid(secret, token)
+        assert exc.value.code == "archive_link_invalid"

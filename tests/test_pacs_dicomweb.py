@@ -126,7 +126,9 @@ def test_studies_are_pulled_de_identified_and_known_as_imported(archive, capsys)
 
 
 @pytest.mark.slow
-def test_a_signed_report_goes_back_as_an_sr_that_qido_finds(archive, tmp_path, capsys) -> None:
+def test_a_signed_report_goes_back_into_the_archives_own_study(archive, tmp_path, capsys) -> None:
+    """A study pulled from the archive: its SR is filed in the archive's study, beside the images it was read from,
+    under the patient's real identity; what is written to disk stays the de-identified SR."""
     from app.runtime import open_database
     from db import CorrectionRepository, DraftRepository, StudyRepository, UserRepository
     from orapo_core.config import Settings
@@ -147,27 +149,60 @@ def test_a_signed_report_goes_back_as_an_sr_that_qido_finds(archive, tmp_path, c
     out = tmp_path / "sr"
     assert main(["export", "sr", str(overview.study.id), str(out), "--send"]) == 0, capsys.readouterr().err
     assert "1 stored in" in capsys.readouterr().out
-    sent = read_report_sr((out / f"study-{overview.study.id}.dcm").read_bytes())
+    written = read_report_sr((out / f"study-{overview.study.id}.dcm").read_bytes())
+    written_bytes = (out / f"study-{overview.study.id}.dcm").read_bytes()
+    for secret in _phi(study):
+        assert secret.encode() not in written_bytes, f"{secret!r} reached the SR written to disk"
 
-    # The archive's own QIDO-RS (read here with plain HTTP, not the product's client) finds it in the study.
+    # The archive's own QIDO-RS (read here with plain HTTP, not the product's client) finds it in the
+    # archive's study, and nothing in a study of the de-identified UID.
     orthanc = archive.orthanc
-    status, body = orthanc.request("GET", f"dicom-web/studies/{deid_uid}/series?Modality=SR")
+    status, body = orthanc.request("GET", f"dicom-web/studies/{study.uid}/series?Modality=SR")
     assert status == 200, body
     (series,) = json.loads(body)
     series_uid = series["0020000E"]["Value"][0]
-    status, body = orthanc.request("GET", f"dicom-web/studies/{deid_uid}/series/{series_uid}/instances")
-    assert [i["00080018"]["Value"][0] for i in json.loads(body)] == [sent.sop_instance_uid]
-    # What the archive stored reads back as the same report.
-    status, body = orthanc.request("GET", f"dicom-web/studies/{deid_uid}/series/{series_uid}/"
-                                          f"instances/{sent.sop_instance_uid}")
+    status, body = orthanc.request("GET", f"dicom-web/studies/{study.uid}/series/{series_uid}/instances")
+    (instance,) = json.loads(body)
+    sop = instance["00080018"]["Value"][0]
+    assert sop != written.sop_instance_uid  # the de-identified SR on disk is another document
+    assert orthanc.find_study(deid_uid) is None
+    status, body = orthanc.request("GET", f"dicom-web/studies/{study.uid}/series/{series_uid}/instances/{sop}")
     assert status == 200
-    stored_part = body[body.index(b"DICM") - 128:]
-    assert read_report_sr(stored_part).findings == "Small right pleural effusion."
+    stored = pydicom.dcmread(io.BytesIO(body[body.index(b"DICM") - 128:]))
+    assert str(stored.PatientID) == study.who["PatientID"] and str(stored.PatientName) == study.who["PatientName"]
+    assert str(stored.AccessionNumber) == study.who["AccessionNumber"]
+    assert "PatientIdentityRemoved" not in stored
+    sent = read_report_sr(body[body.index(b"DICM") - 128:])
+    assert sent.findings == "Small right pleural effusion." and sent.referenced_instances == (study.sop,)
 
-    # Sending the same signed report again stores it once.
+    # Sending the same signed report again stores it once; and the data folder still holds no identity.
     assert main(["export", "sr", str(overview.study.id), str(tmp_path / "again"), "--send"]) == 0
-    status, body = orthanc.request("GET", f"dicom-web/studies/{deid_uid}/series/{series_uid}/instances")
+    status, body = orthanc.request("GET", f"dicom-web/studies/{study.uid}/series/{series_uid}/instances")
     assert len(json.loads(body)) == 1
+    stored_here = _data_bytes(archive.data_dir) + _data_bytes(out)
+    for secret in _phi(study):
+        assert secret.encode() not in stored_here, f"{secret!r} reached the disk"
+
+
+@pytest.mark.slow
+def test_a_study_gone_from_the_archive_is_not_sent_and_says_why(archive, tmp_path, capsys) -> None:
+    from app.runtime import open_database
+    from db import CorrectionRepository, StudyRepository, UserRepository
+    from orapo_core.config import Settings
+
+    study = archive.studies[1]
+    assert main(["pacs", "pull", study.uid]) == 0, capsys.readouterr().err
+    db = open_database(Settings())
+    ((overview,),) = [StudyRepository(db).list(limit=10)]
+    rita = UserRepository(db).create("rita", "rita-pass-1")
+    CorrectionRepository(db).create(overview.study.id, author_id=rita.id, signed=True,
+                                    text="Findings: Clear lungs.\nImpression: Normal.")
+    archive.orthanc.delete_study(study.uid)
+    capsys.readouterr()
+    assert main(["export", "sr", str(overview.study.id), str(tmp_path / "sr"), "--send"]) == 1
+    out = capsys.readouterr().out
+    assert "1 DICOM SR file(s) written" in out and "0 stored in" in out
+    assert "archive_study_not_found" in out and "no longer has the study" in out
 
 
 @pytest.mark.slow

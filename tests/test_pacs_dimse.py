@@ -133,5 +133,12 @@ def test_orthanc_sends_to_the_listener_as_to_a_modality(orthanc, node, tmp_path)
     ((received),) = node.received
     assert received.calling_ae == "ORTHANC" and received.outcome.ok
     assert len(StudyRepository(node.db).list(limit=10)) == 1
+    # The study remembers, sealed, the archive study it came from, so its signed report can be filed there.
+    from db import ArchiveLinkRepository
+    from orapo_core.config import Settings
+    from orapo_core.imaging.deid import unseal_archive_uid
+
+    sealed = ArchiveLinkRepository(node.db).sealed(received.outcome.study_id)
+    assert unseal_archive_uid(Settings().secret(), sealed) == str(original.StudyInstanceUID)
     stored = b"".join(p.read_bytes() for p in sorted(node.data_dir.rglob("*")) if p.is_file())
     assert who["PatientName"].encode() not in stored and str(original.StudyInstanceUID).encode() not in stored

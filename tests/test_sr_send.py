@@ -134,7 +134,9 @@ def test_signing_sends_the_sr_and_the_archive_finds_it(clinic, orthanc, monkeypa
         assert _join_sends(clinic.study_id) == 1
         last = sr_send.last_send(clinic.db)
         assert last.action == "sr.sent", last.details
-        assert "stored in" in sr_send.status_markdown(clinic.db)
+        # An uploaded study has no archive study to go back to: its SR is the de-identified one, and says so.
+        assert last.details["filed_in"] == "de-identified study"
+        assert "as a de-identified study" in sr_send.status_markdown(clinic.db)
 
         # The archive's own QIDO-RS, read with plain HTTP, finds the SR in the de-identified study.
         status, body = orthanc.request("GET", f"dicom-web/studies/{deid_uid}/series?Modality=SR")

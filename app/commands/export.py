@@ -56,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
             from app.services.pacs import Archive
 
             archive = Archive.from_environment()
-        print(export_sr(database, settings, args.out, study_ids=study_ids, archive=archive))
-        return 0
+        result = export_sr(database, settings, args.out, study_ids=study_ids, archive=archive)
+        print(result)
+        return 1 if result.unsent else 0  # written, but some report did not reach the archive
     from app.services.export import export_fhir
 
     print(export_fhir(database, args.out, study_ids=study_ids))  # with what was skipped, and why

@@ -81,6 +81,11 @@ def listener(*, db, settings, ae_title: str = "ORAPO", allowed_calling: Iterable
             return STATUS_CANNOT_UNDERSTAND
         try:
             outcome = ingest_bytes(data, "dimse-instance.dcm", db=db, settings=settings, actor="dimse")
+            if outcome.ok and outcome.study_id is not None:
+                from app.services.pacs import link_to_archive
+
+                link_to_archive(db, settings, outcome.study_id, str(event.dataset.get("StudyInstanceUID", "") or ""),
+                                source="dimse")
         except Exception:  # the database or the disk: the sender may try again later
             return STATUS_OUT_OF_RESOURCES
         finally:

@@ -6,8 +6,11 @@ study's latest correction (which must be signed), the de-identified DICOMs it
 refers to, the reader who signed it and the model version whose draft it was
 made from. The study is de-identified already, so the SR is written as it is,
 into the folder the caller names, beside the FHIR bundles if that is the folder
-given (`study-<id>.dcm` next to `study-<id>.json`), and with an archive given,
-stored there too (STOW-RS, `app.services.pacs.Archive.store`).
+given (`study-<id>.dcm` next to `study-<id>.json`). With an archive given, each
+report is stored there too (STOW-RS, `app.services.pacs.Archive.store`): a study
+imported from that archive gets an SR filed in the archive's own study
+(`archive_sr`, built in memory and only sent), any other study the de-identified
+SR that was written.
 """
 
 from __future__ import annotations
@@ -29,14 +32,15 @@ class StudySR:
     study_id: int
     data: bytes
     sop_instance_uid: str
+    in_archive_study: bool = False  # filed in the archive's own study (real identity: never written to disk)
 
 
-def study_sr(db, settings, study_id: int) -> StudySR:
-    """The SR of a study's signed report, read back and checked (errors: no_signed_report, no_dicom_image, sr_invalid)."""
+def _signed_parts(db, settings, study_id: int):
+    """What every SR of a study's signed report is made of: the signed correction, the study's stored (de-identified)
+    DICOM headers, the reader's name, the model label and the study's hashed UID."""
     import pydicom
 
     from db import DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
-    from orapo_core.imaging.report_sr import build_report_sr, read_report_sr
 
     overview = StudyRepository(db).overview(study_id)
     signed = overview.latest_correction
@@ -54,10 +58,51 @@ def study_sr(db, settings, study_id: int) -> StudySR:
     draft = DraftRepository(db).get(signed.draft_id) if signed.draft_id is not None else overview.latest_draft
     model = _model_label(ModelVersionRepository(db), draft) if draft is not None else None
     reader = UserRepository(db).get(signed.author_id).username
+    return signed, images, reader, model, overview.study.study_uid_hash
+
+
+def study_sr(db, settings, study_id: int) -> StudySR:
+    """The SR of a study's signed report, read back and checked (errors: no_signed_report, no_dicom_image, sr_invalid).
+    It belongs to the de-identified study: what `orapo export sr` writes to disk."""
+    from orapo_core.imaging.report_sr import build_report_sr, read_report_sr
+
+    signed, images, reader, model, uid_hash = _signed_parts(db, settings, study_id)
     data = build_report_sr(images, report=signed.text, reader=reader, model=model, organization=ORGANIZATION,
-                           report_key=[overview.study.study_uid_hash, signed.id, signed.version],
+                           report_key=[uid_hash, signed.id, signed.version],
                            signed_at=signed.signed_at, software_version=_version())
     return StudySR(study_id, data, read_report_sr(data).sop_instance_uid)
+
+
+def archive_sr(db, settings, study_id: int, archive) -> StudySR:
+    """The SR `archive` is sent: filed in the archive's own study when the study was imported from the archive
+    (a DICOMweb pull or a DIMSE push, `db.ArchiveLinkRepository`), otherwise the de-identified one of `study_sr`.
+
+    The archive's study is found by unsealing its UID with the de-identification secret; its instances' headers
+    are read from the archive (WADO-RS metadata) into memory, and the SR refers to the archive's own images that
+    this study's images were made from (matched by their hashed UIDs), with the patient and study attributes the
+    archive holds. That SR carries the real identity, so it is only ever sent, never written (errors:
+    archive_link_invalid, archive_study_not_found, archive_images_not_found, and those of `study_sr`)."""
+    from db import ArchiveLinkRepository
+    from orapo_core.imaging.deid import hashed_uid, unseal_archive_uid
+    from orapo_core.imaging.report_sr import build_report_sr, read_report_sr
+
+    sealed = ArchiveLinkRepository(db).sealed(study_id)
+    if sealed is None:
+        return study_sr(db, settings, study_id)
+    signed, images, reader, model, uid_hash = _signed_parts(db, settings, study_id)
+    secret = settings.secret()
+    study_uid = unseal_archive_uid(secret, sealed)
+    ours = {str(image.SOPInstanceUID) for image in images}
+    originals = [ds for ds in archive.instance_headers(study_uid)
+                 if "SOPInstanceUID" in ds and hashed_uid(secret, str(ds.SOPInstanceUID)) in ours]
+    if not originals:
+        raise OrapoError("archive_images_not_found", f"The archive's study of study {study_id} no longer holds the "
+                                                     "images its report was made from; nothing was sent.")
+    data = build_report_sr(originals, report=signed.text, reader=reader, model=model, organization=ORGANIZATION,
+                           report_key=[uid_hash, signed.id, signed.version, "archive"], signed_at=signed.signed_at,
+                           software_version=_version(), dated_by_signing=True)
+    del originals
+    return StudySR(study_id, data, read_report_sr(data).sop_instance_uid, in_archive_study=True)
 
 
 def _version() -> str:
@@ -78,14 +123,19 @@ class SrExport:
     skipped: tuple[SkippedStudy, ...] = ()
     sent: tuple[str, ...] = ()  # the SOP instance UIDs the archive stored
     archive: str = ""
+    in_archive_studies: int = 0  # of those sent, how many were filed in the archive's own study
+    unsent: tuple[SkippedStudy, ...] = ()  # written, but no SR for the archive could be made (its reason)
 
     def __str__(self) -> str:
         text = f"{len(self.written)} DICOM SR file(s) written to {self.out}"
         if self.archive:
-            text += f"; {len(self.sent)} stored in {self.archive}"
+            text += f"; {len(self.sent)} stored in {self.archive} ({self.in_archive_studies} in the archive's own study)"
         if self.skipped:
             text += f"; {len(self.skipped)} study(ies) skipped:" + "".join(
                 f"\n  study {s.study_id}: {s.error}: {s.message}" for s in self.skipped)
+        if self.unsent:
+            text += f"; {len(self.unsent)} not sent:" + "".join(
+                f"\n  study {s.study_id}: {s.error}: {s.message}" for s in self.unsent)
         return text
 
 
@@ -119,5 +169,14 @@ def export_sr(db, settings, out: str | Path, *, study_ids: list[int] | None = No
         written.append(path)
     if skipped:
         (out / "skipped-sr.json").write_text(json.dumps([asdict(s) for s in skipped], indent=1))
-    sent = archive.store([r.data for r in reports]) if archive is not None else []
-    return SrExport(out, tuple(written), tuple(skipped), tuple(sent), archive.url if archive is not None else "")
+    if archive is None:
+        return SrExport(out, tuple(written), tuple(skipped))
+    outgoing, unsent = [], []
+    for report in reports:
+        try:
+            outgoing.append(archive_sr(db, settings, report.study_id, archive))
+        except OrapoError as exc:
+            unsent.append(SkippedStudy(report.study_id, exc.code, exc.message))
+    sent = archive.store([r.data for r in outgoing])
+    return SrExport(out, tuple(written), tuple(skipped), tuple(sent), archive.url,
+                    sum(r.in_archive_study for r in outgoing), tuple(unsent))

@@ -159,13 +159,16 @@ class Archive:
             self._client.set_http_retry_params(max_attempts=self.settings.attempts)
         return self._client
 
-    def _call(self, what: str, fn, *args, **kwargs):
+    def _call(self, what: str, fn, *args, missing: str | None = None, **kwargs):
+        """`fn(*args, **kwargs)`; with `missing`, a 404 is `archive_study_not_found` with that sentence."""
         import requests
 
         try:
             return fn(*args, **kwargs)
         except requests.HTTPError as exc:
             status = exc.response.status_code if exc.response is not None else 0
+            if status == 404 and missing:
+                raise OrapoError("archive_study_not_found", missing) from None
             if status in (401, 403):
                 raise OrapoError("archive_auth", f"The archive at {self.url} refused the credentials ({status}) while "
                                                  f"{what}; check ORAPO_DICOMWEB_USER/PASSWORD or the token.") from None
@@ -222,6 +225,18 @@ class Archive:
             del dataset
             yield buffer.getvalue()
 
+    def instance_headers(self, study_uid: str) -> list:
+        """Every instance of the study as a pydicom Dataset without bulk data (WADO-RS metadata), in memory only:
+        what an SR filed in that study copies its patient and study attributes from."""
+        from pydicom import Dataset
+
+        gone = f"The archive at {self.url} no longer has the study this one was imported from."
+        rows = self._call(f"reading the metadata of study {study_uid}", self.client.retrieve_study_metadata, study_uid,
+                          missing=gone)
+        if not rows:
+            raise OrapoError("archive_study_not_found", gone)
+        return [Dataset.from_json(row, bulk_data_uri_handler=lambda _uri: None) for row in rows]
+
     # --- STOW-RS -------------------------------------------------------------------------------------------
 
     def store(self, documents: Iterable[bytes]) -> list[str]:
@@ -268,6 +283,21 @@ def mark_imported(studies: Iterable[ArchiveStudy], *, db, settings) -> list[Arch
     return marked
 
 
+def link_to_archive(db, settings, study_id: int, archive_study_uid: str, *, source: str) -> bool:
+    """Remember, sealed, which archive study a de-identified study came from, so that its signed report can be filed
+    there (`app.services.export_sr.archive_sr`). Only when the study is that archive study's de-identified copy
+    (its hashed UID is the archive UID's hash): a study of another origin is never linked. True when linked."""
+    from db import ArchiveLinkRepository, StudyRepository
+    from orapo_core.imaging.deid import hashed_uid, seal_archive_uid
+
+    secret = settings.secret()
+    study = StudyRepository(db).get(study_id)
+    if not archive_study_uid or study is None or study.study_uid_hash != hashed_uid(secret, archive_study_uid):
+        return False
+    ArchiveLinkRepository(db).link(study_id, seal_archive_uid(secret, archive_study_uid), source=source)
+    return True
+
+
 def pull_study(archive: Archive, study_uid: str, *, db, settings, user=None, actor: str = "pacs") -> Iterator[PulledInstance]:
     """Every image instance of one archive study through the upload's ingest; refusals come back as outcomes."""
     from app.services.ingest import ingest_bytes
@@ -279,4 +309,6 @@ def pull_study(archive: Archive, study_uid: str, *, db, settings, user=None, act
             outcome = ingest_bytes(data, f"archive-instance-{index}.dcm", db=db, settings=settings, user=user,
                                    actor=actor)
             del data
+            if outcome.ok and outcome.study_id is not None:
+                link_to_archive(db, settings, outcome.study_id, study_uid, source="dicomweb")
             yield PulledInstance(study_uid, index, outcome)

@@ -37,6 +37,7 @@ class SrSend:
     sop_instance_uid: str = ""
     error: str = ""
     message: str = ""
+    in_archive_study: bool = False  # filed in the archive's own study (the study was imported from it)
 
     @property
     def ok(self) -> bool:
@@ -61,13 +62,14 @@ def set_sr_send_mode(db, user: UserRecord, mode: str) -> str:
 
 def send_report(db, settings, study_id: int, archive, *, actor=None, trigger: str = "on_sign") -> SrSend:
     """Build the study's SR and store it in `archive`; never raises: a failure is returned, audited and logged."""
-    from app.services.export_sr import study_sr
+    from app.services.export_sr import archive_sr
     from db import AuditRepository
 
     try:
-        report = study_sr(db, settings, study_id)
+        report = archive_sr(db, settings, study_id, archive)
         archive.store([report.data])
-        result = SrSend(study_id, archive.url, sop_instance_uid=report.sop_instance_uid)
+        result = SrSend(study_id, archive.url, sop_instance_uid=report.sop_instance_uid,
+                        in_archive_study=report.in_archive_study)
     except OrapoError as exc:
         result = SrSend(study_id, archive.url, error=exc.code, message=exc.message)
     except Exception as exc:  # noqa: BLE001 - a background send must end in an audit entry, whatever broke
@@ -75,7 +77,8 @@ def send_report(db, settings, study_id: int, archive, *, actor=None, trigger: st
         result = SrSend(study_id, archive.url, error="sr_send_failed",
                         message=f"The report could not be sent ({type(exc).__name__}).")
     details = {"archive": result.archive, "trigger": trigger}
-    details.update({"sop_instance_uid": result.sop_instance_uid} if result.ok
+    details.update({"sop_instance_uid": result.sop_instance_uid,
+                    "filed_in": "archive study" if result.in_archive_study else "de-identified study"} if result.ok
                    else {"error": result.error, "message": result.message})
     if not result.ok:
         log.warning("SR of study %s not stored in %s: %s: %s", study_id, archive.url, result.error, result.message)
@@ -155,8 +158,10 @@ def status_markdown(db, environ: Mapping[str, str] | None = None) -> str:
     if last is None:
         lines.append("Last SR send: none yet.")
     elif last.action == SENT:
-        lines.append(f"Last SR send: study {last.object_id}, stored in {last.details.get('archive', 'the archive')} "
-                     f"at {last.created_at:%Y-%m-%d %H:%M} UTC.")
+        filed = {"archive study": ", in the archive's own study",
+                 "de-identified study": ", as a de-identified study"}.get(last.details.get("filed_in"), "")
+        lines.append(f"Last SR send: study {last.object_id}, stored in {last.details.get('archive', 'the archive')}"
+                     f"{filed} at {last.created_at:%Y-%m-%d %H:%M} UTC.")
     else:
         lines.append(f"Last SR send: **failed** for study {last.object_id} at {last.created_at:%Y-%m-%d %H:%M} UTC "
                      f"({last.details.get('error', '')}: {last.details.get('message', '')}).")

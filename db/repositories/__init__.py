@@ -4,11 +4,12 @@ from db.repositories.admin import ArchiveSettingsRepository, AuditRepository, Da
 from db.repositories.base import Actor, Repository
 from db.repositories.leases import LeaseRepository
 from db.repositories.reports import CorrectionRepository, DraftRepository
-from db.repositories.studies import HOLDOUT_FRACTION, StudyRepository, split_for
+from db.repositories.studies import HOLDOUT_FRACTION, ArchiveLinkRepository, StudyRepository, split_for
 from db.repositories.training import ROUND_TRANSITIONS, ModelVersionRepository, PairRepository, RoundRepository
 from db.repositories.users import UserRepository
 
 __all__ = [
+    "ArchiveLinkRepository",
     "ArchiveSettingsRepository",
     "HOLDOUT_FRACTION",
     "ROUND_TRANSITIONS",

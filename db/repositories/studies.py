@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from db.models import Correction, Draft, Image, Study
+from db.models import ArchiveLink, Correction, Draft, Image, Study
 from db.records import STUDY_STATUSES, ImageRecord, StudyOverview, StudyRecord
 from db.repositories.base import Repository, must_utc
 from db.repositories.reports import CorrectionRepository, DraftRepository, correction_record, draft_record
@@ -268,3 +268,26 @@ class StudyRepository(Repository):
             latest_draft=DraftRepository(self._db).latest_for_study(study_id),
             latest_correction=CorrectionRepository(self._db).latest_for_study(study_id),
         )
+
+
+class ArchiveLinkRepository(Repository):
+    """The sealed archive StudyInstanceUID of studies imported from the archive (`db.models.ArchiveLink`).
+
+    Only the DICOMweb pull and the DIMSE listener write it, only the SR sender reads it; the value is the sealed
+    token, never the UID (`orapo_core.imaging.deid.seal_archive_uid`)."""
+
+    def link(self, study_id: int, sealed_study_uid: str, *, source: str) -> None:
+        """Keep the first link of a study: its images came from that archive study, whatever arrives later."""
+        with self._session() as session:
+            if session.get(ArchiveLink, study_id) is not None:
+                return
+            try:
+                with session.begin_nested():
+                    session.add(ArchiveLink(study_id=study_id, sealed_study_uid=sealed_study_uid, source=source))
+            except IntegrityError:  # another process linked it in the same moment: its link stands
+                pass
+
+    def sealed(self, study_id: int) -> str | None:
+        with self._session() as session:
+            row = session.get(ArchiveLink, study_id)
+            return None if row is None else row.sealed_study_uid

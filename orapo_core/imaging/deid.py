@@ -150,6 +150,35 @@ def hashed_uid(secret: str, uid: str) -> str:
     return "2.25." + str(uuid.UUID(bytes=_digest(secret, "uid", uid)[:16], version=4).int)
 
 
+def _link_cipher(secret: str):
+    import base64
+
+    from cryptography.fernet import Fernet
+
+    return Fernet(base64.urlsafe_b64encode(_digest(secret, "archive-link", "fernet-key-v1")))
+
+
+def seal_archive_uid(secret: str, uid: str) -> str:
+    """An archive's StudyInstanceUID, encrypted and authenticated (Fernet, a key derived from the secret): the one
+    way back from a de-identified study to the archive's study, so that its signed report can be filed there.
+
+    Unlike the hashed UIDs it can be undone, but only with the secret; a new token each time (random IV)."""
+    return _link_cipher(secret).encrypt(uid.encode()).decode("ascii")
+
+
+def unseal_archive_uid(secret: str, token: str) -> str:
+    """The archive UID `seal_archive_uid` sealed; `archive_link_invalid` with another secret or a changed token."""
+    from cryptography.fernet import InvalidToken
+
+    try:
+        return _link_cipher(secret).decrypt(token.encode("ascii")).decode()
+    except (InvalidToken, ValueError, UnicodeError):
+        from orapo_core.errors import OrapoError
+
+        raise OrapoError("archive_link_invalid", "The link to the archive's study cannot be read with this "
+                                                 "de-identification secret (ORAPO_DEID_SECRET changed?).") from None
+
+
 def pseudonym(secret: str, patient_key: str) -> str:
     """The pseudonymous PatientID of a patient (20 upper-case hex characters)."""
     return _digest(secret, "patient", patient_key).hex()[:20].upper()

@@ -159,12 +159,15 @@ def _codes():
 
 
 def build_report_sr(images, *, report: str, reader: str, model: str | None, organization: str,
-                    report_key: Iterable[object], signed_at: dt.datetime, software_version: str = "") -> bytes:
+                    report_key: Iterable[object], signed_at: dt.datetime, software_version: str = "",
+                    dated_by_signing: bool = False) -> bytes:
     """The Comprehensive SR of a signed report about `images` (the study's de-identified pydicom Datasets, the
     first one's patient and study attributes copied), as DICOM bytes.
 
     `report_key` (say, the study's hashed UID, the report's id and version) makes the SR's UIDs: the same signed
     report always becomes the same SOP instance, so sending it twice stores it once. Read back before it returns.
+    `dated_by_signing`: the content and verification dates are the signing time, for an SR about the archive's own
+    images (`images` their headers, with the real identity and dates); otherwise the de-identified study's date.
     """
     from orapo_core.report_layout import split_report
 
@@ -229,7 +232,8 @@ def build_report_sr(images, *, report: str, reader: str, model: str | None, orga
             hd.sr.TextContentItem(name=codes.DCM.Impression, value=impression, relationship_type=RT.CONTAINS))
     root.ContentSequence.append(conclusions)
 
-    day, time = _report_date(first, signed_at)
+    day, time = (signed_at.strftime("%Y%m%d"), signed_at.strftime("%H%M%S")) if dated_by_signing \
+        else _report_date(first, signed_at)
     sr = hd.sr.ComprehensiveSR(
         evidence=evidence, content=root,
         series_instance_uid=_uid("orapo-sr-series", first.StudyInstanceUID),
@@ -241,6 +245,9 @@ def build_report_sr(images, *, report: str, reader: str, model: str | None, orga
         **({"software_versions": software_version} if software_version else {}),
     )
     sr.InstanceCreationDate, sr.InstanceCreationTime = day, time
+    if dated_by_signing and signed_at.utcoffset() is not None:  # the signing time as stored: UTC
+        offset = int(signed_at.utcoffset().total_seconds() // 60)
+        sr.TimezoneOffsetFromUTC = f"{'+' if offset >= 0 else '-'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
     sr.VerifyingObserverSequence[0].VerificationDateTime = day + time
     for keyword in ("PatientIdentityRemoved", "DeidentificationMethod", "DeidentificationMethodCodeSequence",
                     "LongitudinalTemporalInformationModified"):
