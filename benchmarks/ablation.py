@@ -413,6 +413,41 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
     return results
 
 
+def merge_results(parts: Sequence[dict]) -> dict:
+    """One ablation from runs of the same plan that each ran some of its methods (say, one process per method on
+    a 2-core machine): their methods side by side, the pooled seed std over all, the wall time the longest part's.
+    Refused (`ablation_mismatch`) when the parts differ in anything but their methods and output folder, or when
+    two parts ran the same method."""
+    from orapo_core.errors import OrapoError
+
+    if not parts:
+        raise OrapoError("ablation_mismatch", "Nothing to merge: give the results.json of at least one run.")
+
+    def shared(part: dict) -> dict:
+        return {k: v for k, v in part["plan"].items() if k not in ("methods", "out_dir")} | {
+            "model": part.get("model"), "recipe": part.get("recipe")}
+
+    first = shared(parts[0])
+    merged = {k: v for k, v in parts[0].items() if k not in ("methods", "pooled_seed_std")}
+    merged["methods"] = {}
+    for part in parts:
+        if shared(part) != first:
+            differs = sorted(k for k in first if shared(part).get(k) != first[k])
+            raise OrapoError("ablation_mismatch", f"These runs do not share one plan (they differ in "
+                                                  f"{', '.join(differs)}); only runs of one plan can be merged.")
+        for name, row in part["methods"].items():
+            if name in merged["methods"]:
+                raise OrapoError("ablation_mismatch", f"Two of the runs trained {name}; keep one of them.")
+            merged["methods"][name] = row
+    merged["plan"] = dict(parts[0]["plan"], methods=[m for m in METHODS if m in merged["methods"]])
+    merged["methods"] = {m: merged["methods"][m] for m in METHODS if m in merged["methods"]}
+    trained = {k: v for k, v in merged["methods"].items() if v["reward"] is not None}
+    merged["pooled_seed_std"] = {k: pooled_seed_std(trained, k) for k in REPORTED}
+    merged["wall_seconds"] = max(part.get("wall_seconds", 0.0) for part in parts)
+    merged["merged_from"] = [part.get("command", part["plan"].get("out_dir")) for part in parts]
+    return merged
+
+
 def shared_recipe(plan: AblationPlan) -> tuple[dict, dict, dict]:
     """The recipe with the plan's overrides and budget (no method), as plain dicts: what every method shares."""
     from orapo_core.train.config import parse_recipe

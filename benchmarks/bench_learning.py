@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_learning.py [--quick] [--recipe YAML] [--seeds 0 1 2] [--out DIR] [--model DIR]
     orapo bench learning --quick
+    .venv/bin/python benchmarks/bench_learning.py --merge RUN1 RUN2 --out DIR   # one table from runs of one plan
 
 Every trained method is trained by the code rounds use (`train_round` on the
 round recipe, `orapo_core/train/recipes/round-cpu.yaml` unless --recipe says
@@ -81,8 +82,21 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: PhantomCXR's, clear; subtle is the rendering of tables made before 2026-12-01)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1 by default: on a shared 2-core box OpenMP's spinning threads are far slower)")
+    parser.add_argument("--merge", nargs="+", metavar="RUN_DIR",
+                        help="write one table from the results.json of runs of the same plan that each ran some of "
+                             "the methods (one process per method on 2 cores), into --out; trains nothing")
     opts = parser.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(opts.threads)
+    if opts.merge:
+        from benchmarks.ablation import merge_results, write_outputs
+
+        parts = [json.loads(Path(d, "results.json").read_text()) for d in opts.merge]
+        results = merge_results(parts)
+        results["command"] = " ; ".join(p.get("command", "") for p in parts)
+        write_outputs(results, Path(opts.out))
+        Path(opts.out, "results.md").write_text(markdown_table_of(results))
+        print(markdown_table_of(results))
+        return 0
 
     import torch
 
@@ -111,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(results))
     print(f"outputs: {opts.out}/results.json, results.md, macro_f1_vs_studies.html, all_zero_groups.html, oracle_logp.html")
     return 0
+
+
+def markdown_table_of(results: dict) -> str:
+    from benchmarks.ablation import markdown_table
+
+    commands = results.get("merged_from") or [results.get("command", "")]
+    return markdown_table(results) + "\nCommands (run side by side, one thread each, then merged with `--merge`): " + \
+        "; ".join(f"`{c}`" for c in commands) + f" ({results.get('machine', '')}).\n"
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "draft_invalid": "A drafting setting (samples, tokens, temperature, top-p) is out of range.",
         "no_training_steps": "The training data is too small for one optimizer step of the recipe; nothing was trained.",
         "unknown_method": "The ablation was asked for a method it does not know.",
+        "ablation_mismatch": "Ablation runs to be merged differ in their plan, or two of them ran the same method.",
     },
     "database (studies, reports, users, rounds, versions)": {
         "invalid_study": "A study id or record is not valid (a study id is a whole number; a study needs its hashed UID and pseudonym).",

@@ -104,3 +104,28 @@ def test_pooled_seed_std_is_the_root_mean_of_the_methods_variances():
     # variances 1.0 and 4.0 (sample variance of [1, 2, 3] and [2, 4, 6]) -> sqrt(2.5)
     assert pooled_seed_std({"a": row([1, 2, 3]), "b": row([2, 4, 6])}, "macro_f1_14") == pytest.approx(2.5 ** 0.5)
     assert pooled_seed_std({"a": row([0.5])}, "macro_f1_14") is None
+
+
+def test_runs_of_one_plan_merge_into_one_table_and_others_are_refused():
+    from benchmarks.ablation import merge_results
+    from orapo_core.errors import OrapoError
+
+    def part(methods, steps=400, out="a"):
+        rows = {}
+        for name, values in methods.items():
+            runs = [{"seed": None if name == "starter" else i, "metrics": {"macro_f1_14": v}} for i, v in enumerate(values)]
+            rows[name] = {"label": name, "reward": None if name == "starter" else "facts", "runs": runs}
+        return {"plan": {"steps": steps, "seeds": [0, 1, 2], "methods": list(methods), "out_dir": out},
+                "model": "m", "recipe": {"lora_r": 16}, "methods": rows, "wall_seconds": 10.0 * len(methods)}
+
+    merged = merge_results([part({"orapo_1000": [0.4, 0.5, 0.6], "starter": [0.44]}, out="b"),
+                            part({"grpo_facts": [1, 2, 3]})])
+    assert list(merged["methods"]) == ["starter", "grpo_facts", "orapo_1000"]  # the table's order, not the parts'
+    assert merged["plan"]["methods"] == ["starter", "grpo_facts", "orapo_1000"] and merged["wall_seconds"] == 20.0
+    # sample variances 0.01 and 1.0 over the trained methods; the starter has none
+    assert merged["pooled_seed_std"]["macro_f1_14"] == pytest.approx(((0.01 + 1.0) / 2) ** 0.5)
+    for parts, says in (([part({"grpo_facts": [1]}), part({"orapo_1000": [1]}, steps=100)], "steps"),
+                        ([part({"grpo_facts": [1]}), part({"grpo_facts": [2]})], "grpo_facts"), ([], "Nothing")):
+        with pytest.raises(OrapoError) as exc:
+            merge_results(parts)
+        assert exc.value.code == "ablation_mismatch" and says in exc.value.message
