@@ -73,9 +73,10 @@ def study_sr(db, settings, study_id: int) -> StudySR:
     return StudySR(study_id, data, read_report_sr(data).sop_instance_uid)
 
 
-def archive_sr(db, settings, study_id: int, archive) -> StudySR:
+def archive_sr(db, settings, study_id: int, archive, *, deidentified: StudySR | None = None) -> StudySR:
     """The SR `archive` is sent: filed in the archive's own study when the study was imported from the archive
-    (a DICOMweb pull or a DIMSE push, `db.ArchiveLinkRepository`), otherwise the de-identified one of `study_sr`.
+    (a DICOMweb pull or a DIMSE push, `db.ArchiveLinkRepository`), otherwise the de-identified one of `study_sr`
+    (`deidentified`, when the caller has built it already).
 
     The archive's study is found by unsealing its UID with the de-identification secret; its instances' headers
     are read from the archive (WADO-RS metadata) into memory, and the SR refers to the archive's own images that
@@ -88,7 +89,7 @@ def archive_sr(db, settings, study_id: int, archive) -> StudySR:
 
     sealed = ArchiveLinkRepository(db).sealed(study_id)
     if sealed is None:
-        return study_sr(db, settings, study_id)
+        return deidentified if deidentified is not None else study_sr(db, settings, study_id)
     signed, images, reader, model, uid_hash = _signed_parts(db, settings, study_id)
     secret = settings.secret()
     study_uid = unseal_archive_uid(secret, sealed)
@@ -174,7 +175,7 @@ def export_sr(db, settings, out: str | Path, *, study_ids: list[int] | None = No
     outgoing, unsent = [], []
     for report in reports:
         try:
-            outgoing.append(archive_sr(db, settings, report.study_id, archive))
+            outgoing.append(archive_sr(db, settings, report.study_id, archive, deidentified=report))
         except OrapoError as exc:
             unsent.append(SkippedStudy(report.study_id, exc.code, exc.message))
     sent = archive.store([r.data for r in outgoing])

@@ -291,9 +291,10 @@ def link_to_archive(db, settings, study_id: int, archive_study_uid: str, *, sour
     from orapo_core.imaging.deid import hashed_uid, seal_archive_uid
 
     secret = settings.secret()
-    study = StudyRepository(db).get(study_id)
-    if not archive_study_uid or study is None or study.study_uid_hash != hashed_uid(secret, archive_study_uid):
+    if not archive_study_uid:
         return False
+    if StudyRepository(db).get(study_id).study_uid_hash != hashed_uid(secret, archive_study_uid):
+        return False  # a study of another origin
     ArchiveLinkRepository(db).link(study_id, seal_archive_uid(secret, archive_study_uid), source=source)
     return True
 
@@ -302,13 +303,14 @@ def pull_study(archive: Archive, study_uid: str, *, db, settings, user=None, act
     """Every image instance of one archive study through the upload's ingest; refusals come back as outcomes."""
     from app.services.ingest import ingest_bytes
 
-    index = 0
+    index, linked = 0, set()
     for series_uid in archive.image_series(study_uid):
         for data in archive.instances(study_uid, series_uid):
             index += 1
             outcome = ingest_bytes(data, f"archive-instance-{index}.dcm", db=db, settings=settings, user=user,
                                    actor=actor)
             del data
-            if outcome.ok and outcome.study_id is not None:
+            if outcome.ok and outcome.study_id is not None and outcome.study_id not in linked:
                 link_to_archive(db, settings, outcome.study_id, study_uid, source="dicomweb")
+                linked.add(outcome.study_id)
             yield PulledInstance(study_uid, index, outcome)
