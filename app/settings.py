@@ -33,7 +33,7 @@ class WebSettings(Settings):
     secure_cookies: bool = Field(default=False, description="Mark the session cookie Secure and send HSTS; set it when a TLS proxy serves the app over HTTPS (a request that arrives as https gets both anyway).")
     leader_lease_s: float = Field(default=15.0, ge=1.0, description="Several servers on one database: the one holding the leader lease runs scheduled rounds, recovery and sweeps; another takes over at most this long plus a third of it after the leader dies (app.services.leader).")
     round_check_s: float = Field(default=60.0, gt=0, description="How often the leading server checks the corrections threshold, picks up schedule changes saved elsewhere and fails rounds whose server is gone.")
-    draft_wait_ms: float = Field(default=20.0, ge=0, le=5000, description="How long a draft asked while the model is idle waits for other readers' drafts to share its batched generate (while a batch runs, drafts gather anyway).")
+    draft_wait_ms: float = Field(default=20.0, ge=0, le=5000, description="How long a draft asked while the model is idle waits for other readers' drafts to prefill with it (a draft asked while others decode joins them at the next step anyway).")
     max_resident_models: int = Field(default=DEFAULT_MAX_RESIDENT_MODELS, ge=1, description="Loaded models (base + adapter) the web process keeps at most: the served one and the most recently used others.")
 
     @property

@@ -10,7 +10,8 @@ of the product). Each round, `--readers` signed-in radiologists, each in a
 thread with a gradio_client of their own, upload a distinct PhantomCXR image
 together, draft it, and save and sign a distinct correction. Upload-to-draft is
 the time from starting the upload to the draft arriving, queueing included (the
-app batches drafts that arrive together, up to eight per generate call). The model is loaded before the first round, as
+app decodes drafts together in one running batch, up to eight at a time, a draft
+asked meanwhile joining at the next step). The model is loaded before the first round, as
 on a server that has already drafted. Afterwards every correction is checked to
 be stored exactly once. The goal (2 CPU cores, starter model): median 3 s or less.
 """
@@ -110,8 +111,8 @@ def main() -> None:
                 warm += run_readers(url, accounts[:1], [image], [corrected_text(10**6 + i)])
             alone = [x.upload_to_draft_s for x in warm[1:] if x.upload_to_draft_s is not None]
             print(f"one reader alone (not counted): upload->draft {', '.join(f'{t:.2f}' for t in alone)} s "
-                  f"(first, cold: {warm[0].upload_to_draft_s or float('nan'):.2f} s); readers at once share batched "
-                  f"generate calls", flush=True)
+                  f"(first, cold: {warm[0].upload_to_draft_s or float('nan'):.2f} s); readers at once decode "
+                  f"in one running batch", flush=True)
             for r in range(args.rounds):
                 images = [phantom_png(workdir / f"cxr-{r}-{i}.png", seed=10_000 * (r + 1) + i, size=args.size)
                           for i in range(args.readers)]

@@ -1,9 +1,15 @@
-"""Drafts of readers who press Draft at about the same time, made together in one batched `generate`.
+"""Drafts of readers who press Draft at about the same time, decoded together.
 
-On a CPU a decoding step costs about the same for one sequence as for thirty-two
-(`orapo_core.models.draft.Drafter.draft_many`), so eight readers drafted in one
-call wait little longer than one. The registry (`app.services.drafting`) puts one
-`DraftBatcher` in front of each resident model.
+On a CPU a decoding step of forty rows costs a fraction of forty steps of one,
+so readers drafting together wait little longer than one. The batcher keeps one
+running batch (`orapo_core.models.decoding.ContinuousDecoder`, from
+`Drafter.new_decoder`): a draft asked while others decode joins them at the next
+step, and each caller gets its draft as soon as its own rows end, not when the
+longest draft of the batch does. A drafter without a decoder (a checkpoint whose
+generation config the decoder does not support, or a stand-in) is called with
+`draft_many` for each gathered batch instead, as before: those waiting when a
+batch ends go together in the next. The registry (`app.services.drafting`) puts
+one `DraftBatcher` in front of each resident model.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-#: The most drafts batched into one `generate`, and how long a draft waits for others when the model is idle.
+#: The most drafts decoding at once, and how long a draft waits for others when the model is idle.
 DRAFT_MAX_BATCH = 8
 DRAFT_MAX_WAIT_S = 0.02
 
@@ -22,25 +28,28 @@ DRAFT_MAX_WAIT_S = 0.02
 @dataclass(eq=False)  # compared by identity: the image may be an array
 class _Request:
     image: Any
-    settings: tuple  # sorted (name, value) pairs: only drafts with the same settings share a batch
+    settings: tuple  # sorted (name, value) pairs: a gathered batch (draft_many) holds one set of settings
     future: Future = field(default_factory=Future)
     submitted: float = field(default_factory=time.perf_counter)
+    decoding: Any = None  # its DecodeRequest while a ContinuousDecoder decodes it
 
 
 class DraftBatcher:
-    """Drafts concurrent requests together: one `draft_many` call for all those waiting.
+    """Drafts concurrent requests together, in one running batch (or one `draft_many` call per gathered batch).
 
     `draft` may be called from any number of threads; each caller blocks until its
-    own image's Draft is ready (or its batch failed: then every caller in that batch
-    gets the exception). One worker thread runs the batches, so the model runs one
-    `generate` at a time. A request waits for others at most `max_wait_s` when the
-    model is idle; while a batch is running, requests gather and all go (up to
-    `max_batch`, oldest first) as soon as it ends. The worker thread starts on
-    demand and ends after `idle_s` without work, or as soon as the queue is empty
-    once `close` was called (the registry evicted its model: the worker must not
-    keep the model alive while it idles).
+    own image's Draft is ready (or the step or batch it was in failed: then every
+    caller decoding in it gets the exception). One worker thread drives the model,
+    one forward at a time. A request waits for others at most `max_wait_s` when the
+    model is idle; while drafts are decoding, a request joins them at the next step
+    (at most `max_batch` drafts decode at once; others wait, oldest first). With a
+    drafter that has no `new_decoder`, requests gather while a batch runs and all go
+    (up to `max_batch`) as soon as it ends. The worker thread starts on demand and
+    ends after `idle_s` without work, or as soon as the queue is empty once `close`
+    was called (the registry evicted its model: the worker must not keep the model
+    alive while it idles).
 
-    A drafter without `draft_many` is called with `draft` once per request.
+    A drafter without `draft_many` or `new_decoder` is called with `draft` once per request.
     """
 
     def __init__(self, drafter, *, max_batch: int = DRAFT_MAX_BATCH, max_wait_s: float = DRAFT_MAX_WAIT_S,
@@ -68,6 +77,9 @@ class DraftBatcher:
 
         Its `latency_ms` is the time from this call to the draft, waiting for the batch included.
         """
+        complete = getattr(self.drafter, "sampling_settings", None)
+        if complete is not None:
+            settings = complete(**settings)  # a bad setting fails its own caller here, not the batch it would join
         prepare = getattr(self.drafter, "prepare", None)
         if prepare is not None:
             image = prepare(image)  # a bad image fails its own caller here, not the batch it would join
@@ -79,6 +91,11 @@ class DraftBatcher:
                 self._worker.start()
             self._cond.notify_all()
         draft = request.future.result()
+        if request.decoding is not None:  # decoded in the running batch: score and record it here, off the loop
+            decoded = request.decoding
+            draft = self.drafter.compose(decoded.texts[0], decoded.texts[1:], dict(request.settings),
+                                         batch_size=decoded.peers,
+                                         generated_s=time.perf_counter() - request.submitted)
         if hasattr(draft, "latency_ms"):
             draft = replace(draft, latency_ms=round((time.perf_counter() - request.submitted) * 1000, 1))
         return draft
@@ -105,6 +122,10 @@ class DraftBatcher:
             return batch
 
     def _run(self) -> None:
+        new_decoder = getattr(self.drafter, "new_decoder", None)
+        decoder = new_decoder() if new_decoder is not None else None
+        if decoder is not None:
+            return self._run_continuous(decoder, new_decoder)
         while (batch := self._next_batch()) is not None:
             try:
                 drafts = self._draft(batch)
@@ -114,6 +135,37 @@ class DraftBatcher:
             else:
                 for request, draft in zip(batch, drafts):
                     request.future.set_result(draft)
+
+    def _admit(self, running: int) -> list[_Request] | None:
+        """The requests to add to a running batch of `running` drafts (waiting for work when it is empty); None when
+        idle long enough to stop."""
+        if running == 0:
+            return self._next_batch()
+        with self._cond:
+            taken, self._queue = self._queue[: self.max_batch - running], self._queue[self.max_batch - running:]
+            return taken
+
+    def _run_continuous(self, decoder, new_decoder) -> None:
+        from orapo_core.models.decoding import DecodeRequest
+
+        decoding: dict[int, _Request] = {}  # id(DecodeRequest) -> its caller's request
+        while (admitted := self._admit(len(decoding))) is not None:
+            for request in admitted:
+                settings = dict(request.settings)
+                request.decoding = decoder.add(DecodeRequest(request.image, **settings))
+                decoding[id(request.decoding)] = request
+            if not decoding:
+                continue
+            try:
+                finished = decoder.step()
+            except BaseException as exc:  # noqa: BLE001 - every draft in the batch gets it; the worker goes on
+                for request in decoding.values():
+                    request.future.set_exception(exc)
+                decoding.clear()
+                decoder = new_decoder()
+                continue
+            for done in finished:
+                decoding.pop(id(done)).future.set_result(done)
 
     def _draft(self, batch: list[_Request]) -> list:
         settings = dict(batch[0].settings)

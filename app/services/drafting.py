@@ -13,8 +13,10 @@ weights. Versions on one base folder share one copy of it
 adapter a named adapter on it, one lock for all of them), so the baseline and
 a round's candidate cost one base and two adapters, not two models.
 Each Drafter comes with a `DraftBatcher`: users who press
-Draft at about the same time are drafted together in one batched `generate`
-(`Drafter.draft_many`), which on a CPU costs little more than drafting one.
+Draft at about the same time are decoded together in one running batch, a draft
+asked while others decode joining them at the next step
+(`orapo_core.models.decoding`), which on a CPU costs far less than drafting them
+one after another.
 `orapo serve` warms the served model in the background as it starts
 (`ModelRegistry.warm_in_background`: load, then one small draft), so the first
 reader does not wait for the load; the page says so while it runs (`readiness`).

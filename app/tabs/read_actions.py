@@ -59,8 +59,8 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
 
     drafted = [*closing, c.accept_btn, c.state, c.highlights, c.missed, c.sentence, c.facts, c.report, c.status,
                c.study_info, c.saved, c.draft_panel]
-    # 8 drafts may wait at once: the registry's DraftBatcher, not Gradio, bounds the compute (one batched
-    # generate at a time), and drafts waiting together are drafted together
+    # 8 drafts may wait at once: the registry's DraftBatcher, not Gradio, bounds the compute (one running batch,
+    # one forward at a time), and a draft asked while others decode joins them
     c.draft_btn.click(drafter(False), inputs=[c.state, c.report], outputs=drafted, api_name="draft_report",
                       concurrency_limit=DRAFT_MAX_BATCH, concurrency_id="draft")
     c.replace_btn.click(drafter(True), inputs=[c.state, c.report], outputs=drafted, api_visibility="private",

@@ -2,28 +2,30 @@
 
 The greedy draft is what the clinician edits; the K samples exist only to say how
 sure the model is of each greedy sentence (self-consistency: a fact the samples
-keep repeating is likelier right than one they contradict). The K samples are one
-`generate` call with `num_return_sequences=K`, so the image is encoded once per
-call and the samples decode as one batch, which is most of the cost on a CPU.
+keep repeating is likelier right than one they contradict). The greedy draft and
+its K samples share one prefill of the prompt and image (its KV cache copied to
+every row) and decode as rows of one batch, which is most of the cost on a CPU.
 
 A `Drafter` holds one loaded model: load once, draft many. The web app keeps one
-per served model version; a lock serialises drafts, since concurrent `generate`
-calls on one model would only compete for the same cores and memory (and
-Qwen2-VL keeps per-call rope state on the model).
+per served model version; a lock serialises the forward passes, since
+concurrent ones on one model would only compete for the same cores and memory.
 
-`Drafter.draft_many` drafts several images in the same two `generate` calls: one
-greedy call over all of them (left-padded, so every prompt ends where decoding
-starts, with the attention mask saying which tokens are padding) and one sampled
-call over all of them times K. For a small model on a CPU a decoding step costs
-about the same for 1 sequence as for 32, so a batch of 8 images takes little
-longer than one; the web app's `DraftBatcher` gathers concurrent users' drafts
-into such batches. An image's greedy draft is the same alone or in a batch; its
-samples, drawn from one seeded stream for the whole batch, depend on the batch.
+Drafting goes through `orapo_core.models.decoding.ContinuousDecoder`, the
+decoding loop `generate` runs, made open: a draft's prompt (and image) is
+prefilled, its greedy row and K sampled rows join the rows already decoding,
+and each row leaves the batch at its EOS, so a draft is done when its own rows
+are, and a draft asked meanwhile joins at the next step instead of waiting for
+the batch. `Drafter.draft_many` drafts several images in one such batch; the
+web app's `DraftBatcher` keeps one running for all readers. An image's
+greedy draft, and its samples for a given seed, are the same alone or in a
+batch. A checkpoint whose generation config asks for what the loop does not
+do is drafted with `generate` instead (one greedy-and-sampled call per batch).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -31,12 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from orapo_core.errors import OrapoError
+from orapo_core.models.decoding import ContinuousDecoder, DecodeRequest, unsupported_reason
 from orapo_core.models.loading import LoadedModel, load_model
 from orapo_core.models.prompt import PROMPT_VERSION, REPORT_PROMPT, render_prompt
 
 # Radiographs are often 3000 px a side; a VLM's own resize would keep far more
 # visual tokens than a report needs, and those tokens dominate CPU latency.
 DEFAULT_MAX_SIDE = 1024
+
+log = logging.getLogger("orapo.draft")
 
 
 @dataclass
@@ -77,6 +82,7 @@ class Drafter:
         self._prompt_text = render_prompt(loaded.processor, prompt)
         # drafters of versions on one shared base pass that base's lock (orapo_core.models.shared_base)
         self._lock = lock or threading.Lock()
+        self._decoding: str | None = None  # "" once continuous decoding is known to work; else why not
 
     @classmethod
     def from_dir(
@@ -112,43 +118,78 @@ class Drafter:
         top_p: float = 0.95,
         seed: int | None = 0,
     ) -> list[Draft]:
-        """One Draft per image, in order, from one greedy and one sampled `generate` over all of them.
+        """One Draft per image, in order, decoded together (`orapo_core.models.decoding`).
 
-        Each Draft is what `draft` would return for its image alone (the greedy text is the
-        same), except that the samples come from one seeded stream shared by the batch;
-        `sampling["batch_size"]` records the batch when there was more than one image.
+        Each Draft is what `draft` returns for its image alone: the same greedy text, and the same
+        samples, drawn from the draft's own generator seeded by `seed`. `sampling["batch_size"]`
+        records the batch when there was more than one image. A model whose generation config the
+        continuous decoder does not support is drafted by one `generate` over all the images instead
+        (its samples then come from one stream shared by the batch).
         """
-        _check_sampling(samples, max_new_tokens, temperature, top_p)
+        settings = self.sampling_settings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                                          top_p=top_p, seed=seed)
         images = list(images)
         if not images:
             return []
         started = time.perf_counter()
         pictures = [self.prepare(image) for image in images]
-        with self._lock:
-            results = self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)
+        decoder = self.new_decoder()
+        if decoder is not None:
+            requests = [decoder.add(DecodeRequest(picture, **settings)) for picture in pictures]
+            decoder.run()
+            results = [(r.texts[0], r.texts[1:]) for r in requests]
+        else:
+            with self._lock:
+                results = self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)
         generated_s = time.perf_counter() - started
-        sampling = {"samples": samples, "max_new_tokens": max_new_tokens, "temperature": temperature,
-                    "top_p": top_p, "top_k": 0, "seed": seed}
-        if len(pictures) > 1:
-            sampling["batch_size"] = len(pictures)
-        drafts = []
-        for greedy, sampled in results:
-            scoring = time.perf_counter()
-            sentences, flagged = score_self_consistency(greedy, sampled) if sampled else ([], [])
-            drafts.append(Draft(
-                text=greedy,
-                samples=sampled,
-                sentences=sentences,
-                flagged=flagged,
-                model_name=self.loaded.name,
-                model_version=self.model_version,
-                prompt=self.prompt,
-                prompt_version=PROMPT_VERSION,
-                sampling=dict(sampling),
-                # the shared generate plus this image's own scoring, not the scoring of those before it
-                latency_ms=round((generated_s + time.perf_counter() - scoring) * 1000, 1),
-            ))
-        return drafts
+        # the shared decoding plus each image's own scoring, not the scoring of those before it
+        return [self.compose(greedy, sampled, settings, batch_size=len(pictures), generated_s=generated_s)
+                for greedy, sampled in results]
+
+    @staticmethod
+    def sampling_settings(*, samples: int = 4, max_new_tokens: int = 192, temperature: float = 1.0,
+                          top_p: float = 0.95, seed: int | None = 0) -> dict:
+        """Every sampling setting of a draft, `draft`'s defaults filled in; OrapoError for one out of range."""
+        _check_sampling(samples, max_new_tokens, temperature, top_p)
+        return dict(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+
+    def new_decoder(self):
+        """A `ContinuousDecoder` over this model (drafts joining and leaving a running batch step by step), or
+        None when the model's generation config asks for something it does not do: then `generate` drafts."""
+        if self._decoding is None:
+            reason = unsupported_reason(self.loaded.model)
+            self._decoding = reason or ""
+            if reason:
+                log.info("orapo: drafting %s with generate, not continuous batching: %s", self.loaded.name, reason)
+        if self._decoding:
+            return None
+        return ContinuousDecoder(self.loaded, self._prompt_text, lock=self._lock)
+
+    def compose(self, greedy: str, sampled: list[str], settings: dict, *, batch_size: int = 1,
+                generated_s: float = 0.0) -> Draft:
+        """The Draft of a greedy text and its samples: self-consistency scored, provenance recorded.
+
+        `settings` are the draft's sampling settings; `batch_size`, the most drafts decoded alongside it
+        (recorded when above 1); `generated_s`, the decoding time, to which this scoring's time is added."""
+        scoring = time.perf_counter()
+        sentences, flagged = score_self_consistency(greedy, sampled) if sampled else ([], [])
+        sampling = {"samples": settings["samples"], "max_new_tokens": settings["max_new_tokens"],
+                    "temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": 0,
+                    "seed": settings["seed"]}
+        if batch_size > 1:
+            sampling["batch_size"] = batch_size
+        return Draft(
+            text=greedy,
+            samples=sampled,
+            sentences=sentences,
+            flagged=flagged,
+            model_name=self.loaded.name,
+            model_version=self.model_version,
+            prompt=self.prompt,
+            prompt_version=PROMPT_VERSION,
+            sampling=sampling,
+            latency_ms=round((generated_s + time.perf_counter() - scoring) * 1000, 1),
+        )
 
     def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed) -> list[tuple[str, list[str]]]:
         import torch

@@ -6,11 +6,11 @@ in the README mean the same thing: greedy drafts (no samples), labelled by the
 FactS labeler, against each study's reference labels (given by the dataset, or
 FactS labels of its reference report), uncertain counted as positive.
 
-Drafts are decoded `batch_size` images per `generate` through
-`Drafter.draft_many(samples=0)`: left-padded prompts with their attention mask,
-so each greedy text is the one the image gets alone (a test holds the two
-equal), at a fraction of the cost on a CPU, where a decoding step costs about
-the same for 1 sequence as for 32. The model is put in eval mode while it
+Drafts are decoded `batch_size` images at a time through
+`Drafter.draft_many(samples=0)` (one running batch: left-padded prompts with
+their attention mask, each row leaving at its EOS), so each greedy text is the
+one the image gets alone (a test holds the two equal), at a fraction of the
+cost on a CPU, where a decoding step of many rows costs little more than one. The model is put in eval mode while it
 drafts (a model under training has dropout on) and given back as it was.
 """
 
