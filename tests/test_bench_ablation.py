@@ -129,3 +129,21 @@ def test_runs_of_one_plan_merge_into_one_table_and_others_are_refused():
         with pytest.raises(OrapoError) as exc:
             merge_results(parts)
         assert exc.value.code == "ablation_mismatch" and says in exc.value.message
+
+
+def test_quick_enriches_the_pool_and_held_out_with_the_finding_it_compares_on(tmp_path):
+    """--quick is GRPO + FactS against OraPO on a pool and held-out set with pneumothorax in about half the studies;
+    the split is written again when the prevalence changes (not reused from the other run's folder)."""
+    from benchmarks.ablation import QUICK_PREVALENCE, AblationPlan, markdown_table, phantom_split, quick_plan
+
+    quick = quick_plan(AblationPlan(out_dir=str(tmp_path)))
+    assert quick.methods == ("starter", "grpo_facts", "orapo_1000") and quick.seeds == (0,)
+    assert quick.prevalence == QUICK_PREVALENCE and quick.steps * 4 <= quick.pool_studies  # no study seen twice
+    assert quick_plan(AblationPlan(out_dir=str(tmp_path), prevalence={"fracture": 0.4})).prevalence == {"fracture": 0.4}
+    folder = tmp_path / "split"
+    _, usual = phantom_split(folder, 40, 7, 64)
+    _, enriched = phantom_split(folder, 40, 7, 64, prevalence={"pneumothorax": 0.5})
+    with_it = [sum(r.labels.get("Pneumothorax") == 1 for r in records) for records in (usual, enriched)]
+    assert with_it[0] <= 6 and 12 <= with_it[1] <= 28
+    table = markdown_table({"plan": quick.to_dict(), "methods": {}})
+    assert "prevalence set to pneumothorax 0.5 in the pool and the held-out studies" in table
