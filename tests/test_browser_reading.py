@@ -30,6 +30,9 @@ def scripted_registry(settings, db):
     from orapo_core.models.loading import load_model
 
     class ScriptedDrafter(Drafter):
+        def new_decoder(self):
+            return None  # no running batch: every draft goes through _generate_many, scripted below
+
         def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed):
             assert all(p.mode == "RGB" and min(p.size) > 16 for p in pictures)  # the real image reached the model
             return [(GREEDY, SAMPLES[:samples]) for _ in pictures]
