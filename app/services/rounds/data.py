@@ -157,69 +157,14 @@ def _label_cells(report: str) -> dict[str, str]:
     return {name: format_label(labels.get(name)) for name in CHEXPERT_14}
 
 
-def _finding_sentences(report: str, finding: str) -> dict[str, list[str]]:
-    """The sentences of `report` that state `finding` (a CheXpert label) as present or possible, by section."""
-    from orapo_core.facts.extract import NEGATIVE, extract_facts
-    from orapo_core.facts.ontology import project
-
-    extracted = extract_facts(report or "")
-    wanted = {f.sentence_index for f in extracted.facts
-              if f.polarity != NEGATIVE and project(f.observation, "chexpert") == finding}
-    by_section: dict[str, list[str]] = {}
-    for sentence in extracted.sentences:
-        if sentence.index in wanted:
-            by_section.setdefault("impression" if sentence.section == "impression" else "findings", []).append(
-                sentence.text)
-    return by_section
-
-
-def contrast_rejections(selection: RoundSelection, *, seed: int = 0) -> dict[str, str]:
-    """Contrast pairs for the findings this round's corrections added: row key -> the rejected answer.
-
-    A correction that adds a finding the draft did not state (a missed pneumothorax) teaches the model to
-    say it on that image. Alone, such corrections also teach it to say the finding where it is absent (the
-    clinic story's false positives). So for each added finding, as many replayed rows that have no pair of
-    their own and do not state it as there are corrections adding it (seeded) get one: their own report,
-    chosen, over that report with a correction's sentences of the finding added to the same sections,
-    rejected. The model is told, on images without the finding, that the finding's sentences make the
-    report worse: the same contrast, from the other side. A row gets at most one contrast pair."""
-    from app.services.dashboard import stated_findings
-
-    added: dict[str, list[dict[str, list[str]]]] = {}
-    for study in selection.new:
-        if not study.draft_text:
-            continue
-        for finding in sorted(stated_findings(study.corrected_report) - stated_findings(study.draft_text)):
-            sentences = _finding_sentences(study.corrected_report, finding)
-            if sentences:
-                added.setdefault(finding, []).append(sentences)
-    candidates = [(f"study-{s.study_id}", s.corrected_report) for s in selection.replay if not s.draft_text]
-    candidates += [(p.study_id, p.report) for p in selection.phantom_replay]
-    random.Random(seed).shuffle(candidates)
-    rejected: dict[str, str] = {}
-    for finding, examples in sorted(added.items()):
-        free = [(key, report) for key, report in candidates
-                if key not in rejected and finding not in stated_findings(report)]
-        for i, (key, report) in enumerate(free[:len(examples)]):
-            findings, impression = split_report(report)
-            extra = examples[i % len(examples)]
-            findings = " ".join([findings, *extra.get("findings", [])]).strip()
-            impression = " ".join([impression, *extra.get("impression", [])]).strip()
-            rejected[key] = report_text(findings, impression)
-    return rejected
-
-
-def write_training_csv(selection: RoundSelection, path: Path, *, contrasts: dict[str, str] | None = None) -> Path:
-    """The round's studies as the CheXpert Plus style CSV `orapo train --train_csv` reads; replayed rows named in
-    `contrasts` (`contrast_rejections`) carry their contrast pair in the clinician columns."""
+def write_training_csv(selection: RoundSelection, path: Path) -> Path:
+    """The round's studies as the CheXpert Plus style CSV `orapo train --train_csv` reads."""
     from orapo_core.data.records import CHEXPERT_14
 
     if not selection.studies:
         raise OrapoError("nothing_to_train", "There are no signed, untrained corrections of training studies yet.")
     rows = [(f"study-{s.study_id}", s.image_path, s.corrected_report, s.draft_text) for s in selection.studies]
     rows += [(p.study_id, p.image_path, p.report, None) for p in selection.phantom_replay]
-    if contrasts:
-        rows = [(key, image, report, draft or contrasts.get(key)) for key, image, report, draft in rows]
     path.parent.mkdir(parents=True, exist_ok=True)
     # `id` is the study key the CheXpert Plus loader uses (`study_id` for older readers of the same file).
     columns = ["id", "study_id", "split", "path_to_image", "section_findings", "section_impression", *CHEXPERT_14, "oracle_report",

@@ -29,7 +29,6 @@ class Selection:
     correction_ids: list[int] = field(default_factory=list)
     pair_ids: list[int] = field(default_factory=list)
     clinician_pairs: int = 0
-    contrast_pairs: int = 0  # replayed studies given a contrast pair (app.services.rounds.data.contrast_rejections)
     # the new studies' clinician pairs by the worklist ordering they were read from ("unordered": none)
     pairs_by_order: dict[str, int] = field(default_factory=dict)
 

@@ -43,9 +43,6 @@ class RoundPolicy(BaseModel):
     # positives with 1x replay, 15 % with 3x at the same step count).
     replay_fraction: float = 3.0
     replay_max: int | None = None
-    # Contrast pairs (app.services.rounds.data.contrast_rejections): replayed studies without a finding the
-    # corrections added, their report chosen over it with the finding's sentences added.
-    contrast_pairs: bool = False
     min_new_corrections: int = 1
     min_heldout: int = 20  # fewer signed held-out studies than this: PhantomCXR's validation split stands in
     max_heldout: int | None = 200

@@ -19,7 +19,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -174,8 +173,7 @@ class SelectData:
     def __call__(self, record, actor, policy: RoundPolicy) -> RoundPlan:
         import yaml
 
-        from app.services.rounds.data import (contrast_rejections, select_heldout, select_round_studies,
-                                              write_training_csv)
+        from app.services.rounds.data import select_heldout, select_round_studies, write_training_csv
         from db import RoundRepository
 
         config = record.config
@@ -194,16 +192,15 @@ class SelectData:
             raise OrapoError("too_few_corrections", f"{len(selection.new)} new and {selection.n_training_rows - len(selection.new)} "
                                                     f"replayed studies; one optimizer step of this recipe takes "
                                                     f"{studies_per_step}. Nothing was trained and no correction was used.")
-        contrasts = contrast_rejections(selection, seed=record.id) if policy.contrast_pairs else {}
-        csv_path = write_training_csv(selection, folder / "train.csv", contrasts=contrasts)
+        csv_path = write_training_csv(selection, folder / "train.csv")
         heldout = select_heldout(self.db, self.settings, min_heldout=policy.min_heldout, max_heldout=policy.max_heldout,
                                  phantom_studies=policy.phantom_studies, phantom_size=policy.phantom_size)
         heldout.write(folder / "heldout.json")
         recipe_values = yaml.safe_load(Path(config["recipe"]).read_text()) or {}
         overrides = dict(config.get("overrides", {}))
         merged_values = {**recipe_values, **overrides}
-        summary = replace(selection.summary(), contrast_pairs=len(contrasts))
-        if (summary.clinician_pairs or summary.contrast_pairs) and merged_values.get("oracle_mode", "dpo") == "dpo" and "use_clinician_pairs" not in overrides:
+        summary = selection.summary()
+        if summary.clinician_pairs and merged_values.get("oracle_mode", "dpo") == "dpo" and "use_clinician_pairs" not in overrides:
             overrides["use_clinician_pairs"] = True
         overrides.update(train_csv=str(csv_path), output_dir=str(folder / "output"))
         plan = RoundPlan(round_id=record.id, round_dir=folder, recipe=config["recipe"], overrides=overrides, policy=policy,
@@ -217,8 +214,7 @@ class SelectData:
             served_version_id=served.version_id, max_steps=plan.max_steps))
         rounds.set_process(record.id, pid=None, output_dir=str(folder))
         self.watch.log(record.id, f"{len(selection.new)} new and {len(selection.replay) + len(selection.phantom_replay)} "
-                                  f"replayed studies ({len(selection.phantom_replay)} from PhantomCXR"
-                                  + (f", {len(contrasts)} with a contrast pair" if contrasts else "") + "); "
+                                  f"replayed studies ({len(selection.phantom_replay)} from PhantomCXR); "
                                   f"held-out: {heldout.summary().n} ({heldout.source})")
         return plan
 
