@@ -110,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(opts.threads)
     model = Path(opts.model) if opts.model else default_model()
-    prevalence = {k: float(v) for k, v in parse_settings(opts.prevalence).items()}
+    prevalence = parse_settings(opts.prevalence)
+    if not all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in prevalence.values()):
+        raise SystemExit(f"--prevalence takes FINDING=P with P between 0 and 1, got {' '.join(opts.prevalence)}")
+    prevalence = {k: float(v) for k, v in prevalence.items()}
     plan = AblationPlan(out_dir=opts.out, model_dir=str(model) if model else None, recipe=opts.recipe,
                         overrides=parse_settings(opts.settings), prevalence=prevalence)
     if opts.quick:
