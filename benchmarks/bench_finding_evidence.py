@@ -31,13 +31,6 @@ NEGATIVE = ["FINDINGS: No pneumothorax", "FINDINGS: No pleural effusion or pneum
 IMPRESSION = ["IMPRESSION: Moderate right pneumothorax", "IMPRESSION: Large left pneumothorax"]
 
 
-def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    ranks = np.argsort(np.argsort(scores)) + 1.0
-    n1 = labels.sum()
-    n0 = len(labels) - n1
-    return float((ranks[labels == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
-
-
 def log_likelihoods(drafter, pictures, continuations, batch: int = 50) -> np.ndarray:
     """(images, continuations): summed log-probability of each continuation's tokens after the prompt and image."""
     import torch
@@ -66,6 +59,7 @@ def logsumexp(a: np.ndarray) -> np.ndarray:
 def main() -> int:
     from PIL import Image
 
+    from benchmarks.bench_probe import auc
     from benchmarks.bench_round_story import draw
     from orapo_core.models.draft import Drafter
 
@@ -82,7 +76,7 @@ def main() -> int:
     for name, score in (("positive statement", pos), ("negative statement (lower first)", -neg),
                         ("positive minus negative", pos - neg), ("impression statement", imp),
                         ("impression minus negative", imp - neg)):
-        print(f"  AUC {auc(labels, score):.3f}  {name}")
+        print(f"  AUC {auc(score, labels):.3f}  {name}")
     return 0
 
 
