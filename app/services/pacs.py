@@ -291,10 +291,9 @@ def link_to_archive(db, settings, study_id: int, archive_study_uid: str, *, sour
     from orapo_core.imaging.deid import hashed_uid, seal_archive_uid
 
     secret = settings.secret()
-    if not archive_study_uid:
-        return False
-    if StudyRepository(db).get(study_id).study_uid_hash != hashed_uid(secret, archive_study_uid):
-        return False  # a study of another origin
+    study = StudyRepository(db).get(study_id)
+    if not archive_study_uid or study is None or study.study_uid_hash != hashed_uid(secret, archive_study_uid):
+        return False  # no archive study, or a study of another origin
     ArchiveLinkRepository(db).link(study_id, seal_archive_uid(secret, archive_study_uid), source=source)
     return True
 

@@ -5,10 +5,10 @@ is decoding waits for the whole batch to end, and every draft of the batch
 waits for its longest row (often one of the K samples rambling to
 `max_new_tokens`). `ContinuousDecoder` is the loop `generate` runs, made open:
 
-- `add` prefills a request's prompt and image (one forward for all requests
-  added before the next step, left-padded), copies the prompt's KV cache to its
-  greedy row and its K sampled rows, and merges them into the running batch
-  (the shorter side left-padded with masked zeros);
+- `add` queues a request; the next `step` prefills its prompt and image (one
+  forward for all requests added since, left-padded), copies the prompt's KV
+  cache to its greedy row and its K sampled rows, and merges them into the
+  running batch (the shorter side left-padded with masked zeros);
 - `step` decodes one token for every running row in one forward; a row ends at
   an EOS token or at its request's `max_new_tokens`, and leaves the batch (and
   the cache) at once; a request whose rows have all ended is returned, done.
@@ -28,8 +28,9 @@ sampled rows divide by the temperature, keep the smallest set of tokens whose
 probability reaches `top_p` (top-k off), and draw. A checkpoint's
 `repetition_penalty` applies to every row, as `generate` applies it; a
 generation config asking for anything else this loop does not do (n-gram
-blocking, suppressed or forced tokens, a minimum length) is not supported
-(`supported` says why) and the drafter falls back to `generate`.
+blocking, suppressed or forced tokens, a minimum length, sliding-window
+attention) is not supported (`unsupported_reason` says why) and the drafter
+falls back to `generate`.
 
 One decoder is driven by one thread; the forward passes run under the
 drafter's lock and its version's adapter (`LoadedModel.using`), taken per
@@ -126,7 +127,8 @@ class ContinuousDecoder:
         self._mask = None  # (rows, columns) 1 for real tokens, 0 for left padding
         self._next_pos = None  # (rows,) the position of each row's next token
         self._last = None  # (rows,) each row's last chosen token, not yet in the cache
-        self._seen = None  # (rows, columns) token ids of the row, for the repetition penalty (padding: -1)
+        # (rows, columns) token ids of each row (padding: -1), kept only for a repetition penalty
+        self._seen = None
         self._mrope = False
 
     # -- the batch -----------------------------------------------------------------------------------------------
@@ -206,7 +208,8 @@ class ContinuousDecoder:
         for layer in cache.layers:
             layer.keys = layer.keys.index_select(0, expand)
             layer.values = layer.values.index_select(0, expand)
-        seen = inputs["input_ids"].masked_fill(mask == 0, -1).index_select(0, expand)
+        seen = (inputs["input_ids"].masked_fill(mask == 0, -1).index_select(0, expand)
+                if self.repetition_penalty != 1.0 else None)
         batch = dict(cache=cache, mask=mask.index_select(0, expand), next_pos=next_pos.index_select(0, expand),
                      seen=seen)
         self._merge(batch, rows)
@@ -215,7 +218,8 @@ class ContinuousDecoder:
             request.peers = max(request.peers, len(self._requests))
         # the prompt's last logits give each new row its first token
         new = torch.arange(len(self._rows) - len(rows), len(self._rows), device=mask.device)
-        chosen = self._choose(logits.index_select(0, expand), rows, self._seen.index_select(0, new))
+        chosen = self._choose(logits.index_select(0, expand), rows,
+                              None if self._seen is None else self._seen.index_select(0, new))
         last = chosen if self._last is None else torch.cat([self._last, chosen])
         self._last = last
         return self._record(chosen, first_row=len(self._rows) - len(rows))
@@ -244,7 +248,8 @@ class ContinuousDecoder:
             mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)])
             mine.values = torch.cat([pad(mine.values, 2), pad(theirs.values, 2)])
         self._mask = torch.cat([pad(self._mask, 1), pad(batch["mask"], 1)])
-        self._seen = torch.cat([pad(self._seen, 1, -1), pad(batch["seen"], 1, -1)])
+        if self._seen is not None:
+            self._seen = torch.cat([pad(self._seen, 1, -1), pad(batch["seen"], 1, -1)])
         self._next_pos = torch.cat([self._next_pos, batch["next_pos"]])
         self._rows += rows
 
@@ -256,7 +261,8 @@ class ContinuousDecoder:
         n = len(self._rows)
         ones = torch.ones((n, 1), dtype=self._mask.dtype, device=self._mask.device)
         self._mask = torch.cat([self._mask, ones], dim=1)
-        self._seen = torch.cat([self._seen, self._last[:, None]], dim=1)
+        if self._seen is not None:
+            self._seen = torch.cat([self._seen, self._last[:, None]], dim=1)
         position = self._next_pos[:, None]
         position = position[None].expand(3, n, 1) if self._mrope else position
         with self._model() as model:
@@ -336,7 +342,8 @@ class ContinuousDecoder:
             layer.keys = layer.keys.index_select(0, keep)[:, :, start:]
             layer.values = layer.values.index_select(0, keep)[:, :, start:]
         self._mask = mask[:, start:]
-        self._seen = self._seen.index_select(0, keep)[:, start:]
+        if self._seen is not None:
+            self._seen = self._seen.index_select(0, keep)[:, start:]
         self._next_pos = self._next_pos.index_select(0, keep)
         if self._last is not None:
             self._last = self._last.index_select(0, keep)

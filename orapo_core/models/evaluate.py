@@ -10,8 +10,10 @@ Drafts are decoded `batch_size` images at a time through
 `Drafter.draft_many(samples=0)` (one running batch: left-padded prompts with
 their attention mask, each row leaving at its EOS), so each greedy text is the
 one the image gets alone (a test holds the two equal), at a fraction of the
-cost on a CPU, where a decoding step of many rows costs little more than one. The model is put in eval mode while it
-drafts (a model under training has dropout on) and given back as it was.
+cost on a CPU, where a decoding step of many rows costs far less than that many
+steps of one (on the starter, median of 5: 8 greedy drafts together 0.29 s,
+one alone 0.14 s). The model is put in eval mode while it drafts (a model
+under training has dropout on) and given back as it was.
 """
 
 from __future__ import annotations
