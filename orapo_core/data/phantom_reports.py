@@ -218,6 +218,10 @@ def write_report(findings, rng: np.random.Generator, view: str) -> tuple[str, st
         body.extend(sentences)
         if impression is not None and f.kind != "support_devices":
             impressions.append(impression)
+    # Two findings can describe one opacity in the same words (a consolidation and the pneumonia it shows): say it
+    # once. No random draw depends on this, so every other report stays as it was.
+    seen_text: set[str] = set()
+    body = [s for s in body if not (s[0] in seen_text or seen_text.add(s[0]))]
     negatives = _negatives(kinds, rng, normal)
     # Devices lead, then positives, then the pertinent negatives, as a reader dictates.
     findings_text = " ".join(s for s, _ in body + negatives)

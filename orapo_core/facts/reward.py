@@ -12,12 +12,16 @@ from __future__ import annotations
 
 from orapo_core.errors import OrapoError
 from orapo_core.facts.extract import extract_facts, labels_from_facts
+from orapo_core.facts.form import report_form
 from orapo_core.facts.labels import normalize_labels
 from orapo_core.facts.score import score_facts
 
 # Whether the reward checks side, severity and device type against the reference report by
 # default (OraPOConfig.facts_attribute_check); the measurement behind it is in the README's FactS section.
 ATTRIBUTE_CHECK_DEFAULT = True
+# Whether the reward multiplies FactS by the completion's form factor (repeats, fragments, self-contradictions,
+# missing sections; `orapo_core.facts.form`) by default (OraPOConfig.facts_form_guard); measured in the README.
+FORM_GUARD_DEFAULT = True
 
 
 def completion_text(completion) -> str:
@@ -46,6 +50,16 @@ def _reference(labels, reference_facts) -> dict | None:
     return reference
 
 
+def _sections(reference_text, extracted: dict) -> tuple[str, ...]:
+    """The report sections a completion is charged for lacking: those of its reference report (none without one)."""
+    if not reference_text:
+        return ()
+    if reference_text not in extracted:
+        extracted[reference_text] = extract_facts(reference_text)
+    present = {s.section for s in extracted[reference_text].sentences}
+    return tuple(name for name in ("findings", "impression") if name in present)
+
+
 def make_facts_reward(
     *,
     beta: float = 1.0,
@@ -53,6 +67,7 @@ def make_facts_reward(
     penalty: float = 0.5,
     reference_text_column: str | None = None,
     attribute_check: bool = ATTRIBUTE_CHECK_DEFAULT,
+    form_guard: bool = FORM_GUARD_DEFAULT,
     name: str | None = None,
 ):
     """A FactS reward with fixed parameters.
@@ -71,7 +86,7 @@ def make_facts_reward(
         raise OrapoError("bad_beta", f"beta must be positive (got {beta}); beta > 1 favours recall.")
     if not 0 <= penalty <= 1:
         raise OrapoError("bad_penalty", f"penalty must lie in [0, 1] (got {penalty}).")
-    text_column = reference_text_column or ("reference_report" if attribute_check else None)
+    text_column = reference_text_column or ("reference_report" if (attribute_check or form_guard) else None)
 
     def facts_reward(completions, *, labels=None, log_metric=None, **kwargs) -> list[float | None]:
         n = len(completions)
@@ -81,7 +96,7 @@ def make_facts_reward(
         if len(labels) != n or len(references) != n:
             raise OrapoError("reward_shape", f"{n} completions but {len(labels)} label sets were given.")
         rewards: list[float | None] = []
-        precisions, recalls = [], []
+        precisions, recalls, forms = [], [], []
         extracted: dict[str, object] = {}  # a group's G completions share one reference: extract it once
         for completion, row_labels, row_reference in zip(completions, labels, references):
             reference_facts = None
@@ -93,14 +108,22 @@ def make_facts_reward(
             if reference is None:
                 rewards.append(None)
                 continue
-            score = score_facts(extract_facts(completion_text(completion)), reference, beta=beta, precision_aware=precision_aware,
+            facts = extract_facts(completion_text(completion))
+            score = score_facts(facts, reference, beta=beta, precision_aware=precision_aware,
                                 penalty=penalty, reference_facts=reference_facts if attribute_check else None)
-            rewards.append(score.facts_score)
+            value = score.facts_score
+            if form_guard:
+                form = report_form(facts, required_sections=_sections(row_reference, extracted))
+                value *= form.factor
+                forms.append(form.factor)
+            rewards.append(value)
             precisions.append(score.precision)
             recalls.append(score.recall)
         if callable(log_metric) and precisions:
             log_metric(f"{facts_reward.__name__}/precision", sum(precisions) / len(precisions))
             log_metric(f"{facts_reward.__name__}/recall", sum(recalls) / len(recalls))
+        if callable(log_metric) and forms:
+            log_metric(f"{facts_reward.__name__}/form", sum(forms) / len(forms))
         return rewards
 
     if name is None:

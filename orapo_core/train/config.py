@@ -88,6 +88,15 @@ class OraPOConfig(GRPOConfig):
             "measurement behind the default."
         },
     )
+    facts_form_guard: bool = field(
+        default=True,
+        metadata={
+            "help": "Multiply FactS by the completion's form factor (orapo_core.facts.form): sentences repeated in a "
+            "section and fragments are charged by their share, a finding both stated and denied and a section the "
+            "reference report has but the completion lacks halve it. Without it GRPO on FactS learns degenerate text "
+            "(README, Benchmarks, --quick). A well-formed report is unchanged."
+        },
+    )
     metrics_jsonl: str | None = field(
         default=None,
         metadata={"help": "Where every logged step is appended as one JSON line; default: <output_dir>/metrics.jsonl."},

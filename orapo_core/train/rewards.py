@@ -3,7 +3,7 @@
 A recipe names its rewards as TRL's GRPO script does, `reward_funcs: [facts]`
 (weights in TRL's `reward_weights`), or one reward with `reward_name` (an
 alias). Names: 'facts' is FactS built with the recipe's `facts_beta`,
-`precision_aware` and `facts_attribute_check`; 'facts_plain' and
+`precision_aware`, `facts_attribute_check` and `facts_form_guard`; 'facts_plain' and
 'facts_recall' are fixed FactS variants; 'rouge_l' and 'token_f1' are
 text-overlap rewards against the reference report (the paper's "accuracy
 reward" baseline: they reward wording, not findings). Any other name is
@@ -79,16 +79,19 @@ class RewardSettings:
     facts_beta: float = 1.0
     precision_aware: bool = True
     attribute_check: bool | None = None
+    form_guard: bool | None = None
 
     @classmethod
     def from_config(cls, args) -> RewardSettings:
-        return cls(args.facts_beta, args.precision_aware, args.facts_attribute_check)
+        return cls(args.facts_beta, args.precision_aware, args.facts_attribute_check, args.facts_form_guard)
 
 
 def _facts(settings: RewardSettings, **fixed):
     from orapo_core.facts.reward import make_facts_reward
 
     extra = {} if settings.attribute_check is None else {"attribute_check": settings.attribute_check}
+    if settings.form_guard is not None:
+        extra["form_guard"] = settings.form_guard
     return make_facts_reward(**{**extra, **fixed})
 
 
