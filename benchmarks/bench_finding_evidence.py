@@ -12,6 +12,14 @@ pneumothorax", summed over side and size), against a negative one ("FINDINGS:
 No pneumothorax"), and their difference, as a ranking score over `--n`
 PhantomCXR studies with a moderate or large pneumothorax and `--n` without it.
 Prints the AUC of each score (0.5: no better than the oldest-first order).
+
+With `--exemplars K [K ...]` it also scores the image itself, as an ordering
+could from what readers have already signed: each unread study's merged visual
+token(s) (what the language model reads) projected on the direction from the
+mean token of 100 signed studies without the finding to the mean of K signed
+studies whose correction added it (a nearest-centroid score), and its largest
+cosine similarity to one of the K (nearest neighbour). Exemplars come from
+generator streams the scored studies do not use.
 """
 
 from __future__ import annotations
@@ -51,6 +59,43 @@ def log_likelihoods(drafter, pictures, continuations, batch: int = 50) -> np.nda
     return out
 
 
+def merged_tokens(drafter, pictures, batch: int = 50) -> np.ndarray:
+    """(images, features): the vision merger's output for each image, its tokens concatenated."""
+    import torch
+
+    processor, model = drafter.loaded.processor, drafter.loaded.model
+    visual = model.model.visual if hasattr(model.model, "visual") else model.visual
+    captured = []
+    hook = visual.merger.register_forward_hook(lambda _m, _i, output: captured.append(output.detach()))
+    out = []
+    try:
+        for b in range(0, len(pictures), batch):
+            chunk = pictures[b:b + batch]
+            inputs = processor(text=[drafter._prompt_text] * len(chunk), images=chunk, return_tensors="pt", padding=True,
+                               padding_side="left")
+            captured.clear()
+            with torch.inference_mode():
+                model(**inputs)
+            out.append(captured[0].float().reshape(len(chunk), -1).numpy())
+    finally:
+        hook.remove()
+    return np.concatenate(out)
+
+
+def nearness_scores(unread: np.ndarray, positives: np.ndarray, negatives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(nearest-centroid score, nearest-neighbour cosine) of each unread feature row."""
+    centre = negatives.mean(axis=0)
+    direction = positives.mean(axis=0) - centre
+    centroid = (unread - centre) @ direction / (np.linalg.norm(direction) + 1e-12)
+
+    def unit(a):
+        a = a - centre
+        return a / (np.linalg.norm(a, axis=1, keepdims=True) + 1e-12)
+
+    neighbour = (unit(unread) @ unit(positives).T).max(axis=1)
+    return centroid, neighbour
+
+
 def logsumexp(a: np.ndarray) -> np.ndarray:
     top = a.max(axis=1, keepdims=True)
     return (np.log(np.exp(a - top).sum(axis=1, keepdims=True)) + top)[:, 0]
@@ -66,17 +111,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ROOT / "assets" / "starter"))
     parser.add_argument("--n", type=int, default=150)
+    parser.add_argument("--exemplars", type=int, nargs="*", default=[],
+                        help="also score by image nearness to K signed studies with the finding (e.g. 5 10 20 40)")
+    parser.add_argument("--skip-likelihood", action="store_true", help="only the image nearness scores")
     args = parser.parse_args()
     drafter = Drafter.from_dir(args.model)
     studies = draw(args.n, 71, "pneumothorax", True, 256) + draw(args.n, 72, "pneumothorax", False, 256)
     labels = np.array([1] * args.n + [0] * args.n)
     pictures = [drafter.prepare(Image.fromarray(np.round(s.image * 255).astype(np.uint8))) for s in studies]
-    pos, neg, imp = (logsumexp(log_likelihoods(drafter, pictures, c)) for c in (POSITIVE, NEGATIVE, IMPRESSION))
     print(f"{args.n} studies with a moderate or large pneumothorax, {args.n} without; model {args.model}")
-    for name, score in (("positive statement", pos), ("negative statement (lower first)", -neg),
-                        ("positive minus negative", pos - neg), ("impression statement", imp),
-                        ("impression minus negative", imp - neg)):
-        print(f"  AUC {auc(score, labels):.3f}  {name}")
+    if not args.skip_likelihood:
+        pos, neg, imp = (logsumexp(log_likelihoods(drafter, pictures, c)) for c in (POSITIVE, NEGATIVE, IMPRESSION))
+        for name, score in (("positive statement", pos), ("negative statement (lower first)", -neg),
+                            ("positive minus negative", pos - neg), ("impression statement", imp),
+                            ("impression minus negative", imp - neg)):
+            print(f"  AUC {auc(score, labels):.3f}  {name}")
+    if args.exemplars:
+        def features(studies):
+            return merged_tokens(drafter, [drafter.prepare(Image.fromarray(np.round(s.image * 255).astype(np.uint8)))
+                                           for s in studies])
+
+        unread = features(studies)
+        positives_all = features(draw(max(args.exemplars), 73, "pneumothorax", True, 256))
+        negatives = features(draw(100, 74, "pneumothorax", False, 256))
+        print(f"image nearness (merged visual tokens, {unread.shape[1]} features), 100 signed studies without it:")
+        for k in args.exemplars:
+            centroid, neighbour = nearness_scores(unread, positives_all[:k], negatives)
+            print(f"  K={k:>3}: AUC {auc(centroid, labels):.3f} nearest centroid, {auc(neighbour, labels):.3f} nearest neighbour")
     return 0
 
 

@@ -164,6 +164,8 @@ class Draft(Base):
     text: Mapped[str] = mapped_column(Text)
     facts: Mapped[Any] = mapped_column(JSON, nullable=True)
     sentence_scores: Mapped[Any] = mapped_column(JSON, nullable=True)
+    # the image as the language model saw it: the vision merger's output, pooled (orapo_core.models.features)
+    image_features: Mapped[Any] = mapped_column(JSON, nullable=True)
     latency_ms: Mapped[int | None]
     created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -91,6 +91,7 @@ class DraftRecord:
     latency_ms: int | None
     created_by: int | None
     created_at: datetime
+    image_features: list[float] | None = None
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,10 @@ def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
     assert steps == sorted(steps) and len(steps) >= 3
     assert registry.drafter(registry.served()) is registry.drafter(registry.served())  # loaded once
     assert StudyRepository(db).get(outcome.study_id).status == "drafted"
+    # what the language model was shown of the image is kept with the draft, for the worklist's ordering
+    merger = registry.drafter(registry.served()).loaded.model.model.visual.merger
+    stored = StudyRepository(db).overview(outcome.study_id).latest_draft.image_features
+    assert stored is not None and len(stored) == merger.mlp[-1].out_features and any(stored)
 
     with pytest.raises(OrapoError) as foreign:
         drafting.draft_study(db, settings, registry, other, outcome.study_id)

@@ -184,3 +184,28 @@ def test_a_failed_step_fails_the_drafts_in_it_and_the_batcher_goes_on(drafter, m
     with pytest.raises(RuntimeError, match="out of memory"):
         batcher.draft(IMAGES[0], samples=1, max_new_tokens=8)
     assert batcher.draft(IMAGES[0], samples=1, max_new_tokens=8).text  # the next draft decodes on a fresh batch
+
+
+def test_the_image_features_are_what_the_language_model_reads_per_image_alone_or_joined(drafter):
+    """The merger's output, averaged over each image's tokens: the same alone, batched or joining, and equal to
+    what the model's own `get_image_features` gives for the image. Families without a merger get None."""
+    import torch
+
+    from orapo_core.models.features import vision_merger
+
+    alone = [decode(drafter, {0: [x]}, samples=0, max_new_tokens=3)[0].image_features for x in IMAGES]
+    joined = [r.image_features for r in decode(drafter, {0: IMAGES[:2], 2: IMAGES[2:]}, samples=1, max_new_tokens=3)]
+    model = drafter.loaded.model
+    if vision_merger(model) is None:
+        assert alone == [None] * 4 and joined == [None] * 4
+        return
+    expected = []
+    for x in IMAGES:
+        inputs = drafter.loaded.processor(text=[drafter._prompt_text], images=[drafter.prepare(x)], return_tensors="pt")
+        with torch.inference_mode():
+            out = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
+        tokens = out.pooler_output if hasattr(out, "pooler_output") else out
+        expected.append((tokens[0] if isinstance(tokens, (list, tuple)) else tokens).float().mean(0).numpy())
+    assert np.allclose(np.array(alone), np.array(expected), atol=1e-4)
+    assert np.allclose(np.array(joined), np.array(alone), atol=1e-4)
+    assert drafter.draft(IMAGES[0], samples=0, max_new_tokens=3).image_features == pytest.approx(alone[0], abs=1e-4)

@@ -50,7 +50,8 @@ def test_useful_first_puts_the_least_sure_draft_first_and_keeps_ties_oldest_firs
     newest_first = [undrafted_new, unsure, sure, undrafted_old, signed]
     db = None  # miss rates come from the database only when ordering by usefulness: see the next test
     assert [o.study.id for o in ordered(db, newest_first, "oldest first")] == [3, 1, 2, 4, 5]
-    monkeypatch.setattr("app.services.reading_order.served_miss_rates", lambda db: {})
+    monkeypatch.setattr("app.services.reading_order.signed_drafts", lambda db: [])
+    monkeypatch.setattr("app.services.reading_order.served_miss_rates", lambda db, signed=None: {})
     assert [o.study.id for o in ordered(db, newest_first, "most useful to the model first")] == [2, 3, 1, 4, 5]
     with pytest.raises(OrapoError) as exc:
         ordered(db, newest_first, "random")
@@ -71,11 +72,12 @@ def clinic(data_dir):
     ModelVersionRepository(db).promote(served.id)
     old = ModelVersionRepository(db).create("old", base_model_path="models/old")
 
-    def study(tag: str, draft_text: str, *, version=served, report: str | None = None):
+    def study(tag: str, draft_text: str, *, version=served, report: str | None = None, features=None):
         from db import CorrectionRepository, DraftRepository, StudyRepository
 
         s = StudyRepository(db).create(uid_with_split(tag, "train"), f"ANON-{tag}", uploaded_by=rita.id)
-        d = DraftRepository(db).create(s.id, model_name="m", prompt="p", text=draft_text, model_version_id=version.id)
+        d = DraftRepository(db).create(s.id, model_name="m", prompt="p", text=draft_text, model_version_id=version.id,
+                                       image_features=features)
         if report is not None:
             CorrectionRepository(db).create(s.id, author_id=rita.id, text=report, draft_id=d.id, signed=True)
         return s.id, d.id
@@ -139,3 +141,53 @@ def test_the_database_refuses_an_unknown_ordering(clinic) -> None:
         CorrectionRepository(clinic.db).create(study_id, author_id=clinic.rita.id, text="x", draft_id=draft_id,
                                                reading_order="random")
     assert exc.value.code == "invalid_reading_order"
+
+
+def test_a_silent_draft_is_weighted_by_how_much_its_image_resembles_the_films_a_finding_was_added_to() -> None:
+    from app.services.reading_order import MIN_EXEMPLARS, finding_resemblance, usefulness
+
+    def draft(features, version=1):
+        return SimpleNamespace(image_features=features, model_version_id=version, model_name="m", text="")
+
+    ptx = {"Pneumothorax"}
+    # two films a correction added a pneumothorax to, two signed without one (version 1's drafts)
+    signed = [(draft([1.0, 0.0]), "", ptx, set()), (draft([0.8, 0.2]), "", ptx, set()),
+              (draft([0.0, 1.0]), "", set(), set()), (draft([0.0, 0.8]), "", set(), set())]
+    like = finding_resemblance(signed)
+    r = like[(1, None)]["Pneumothorax"]
+    # centre (0, 0.9), direction (0.9, -0.8): 0 at the films without it, 1 at the mean of those it was added to
+    assert r([0.0, 0.9]) == pytest.approx(0.0) and r([0.9, 0.1]) == pytest.approx(1.0)
+    assert r([0.45, 0.5]) == pytest.approx(0.5) and r([5.0, -5.0]) == 1.0 and r([-1.0, 3.0]) == 0.0
+    assert r.added == 2 == MIN_EXEMPLARS
+
+    rates = {"Pneumothorax": 0.5}
+
+    def unread(features, version=1):
+        o = overview(9, text="Findings: The lungs are clear.", sentences=[])
+        o.latest_draft.image_features, o.latest_draft.model_version_id, o.latest_draft.model_name = features, version, "m"
+        return usefulness(o, rates, like).missed
+
+    assert unread([0.9, 0.1]) == pytest.approx(0.5)  # like the films it was added to: the full miss rate
+    assert unread([0.45, 0.5]) == pytest.approx(0.25)
+    assert unread([0.0, 0.9]) == pytest.approx(0.0)  # like the films without it
+    # another model's features, none at all, or features of another width: the miss rate as before
+    assert unread([0.0, 0.9], version=2) == unread(None) == unread([0.0, 0.9, 1.0]) == pytest.approx(0.5)
+    # one film is not enough to compare with
+    assert "Pneumothorax" not in finding_resemblance(signed[1:]).get((1, None), {})
+
+
+def test_useful_first_brings_forward_the_unread_film_like_the_ones_readers_added_a_finding_to(clinic) -> None:
+    from app.services.reading_order import ordered
+    from db import StudyRepository
+
+    clear = "Findings: The lungs are clear.\nImpression: Normal."
+    added = "Findings: Large right pneumothorax.\nImpression: Pneumothorax."
+    clinic.study("p1", clear, report=added, features=[1.0, 0.0, 0.1])
+    clinic.study("p2", clear, report=added, features=[0.9, 0.1, 0.0])
+    clinic.study("n1", clear, report=clear, features=[0.0, 1.0, 0.0])
+    clinic.study("n2", clear, report=clear, features=[0.1, 0.9, 0.1])
+    older, _ = clinic.study("u1", clear, features=[0.1, 1.0, 0.0])  # unread, like the films without it
+    newer, _ = clinic.study("u2", clear, features=[0.95, 0.05, 0.05])  # unread, like those it was added to
+    unread = StudyRepository(clinic.db).list(status=["new", "drafted"], limit=100)
+    assert [o.study.id for o in ordered(clinic.db, unread, "useful")][:2] == [newer, older]
+    assert [o.study.id for o in ordered(clinic.db, unread, "oldest")][:2] == [older, newer]

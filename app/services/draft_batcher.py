@@ -94,7 +94,8 @@ class DraftBatcher:
         if request.decoding is not None:  # decoded in the running batch: score and record it here, off the loop
             decoded = request.decoding
             draft = self.drafter.compose(decoded.texts[0], decoded.texts[1:], dict(request.settings),
-                                         batch_size=decoded.peers)  # its latency is set just below
+                                         batch_size=decoded.peers,  # its latency is set just below
+                                         image_features=getattr(decoded, "image_features", None))
         if hasattr(draft, "latency_ms"):
             draft = replace(draft, latency_ms=round((time.perf_counter() - request.submitted) * 1000, 1))
         return draft

@@ -270,6 +270,7 @@ def draft_study(db, settings: Settings, registry: ModelRegistry, user: UserRecor
             sampling={**draft.sampling, "prompt_version": draft.prompt_version, "model_version": served.name},
             facts={"flagged": draft.flagged}, sentence_scores=draft.sentences, latency_ms=int(draft.latency_ms),
             model_version_id=served.version_id, created_by=user.id,
+            image_features=getattr(draft, "image_features", None),
         )
         AuditRepository(session).append("draft.create", actor=user, object_type="study", object_id=overview.study.id,
                                         details={"draft_id": record.id, "model": served.name,

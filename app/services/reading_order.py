@@ -16,15 +16,28 @@ its drafts that state a finding, the share whose draft did not
 (`app.services.dashboard`'s miss, smoothed as misses / (reports + 2) so one
 report is not a 100% rate); a draft silent on an often-missed finding is where
 a correction most likely adds it. A study without a draft scores 0 and ties
-keep the oldest first. Which ordering a study was opened from is recorded (an
+keep the oldest first.
+
+The words a model would write barely tell which silent drafts carry the
+finding (`benchmarks/bench_finding_evidence.py`: AUC 0.53-0.57), but what it
+was shown of the image does (AUC 0.79 with 5 films, 0.85 with 20). So once
+readers have signed `MIN_EXEMPLARS` reports that added a finding to a draft of
+one model, the missed term of that model's unread drafts is weighted by how
+much the image resembles those films (`Resemblance`: the draft's stored image
+features, `drafts.image_features`, projected on the direction from the mean of
+that model's signed studies without the finding to the mean of the ones it was
+added to; 0 at the first, 1 at the second, clipped). A draft without features,
+or a finding with too few such films, keeps the weight 1 (as before). Which ordering a study was opened from is recorded (an
 audit entry on opening, then `corrections.reading_order`), so a round can say
 how many of its pairs each ordering brought.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+
+import numpy as np
 
 from db.records import READING_ORDERS, StudyOverview, UserRecord
 from orapo_core.errors import OrapoError
@@ -34,6 +47,8 @@ ORDER_LABELS = {"oldest": "oldest first", "useful": "most useful to the model fi
 UNREAD = ("new", "drafted")
 WEIGHTS = (0.4, 0.3, 0.3)  # self-consistency, disagreement, missed findings
 OPENED = "worklist.open"
+#: Signed studies a correction added a finding to, of one model's drafts, before the image is compared with them.
+MIN_EXEMPLARS = 2
 
 
 @dataclass(frozen=True)
@@ -61,13 +76,12 @@ def order_key(label_or_key: str | None) -> str:
     return value
 
 
-def served_miss_rates(db) -> dict[str, float]:
-    """Per finding, how often the served model's drafts missed it in the signed reports made from them (smoothed);
-    the drafts of every model while no version is served or the served one has no signed report yet."""
+def signed_drafts(db) -> list[tuple]:
+    """(draft, signed report text, findings the report states, findings the draft states) of every signed study
+    whose report was made from a draft."""
     from app.services.dashboard import stated_findings
-    from db import DraftRepository, ModelVersionRepository, StudyRepository
+    from db import DraftRepository, StudyRepository
 
-    served = ModelVersionRepository(db).promoted()
     drafts = DraftRepository(db)
     signed = []
     for o in StudyRepository(db).list(status=["signed", "trained"], limit=100_000):
@@ -75,19 +89,74 @@ def served_miss_rates(db) -> dict[str, float]:
         if c is None or c.signed_at is None or c.draft_id is None:
             continue
         draft = o.latest_draft if o.latest_draft and o.latest_draft.id == c.draft_id else drafts.get(c.draft_id)
-        signed.append((draft, c.text))
-    mine = [(d, t) for d, t in signed if served is not None and d.model_version_id == served.id]
+        signed.append((draft, c.text, stated_findings(c.text), stated_findings(draft.text)))
+    return signed
+
+
+def served_miss_rates(db, signed: list[tuple] | None = None) -> dict[str, float]:
+    """Per finding, how often the served model's drafts missed it in the signed reports made from them (smoothed);
+    the drafts of every model while no version is served or the served one has no signed report yet."""
+    from db import ModelVersionRepository
+
+    served = ModelVersionRepository(db).promoted()
+    signed = signed_drafts(db) if signed is None else signed
+    mine = [row for row in signed if served is not None and row[0].model_version_id == served.id]
     stated: Counter[str] = Counter()
     missed: Counter[str] = Counter()
-    for draft, text in mine or signed:
-        truth = stated_findings(text)
+    for _draft, _text, truth, drafted in mine or signed:
         stated.update(truth)
-        missed.update(truth - stated_findings(draft.text))
+        missed.update(truth - drafted)
     return {finding: missed[finding] / (stated[finding] + 2) for finding in stated}
 
 
-def usefulness(overview: StudyOverview, miss_rates: dict[str, float]) -> Usefulness:
-    """The study's score from its latest draft (0 without one)."""
+def feature_space(draft) -> tuple:
+    """Drafts whose image features can be compared: made by the same model version (or model, unversioned)."""
+    return (draft.model_version_id, draft.model_name if draft.model_version_id is None else None)
+
+
+@dataclass(frozen=True)
+class Resemblance:
+    """How much an image resembles the films a correction added one finding to, among one model's drafts."""
+
+    centre: np.ndarray  # mean features of the signed studies without the finding
+    direction: np.ndarray  # from there to the mean features of those the finding was added to
+    added: int  # how many films the finding was added to
+
+    def __call__(self, features) -> float:
+        x = np.asarray(features, dtype=np.float64)
+        if x.shape != self.centre.shape:
+            return 1.0
+        norm = float(self.direction @ self.direction)
+        if norm <= 0:
+            return 1.0
+        return float(np.clip((x - self.centre) @ self.direction / norm, 0.0, 1.0))
+
+
+def finding_resemblance(signed: list[tuple]) -> dict[tuple, dict[str, Resemblance]]:
+    """Per feature space, per finding a correction added at least `MIN_EXEMPLARS` times: its `Resemblance`."""
+    by_space: dict[tuple, list[tuple]] = defaultdict(list)
+    for draft, _text, truth, drafted in signed:
+        if draft.image_features:
+            by_space[feature_space(draft)].append((np.asarray(draft.image_features, dtype=np.float64), truth, drafted))
+    out: dict[tuple, dict[str, Resemblance]] = {}
+    for space, rows in by_space.items():
+        widths = Counter(x.shape for x, _, _ in rows)
+        shape = widths.most_common(1)[0][0]
+        rows = [r for r in rows if r[0].shape == shape]
+        findings = set().union(*(truth - drafted for _, truth, drafted in rows))
+        for finding in findings:
+            added = [x for x, truth, drafted in rows if finding in truth and finding not in drafted]
+            without = [x for x, truth, _ in rows if finding not in truth]
+            if len(added) >= MIN_EXEMPLARS and len(without) >= MIN_EXEMPLARS:
+                centre = np.mean(without, axis=0)
+                out.setdefault(space, {})[finding] = Resemblance(centre, np.mean(added, axis=0) - centre, len(added))
+    return out
+
+
+def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
+               resemblance: dict[tuple, dict[str, Resemblance]] | None = None) -> Usefulness:
+    """The study's score from its latest draft (0 without one); `resemblance` (`finding_resemblance`) weights
+    each missed finding by how much the image resembles the films it was added to."""
     from app.services.dashboard import stated_findings
 
     draft = overview.latest_draft
@@ -99,7 +168,9 @@ def usefulness(overview: StudyOverview, miss_rates: dict[str, float]) -> Usefuln
     facts = [a for s in sentences for a in (s.get("agreements") or []) if isinstance(a, dict)]
     disagreement = sum(1 for a in facts if float(a.get("agreement", 1.0)) < 1.0) / len(facts) if facts else 0.0
     unstated = set(miss_rates) - stated_findings(draft.text)
-    missed = max((miss_rates[f] for f in unstated), default=0.0)
+    features = getattr(draft, "image_features", None)
+    like = (resemblance or {}).get(feature_space(draft), {}) if features else {}
+    missed = max((miss_rates[f] * (like[f](features) if f in like else 1.0) for f in unstated), default=0.0)
     return Usefulness(overview.study.id, max(0.0, inconsistency), disagreement, missed)
 
 
@@ -109,8 +180,9 @@ def ordered(db, overviews: list[StudyOverview], order: str) -> list[StudyOvervie
     unread = sorted((o for o in overviews if o.study.status in UNREAD), key=lambda o: (o.study.created_at, o.study.id))
     rest = [o for o in overviews if o.study.status not in UNREAD]
     if order == "useful" and unread:
-        rates = served_miss_rates(db)
-        scores = {o.study.id: usefulness(o, rates).score for o in unread}
+        signed = signed_drafts(db)
+        rates, like = served_miss_rates(db, signed), finding_resemblance(signed)
+        scores = {o.study.id: usefulness(o, rates, like).score for o in unread}
         unread.sort(key=lambda o: -scores[o.study.id])  # stable: ties stay oldest first
     return unread + rest
 

@@ -36,6 +36,7 @@ def draft_record(draft: Draft) -> DraftRecord:
         latency_ms=draft.latency_ms,
         created_by=draft.created_by,
         created_at=must_utc(draft.created_at),
+        image_features=draft.image_features,
     )
 
 
@@ -82,6 +83,7 @@ class DraftRepository(Repository):
         latency_ms: int | None = None,
         model_version_id: int | None = None,
         created_by: int | None = None,
+        image_features: list[float] | None = None,
     ) -> DraftRecord:
         with self._session() as session:
             study = _study(session, study_id)
@@ -96,6 +98,7 @@ class DraftRepository(Repository):
                 sentence_scores=sentence_scores,
                 latency_ms=latency_ms,
                 created_by=created_by,
+                image_features=list(image_features) if image_features is not None else None,
             )
             session.add(draft)
             if study.status == "new":

@@ -6,7 +6,8 @@ waits for its longest row (often one of the K samples rambling to
 `max_new_tokens`). `ContinuousDecoder` is the loop `generate` runs, made open:
 
 - `add` queues a request; the next `step` prefills its prompt and image (one
-  forward for all requests added since, left-padded), copies the prompt's KV
+  forward for all requests added since, left-padded; the vision merger's output
+  for the image is kept as the request's `image_features`), copies the prompt's KV
   cache to its greedy row and its K sampled rows, and merges them into the
   running batch (the shorter side left-padded with masked zeros);
 - `step` decodes one token for every running row in one forward; a row ends at
@@ -43,6 +44,8 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+
+from orapo_core.models.features import capture_image_features
 
 #: Generation-config settings this loop does not implement, with the value that means "off".
 _UNSUPPORTED = {"no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "suppress_tokens": (None,),
@@ -93,6 +96,8 @@ class DecodeRequest:
     seed: int | None = 0
     texts: list[str] | None = None
     peers: int = 1  # the most requests that decoded alongside this one (itself included)
+    # the vision merger's output for the picture, pooled (orapo_core.models.features); None without a merger
+    image_features: list[float] | None = None
     _tokens: list[list[int]] = field(default_factory=list)
     _open: int = 0
     _generator: Any = None
@@ -190,7 +195,10 @@ class ContinuousDecoder:
         with self._model() as model:
             kwargs = dict(inputs)
             positions = model._prepare_position_ids_for_generation(inputs["input_ids"], dict(kwargs))
-            out = model(**kwargs, position_ids=positions, use_cache=True, logits_to_keep=1)
+            with capture_image_features(model, inputs, len(cohort)) as features:
+                out = model(**kwargs, position_ids=positions, use_cache=True, logits_to_keep=1)
+        for request, vector in zip(cohort, features):
+            request.image_features = vector
         logits = out.logits[:, -1, :].float()
         mrope = positions.ndim == 3
         spatial = positions[-3:] if mrope else positions[None]

@@ -58,6 +58,8 @@ class Draft:
     prompt_version: str
     sampling: dict
     latency_ms: float
+    # what the language model was shown of the image, pooled (orapo_core.models.features); None when not captured
+    image_features: list[float] | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -137,14 +139,16 @@ class Drafter:
         if decoder is not None:
             requests = [decoder.add(DecodeRequest(picture, **settings)) for picture in pictures]
             decoder.run()
-            results = [(r.texts[0], r.texts[1:]) for r in requests]
+            results = [(r.texts[0], r.texts[1:], r.image_features) for r in requests]
         else:
             with self._lock:
-                results = self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)
+                results = [(greedy, sampled, None) for greedy, sampled in
+                           self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)]
         generated_s = time.perf_counter() - started
         # the shared decoding plus each image's own scoring, not the scoring of those before it
-        return [self.compose(greedy, sampled, settings, batch_size=len(pictures), generated_s=generated_s)
-                for greedy, sampled in results]
+        return [self.compose(greedy, sampled, settings, batch_size=len(pictures), generated_s=generated_s,
+                             image_features=features)
+                for greedy, sampled, features in results]
 
     @staticmethod
     def sampling_settings(*, samples: int = 4, max_new_tokens: int = 192, temperature: float = 1.0,
@@ -166,11 +170,12 @@ class Drafter:
         return ContinuousDecoder(self.loaded, self._prompt_text, lock=self._lock)
 
     def compose(self, greedy: str, sampled: list[str], settings: dict, *, batch_size: int = 1,
-                generated_s: float = 0.0) -> Draft:
+                generated_s: float = 0.0, image_features: list[float] | None = None) -> Draft:
         """The Draft of a greedy text and its samples: self-consistency scored, provenance recorded.
 
         `settings` are the draft's sampling settings; `batch_size`, the most drafts decoded alongside it
-        (recorded when above 1); `generated_s`, the decoding time, to which this scoring's time is added."""
+        (recorded when above 1); `generated_s`, the decoding time, to which this scoring's time is added;
+        `image_features`, the image's pooled merged tokens when the decoder captured them."""
         scoring = time.perf_counter()
         sentences, flagged = score_self_consistency(greedy, sampled) if sampled else ([], [])
         sampling = {"samples": settings["samples"], "max_new_tokens": settings["max_new_tokens"],
@@ -189,6 +194,7 @@ class Drafter:
             prompt_version=PROMPT_VERSION,
             sampling=sampling,
             latency_ms=round((generated_s + time.perf_counter() - scoring) * 1000, 1),
+            image_features=image_features,
         )
 
     def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed) -> list[tuple[str, list[str]]]:
