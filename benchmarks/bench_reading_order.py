@@ -27,6 +27,15 @@ many rare-finding studies each order put in front of the reader.
 
 Goal (issue 15): the informed order with at most half the corrections reaches
 the random order's final rare-finding recall.
+
+`--reading-only` runs no round: it drafts the pool once and reports, for the
+random order, the useful-first order, and the useful-first order without its
+image term (`finding_resemblance` off: the ordering before drafts kept their
+image features), how many studies with each rare finding the reader had been
+shown after every `--every` corrections. That is what the ordering controls;
+whether a round then learns from them is the clinic story's question.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reading_order.py --reading-only --pool 1000 --budget 300 --json OUT
 """
 
 from __future__ import annotations
@@ -82,8 +91,11 @@ def draft_pool(args, base: Path) -> dict[int, object]:
     return by_id
 
 
-def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int) -> dict:
-    """Sign `budget` reference reports in `order` in the clinic copied to `arm`; what the reader was shown."""
+def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, every: int | None = None) -> dict:
+    """Sign `budget` reference reports in `order` in the clinic copied to `arm`; what the reader was shown.
+
+    `order` is 'random', 'useful', or 'useful-words' (useful first without its image term); with `every`, the
+    rare-finding studies read so far after every `every` corrections too."""
     from app.runtime import open_database
     from app.services import reading_order, reports
     from benchmarks.bench_round_story import report_of
@@ -96,20 +108,36 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int) ->
     studies = StudyRepository(database)
     shuffled = [int(i) for i in np.random.default_rng(seed).permutation(sorted(by_id))]
     read = []
-    for _ in range(budget):
-        if order == "random":
-            study_id = shuffled[len(read)]
-        else:
-            unread = studies.list(status=list(reading_order.UNREAD), limit=100_000)
-            study_id = reading_order.ordered(database, unread, order)[0].study.id
-        reading_order.note_opened(database, rad, study_id, "useful" if order == "useful" else "oldest")
-        draft = studies.overview(study_id).latest_draft
-        reports.save_report(database, rad, study_id, draft.id if draft else None, report_of(by_id[study_id]), sign=True)
-        read.append(study_id)
-    rare = {kind: sum(any(f.kind == kind for f in by_id[s].findings) for s in read) for kind in RARE}
+
+    def rare_read():
+        return {kind: sum(any(f.kind == kind for f in by_id[s].findings) for s in read) for kind in RARE}
+
+    curve = []
+    original = reading_order.finding_resemblance
+    if order == "useful-words":
+        reading_order.finding_resemblance = lambda signed: {}
+    try:
+        for _ in range(budget):
+            if order == "random":
+                study_id = shuffled[len(read)]
+            else:
+                unread = studies.list(status=list(reading_order.UNREAD), limit=100_000)
+                study_id = reading_order.ordered(database, unread, "useful")[0].study.id
+            reading_order.note_opened(database, rad, study_id, "oldest" if order == "random" else "useful")
+            draft = studies.overview(study_id).latest_draft
+            reports.save_report(database, rad, study_id, draft.id if draft else None, report_of(by_id[study_id]),
+                                sign=True)
+            read.append(study_id)
+            if every and len(read) % every == 0:
+                curve.append({"corrections": len(read), **rare_read()})
+    finally:
+        reading_order.finding_resemblance = original
     database.engine.dispose()
-    return {"order": order, "corrections": budget, "rare_studies_read": rare,
-            "any_rare_read": sum(any(f.kind in RARE for f in by_id[s].findings) for s in read)}
+    out = {"order": order, "corrections": budget, "rare_studies_read": rare_read(),
+           "any_rare_read": sum(any(f.kind in RARE for f in by_id[s].findings) for s in read)}
+    if every:
+        out["curve"] = curve
+    return out
 
 
 def run_round(arm: Path) -> dict:
@@ -174,6 +202,46 @@ def score(model: tuple[str, str | None], studies, kinds, folder: Path) -> dict:
             "macro_f1_14": result.metrics["macro_f1_14"]}
 
 
+def reading_only(args, root: Path, by_id: dict, report: dict, started: float) -> int:
+    """The three orders' reading, no rounds; what each put in front of the reader, every `--every` corrections."""
+    for order in ("random", "useful", "useful-words"):
+        arm = root / order
+        shutil.copytree(root / "clinic", arm)
+        t0 = time.perf_counter()
+        report["arms"][order] = read_in_order(arm, order, args.budget, by_id, args.seed, every=args.every)
+        report["arms"][order]["seconds"] = round(time.perf_counter() - t0, 1)
+        shutil.rmtree(arm, ignore_errors=True)
+        print(f"{order}: {json.dumps(report['arms'][order]['rare_studies_read'])} "
+              f"({report['arms'][order]['any_rare_read']} with any rare finding) in {args.budget} corrections",
+              flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    arms = report["arms"]
+    half = args.budget // 2
+    at_half = {o: next((p for p in arms[o]["curve"] if p["corrections"] == half), None) for o in arms}
+    print(f"\nrare-finding studies shown to the reader (pool {args.pool}: {report['pool_rare']}):")
+    print(f"{'corrections':>11} " + " ".join(f"{o:>28}" for o in arms))
+    for i, point in enumerate(arms["random"]["curve"]):
+        cells = []
+        for o in arms:
+            p = arms[o]["curve"][i]
+            cells.append(f"{sum(p[k] for k in RARE):>4} (" + "/".join(str(p[k]) for k in RARE) + ")")
+        print(f"{point['corrections']:>11} " + " ".join(f"{c:>28}" for c in cells))
+    print("(per order: the four summed, a study with two counted twice; then pneumothorax/fracture/lung lesion/"
+          "pleural other)")
+    if all(at_half.values()):
+        random_final = arms["random"]["rare_studies_read"]
+        for o in ("useful", "useful-words"):
+            met = {k: at_half[o][k] >= random_final[k] for k in RARE}
+            report.setdefault("half_budget_reaches_random", {})[o] = met
+            print(f"{o} with {half} corrections shows as many as random with {args.budget}: {met}")
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    print(f"command: {report['command']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pool", type=int, default=240, help="unread studies in the clinic, at usual prevalence")
@@ -184,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--data-dir", default=None, help="a fresh folder for the clinic and its copies")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--reading-only", action="store_true",
+                        help="no rounds: how many rare-finding studies each order shows the reader (see above)")
+    parser.add_argument("--every", type=int, default=25, help="with --reading-only: a point every N corrections")
     args = parser.parse_args(argv)
 
     root = Path(args.data_dir or tempfile.mkdtemp(prefix="orapo-order-"))
@@ -197,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pool: {args.pool} studies drafted in {report['pool_seconds']} s; rare findings in it: {report['pool_rare']}",
           flush=True)
 
+    if args.reading_only:
+        return reading_only(args, root, by_id, report, started)
     studies, kinds = test_set(args)
     from orapo_core.models.starter import ensure_starter
 

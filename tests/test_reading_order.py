@@ -143,37 +143,43 @@ def test_the_database_refuses_an_unknown_ordering(clinic) -> None:
     assert exc.value.code == "invalid_reading_order"
 
 
-def test_a_silent_draft_is_weighted_by_how_much_its_image_resembles_the_films_a_finding_was_added_to() -> None:
+def test_a_silent_drafts_missed_term_is_the_chance_its_film_holds_a_finding_the_model_misses() -> None:
     from app.services.reading_order import MIN_EXEMPLARS, finding_resemblance, usefulness
 
     def draft(features, version=1):
         return SimpleNamespace(image_features=features, model_version_id=version, model_name="m", text="")
 
     ptx = {"Pneumothorax"}
-    # two films a correction added a pneumothorax to, two signed without one (version 1's drafts)
+    # two films a correction added a pneumothorax to, four signed without one (version 1's drafts)
     signed = [(draft([1.0, 0.0]), "", ptx, set()), (draft([0.8, 0.2]), "", ptx, set()),
-              (draft([0.0, 1.0]), "", set(), set()), (draft([0.0, 0.8]), "", set(), set())]
-    like = finding_resemblance(signed)
-    r = like[(1, None)]["Pneumothorax"]
-    # centre (0, 0.9), direction (0.9, -0.8): 0 at the films without it, 1 at the mean of those it was added to
-    assert r([0.0, 0.9]) == pytest.approx(0.0) and r([0.9, 0.1]) == pytest.approx(1.0)
-    assert r([0.45, 0.5]) == pytest.approx(0.5) and r([5.0, -5.0]) == 1.0 and r([-1.0, 3.0]) == 0.0
-    assert r.added == 2 == MIN_EXEMPLARS
+              (draft([0.0, 1.0]), "", set(), set()), (draft([0.0, 0.8]), "", set(), set()),
+              (draft([0.1, 0.9]), "", set(), set()), (draft([-0.1, 0.9]), "", set(), set())]
+    odds = finding_resemblance(signed)[(1, None)]
+    ptx_odds = odds.findings["Pneumothorax"]
+    # centre (0, 0.9), direction (0.9, -0.8): projection 0 at the films without it, 1 at those it was added to
+    assert ptx_odds.projection([0.0, 0.9]) == pytest.approx(0.0) and ptx_odds.projection([0.9, 0.1]) == pytest.approx(1.0)
+    assert ptx_odds.added == 2 == MIN_EXEMPLARS
+    near, middle, far = ptx_odds([0.9, 0.1]), ptx_odds([0.45, 0.5]), ptx_odds([0.0, 0.9])
+    assert far < 0.2 < middle < near and near > 0.8  # calibrated on the six signed films
+    assert odds.base == {"Pneumothorax": pytest.approx(3 / 8)}  # 2 of 6 signed reports, smoothed
 
-    rates = {"Pneumothorax": 0.5}
+    rates = {"Pneumothorax": 0.5, "Cardiomegaly": 0.2}
 
-    def unread(features, version=1):
-        o = overview(9, text="Findings: The lungs are clear.", sentences=[])
+    def unread(features, version=1, text="Findings: The lungs are clear."):
+        o = overview(9, text=text, sentences=[])
         o.latest_draft.image_features, o.latest_draft.model_version_id, o.latest_draft.model_name = features, version, "m"
-        return usefulness(o, rates, like).missed
+        return usefulness(o, rates, {(1, None): odds}).missed
 
-    assert unread([0.9, 0.1]) == pytest.approx(0.5)  # like the films it was added to: the full miss rate
-    assert unread([0.45, 0.5]) == pytest.approx(0.25)
-    assert unread([0.0, 0.9]) == pytest.approx(0.0)  # like the films without it
-    # another model's features, none at all, or features of another width: the miss rate as before
-    assert unread([0.0, 0.9], version=2) == unread(None) == unread([0.0, 0.9, 1.0]) == pytest.approx(0.5)
+    # 1 - (1 - 0.5 P(ptx | image)) (1 - 0.2 P(cardiomegaly)), with cardiomegaly never signed here: P 0
+    assert unread([0.9, 0.1]) == pytest.approx(0.5 * near)
+    assert unread([0.0, 0.9]) == pytest.approx(0.5 * far)
+    assert unread([0.9, 0.1], text="Findings: Large right pneumothorax.") == pytest.approx(0.0)  # stated: not missed
+    # another model's features, none at all: the largest miss rate, as before image features
+    assert unread([0.0, 0.9], version=2) == unread(None) == pytest.approx(0.5)
+    # features of another width fall back to the finding's share of the signed reports
+    assert unread([0.0, 0.9, 1.0]) == pytest.approx(0.5 * 3 / 8)
     # one film is not enough to compare with
-    assert "Pneumothorax" not in finding_resemblance(signed[1:]).get((1, None), {})
+    assert finding_resemblance(signed[1:]) == {}
 
 
 def test_useful_first_brings_forward_the_unread_film_like_the_ones_readers_added_a_finding_to(clinic) -> None:

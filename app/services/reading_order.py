@@ -21,13 +21,19 @@ keep the oldest first.
 The words a model would write barely tell which silent drafts carry the
 finding (`benchmarks/bench_finding_evidence.py`: AUC 0.53-0.57), but what it
 was shown of the image does (AUC 0.79 with 5 films, 0.85 with 20). So once
-readers have signed `MIN_EXEMPLARS` reports that added a finding to a draft of
-one model, the missed term of that model's unread drafts is weighted by how
-much the image resembles those films (`Resemblance`: the draft's stored image
-features, `drafts.image_features`, projected on the direction from the mean of
-that model's signed studies without the finding to the mean of the ones it was
-added to; 0 at the first, 1 at the second, clipped). A draft without features,
-or a finding with too few such films, keeps the weight 1 (as before). Which ordering a study was opened from is recorded (an
+readers have signed `MIN_EXEMPLARS` reports that added a finding to drafts of
+one model, that model's unread drafts get, for that finding, a probability
+that the film holds it (`FindingOdds`: the draft's stored image features,
+`drafts.image_features`, projected on the direction from the mean of the
+model's signed films without the finding to the mean of those it was added
+to, and calibrated by a logistic fit on all its signed films; other findings
+get their share of the signed reports), and the missed term becomes the
+chance that a correction adds a finding the model misses:
+
+    missed = 1 - prod over findings the draft is silent on of (1 - miss rate x P(finding | image))
+
+A draft without features, or of a model without such films yet, keeps the
+largest miss rate, as before. Which ordering a study was opened from is recorded (an
 audit entry on opening, then `corrections.reading_order`), so a round can say
 how many of its pairs each ordering brought.
 """
@@ -114,49 +120,99 @@ def feature_space(draft) -> tuple:
     return (draft.model_version_id, draft.model_name if draft.model_version_id is None else None)
 
 
-@dataclass(frozen=True)
-class Resemblance:
-    """How much an image resembles the films a correction added one finding to, among one model's drafts."""
+def _logistic(t: np.ndarray, y: np.ndarray, ridge: float = 1e-2, steps: int = 25) -> tuple[float, float]:
+    """(a, b) of P(y | t) = sigmoid(a t + b), fitted by Newton's method with a small ridge on a (Platt scaling)."""
+    a, b = 0.0, float(np.log((y.mean() + 1e-3) / (1 - y.mean() + 1e-3)))
+    for _ in range(steps):
+        p = 1 / (1 + np.exp(-(a * t + b)))
+        w = p * (1 - p)
+        grad = np.array([((p - y) * t).sum() + ridge * a, (p - y).sum()])
+        hess = np.array([[(w * t * t).sum() + ridge, (w * t).sum()], [(w * t).sum(), w.sum() + 1e-9]])
+        try:
+            da, db = np.linalg.solve(hess, grad)
+        except np.linalg.LinAlgError:
+            break
+        a, b = a - da, b - db
+        if abs(da) + abs(db) < 1e-8:
+            break
+    return float(a), float(b)
 
-    centre: np.ndarray  # mean features of the signed studies without the finding
-    direction: np.ndarray  # from there to the mean features of those the finding was added to
+
+@dataclass(frozen=True)
+class FindingOdds:
+    """P(a finding is on the film | the image), from one model's signed studies: the image's features projected on
+    the direction from the mean of the films without the finding to the mean of those a correction added it to
+    (0 at the first, 1 at the second), turned into a probability by a logistic fit on every signed film."""
+
+    centre: np.ndarray
+    direction: np.ndarray
+    a: float
+    b: float
     added: int  # how many films the finding was added to
 
-    def __call__(self, features) -> float:
+    def projection(self, features) -> float | None:
         x = np.asarray(features, dtype=np.float64)
-        if x.shape != self.centre.shape:
-            return 1.0
         norm = float(self.direction @ self.direction)
-        if norm <= 0:
-            return 1.0
-        return float(np.clip((x - self.centre) @ self.direction / norm, 0.0, 1.0))
+        if x.shape != self.centre.shape or norm <= 0:
+            return None
+        return float((x - self.centre) @ self.direction / norm)
+
+    def __call__(self, features) -> float | None:
+        t = self.projection(features)
+        return None if t is None else float(1 / (1 + np.exp(-(self.a * t + self.b))))
 
 
-def finding_resemblance(signed: list[tuple]) -> dict[tuple, dict[str, Resemblance]]:
-    """Per feature space, per finding a correction added at least `MIN_EXEMPLARS` times: its `Resemblance`."""
+@dataclass(frozen=True)
+class ImageOdds:
+    """One model's `FindingOdds` per finding, and every finding's share of its signed reports (for the rest)."""
+
+    findings: dict[str, FindingOdds]
+    base: dict[str, float]
+
+    def probability(self, finding: str, features) -> float:
+        odds = self.findings.get(finding)
+        p = odds(features) if odds is not None else None
+        return self.base.get(finding, 0.0) if p is None else p
+
+
+def finding_resemblance(signed: list[tuple]) -> dict[tuple, ImageOdds]:
+    """Per feature space with a finding a correction added at least `MIN_EXEMPLARS` times: its `ImageOdds`."""
     by_space: dict[tuple, list[tuple]] = defaultdict(list)
     for draft, _text, truth, drafted in signed:
-        if draft.image_features:
+        if getattr(draft, "image_features", None):
             by_space[feature_space(draft)].append((np.asarray(draft.image_features, dtype=np.float64), truth, drafted))
-    out: dict[tuple, dict[str, Resemblance]] = {}
+    out: dict[tuple, ImageOdds] = {}
     for space, rows in by_space.items():
-        widths = Counter(x.shape for x, _, _ in rows)
-        shape = widths.most_common(1)[0][0]
+        shape = Counter(x.shape for x, _, _ in rows).most_common(1)[0][0]
         rows = [r for r in rows if r[0].shape == shape]
-        findings = set().union(*(truth - drafted for _, truth, drafted in rows))
-        for finding in findings:
+        everything = np.stack([x for x, _, _ in rows])
+        stated: Counter[str] = Counter(f for _, truth, _ in rows for f in truth)
+        base = {f: (n + 1) / (len(rows) + 2) for f, n in stated.items()}
+        models = {}
+        for finding in set().union(*(truth - drafted for _, truth, drafted in rows)):
             added = [x for x, truth, drafted in rows if finding in truth and finding not in drafted]
             without = [x for x, truth, _ in rows if finding not in truth]
-            if len(added) >= MIN_EXEMPLARS and len(without) >= MIN_EXEMPLARS:
-                centre = np.mean(without, axis=0)
-                out.setdefault(space, {})[finding] = Resemblance(centre, np.mean(added, axis=0) - centre, len(added))
+            if len(added) < MIN_EXEMPLARS or len(without) < MIN_EXEMPLARS:
+                continue
+            centre = np.mean(without, axis=0)
+            direction = np.mean(added, axis=0) - centre
+            norm = float(direction @ direction)
+            if norm <= 0:
+                continue
+            t = (everything - centre) @ direction / norm
+            y = np.array([finding in truth for _, truth, _ in rows], dtype=np.float64)
+            a, b = _logistic(t, y)
+            models[finding] = FindingOdds(centre, direction, a, b, len(added))
+        if models:
+            out[space] = ImageOdds(models, base)
     return out
 
 
 def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
-               resemblance: dict[tuple, dict[str, Resemblance]] | None = None) -> Usefulness:
-    """The study's score from its latest draft (0 without one); `resemblance` (`finding_resemblance`) weights
-    each missed finding by how much the image resembles the films it was added to."""
+               resemblance: dict[tuple, ImageOdds] | None = None) -> Usefulness:
+    """The study's score from its latest draft (0 without one). With `resemblance` (`finding_resemblance`) for
+    the draft's model, the missed term is the chance that the film holds a finding the draft is silent on and
+    the model misses: 1 - prod(1 - miss rate x P(finding | image)); without it, the largest miss rate."""
     from app.services.dashboard import stated_findings
 
     draft = overview.latest_draft
@@ -169,8 +225,14 @@ def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
     disagreement = sum(1 for a in facts if float(a.get("agreement", 1.0)) < 1.0) / len(facts) if facts else 0.0
     unstated = set(miss_rates) - stated_findings(draft.text)
     features = getattr(draft, "image_features", None)
-    like = (resemblance or {}).get(feature_space(draft), {}) if features else {}
-    missed = max((miss_rates[f] * (like[f](features) if f in like else 1.0) for f in unstated), default=0.0)
+    odds = (resemblance or {}).get(feature_space(draft)) if features else None
+    if odds is None:
+        missed = max((miss_rates[f] for f in unstated), default=0.0)
+    else:
+        silent = 1.0
+        for f in unstated:
+            silent *= 1.0 - miss_rates[f] * odds.probability(f, features)
+        missed = 1.0 - silent
     return Usefulness(overview.study.id, max(0.0, inconsistency), disagreement, missed)
 
 
