@@ -120,11 +120,12 @@ QUICK_PREVALENCE = {"pneumothorax": 0.5}
 def quick_plan(plan: AblationPlan) -> AblationPlan:
     """What `--quick` changes: GRPO + FactS against OraPO + FactS (and the starter) on one seed, 150 steps, with
     pneumothorax in half the pool and half of 120 held-out studies, shorter rollouts: the gap on a finding the
-    starter does not report, in the clinic's setting (the corrections of one missed finding), in about 15 minutes."""
+    starter does not report, in the clinic's setting (the corrections of one missed finding), in about 15 minutes.
+    With FactS's form guard on for both: without it GRPO alone games FactS with degenerate text (README)."""
     return replace(plan, methods=("starter", "grpo_facts", "orapo_1000"), seeds=plan.seeds[:1], steps=150,
                    checkpoints=2, n_eval=120, n_eval_curve=None, pool_studies=800, eval_max_new_tokens=112,
                    prevalence=plan.prevalence or dict(QUICK_PREVALENCE),
-                   overrides={"max_completion_length": 80, **plan.overrides})
+                   overrides={"max_completion_length": 80, "facts_form_guard": True, **plan.overrides})
 
 
 # --------------------------------------------------------------------------- data

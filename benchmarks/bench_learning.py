@@ -23,7 +23,8 @@ Full (default): 3 seeds, 100 steps, 4 checkpoints, 500 held-out studies, a
 and OraPO + FactS only, seed 0, 150 steps, 2 checkpoints, an 800-study pool and
 120 held-out studies with pneumothorax in half of them (--prevalence
 pneumothorax=0.5; the full run's pool has 63 in 1,500), max_completion_length
-80: the gap on a finding the starter does not report, in the clinic's setting
+80, FactS's form guard on (facts_form_guard; GRPO alone games FactS without
+it): the gap on a finding the starter does not report, in the clinic's setting
 (a round on corrections of one missed finding), in about 15 minutes on one core.
 It is one seed on an enriched pool, not the table.
 """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from orapo_core.report_layout import report_text
 from orapo_core.train.config import OraPOConfig
 from orapo_core.train.rewards import RewardSettings, get_reward
 
+ROUND_RECIPE = Path(__file__).resolve().parents[1] / "orapo_core" / "train" / "recipes" / "round-cpu.yaml"
 REFERENCE = ("FINDINGS: Small right pneumothorax. Left lower lobe atelectasis.\n\n"
              "IMPRESSION: Small right pneumothorax. Left lower lobe atelectasis.")
 # What GRPO on FactS alone wrote after 150 steps (`bench_learning --quick`, seed 1), shortened.
@@ -101,11 +104,20 @@ def test_sections_are_charged_only_when_the_reference_has_them():
 
 
 def test_the_recipe_switch_and_the_logged_form():
+    from benchmarks.ablation import AblationPlan, quick_plan
+    from orapo_core.train.config import parse_recipe
+
     field = next(f for f in OraPOConfig.__dataclass_fields__.values() if f.name == "facts_form_guard")
-    assert field.default is True
-    on, off = get_reward("facts", RewardSettings()), get_reward("facts", RewardSettings(form_guard=False))
+    assert field.default is False  # off unless asked for: rounds measured worse with it (README)
+    _script, round_config, _model = parse_recipe(ROUND_RECIPE)
+    assert round_config.facts_form_guard is False
+    assert quick_plan(AblationPlan(out_dir="x", model_dir="m")).overrides["facts_form_guard"] is True
+    on, off = get_reward("facts", RewardSettings(form_guard=True)), get_reward("facts", RewardSettings())
     assert _reward(on, [DEGENERATE])[0] < _reward(off, [DEGENERATE])[0]
     logged = {}
+    off(completions=[REFERENCE], labels=[label_report(REFERENCE)], reference_report=[REFERENCE],
+        log_metric=lambda key, value: logged.__setitem__(key, value))
+    assert "facts_reward/form" not in logged
     on(completions=[DEGENERATE, REFERENCE], labels=[label_report(REFERENCE)] * 2, reference_report=[REFERENCE] * 2,
        log_metric=lambda key, value: logged.__setitem__(key, value))
     assert 0 < logged["facts_reward/form"] < 1

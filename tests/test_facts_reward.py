@@ -39,7 +39,7 @@ def test_plain_string_completions_with_dict_and_json_labels():
     assert out[0] == pytest.approx(1.0)
     # P = 1 (cardiomegaly), R = 1/2; F1 = 2/3; one of two judged sentences contradicted -> x (1 - 0.5 * 1/2)
     assert out[1] == pytest.approx(2 / 3 * 0.75)
-    assert set(logged) == {"facts_reward/precision", "facts_reward/recall", "facts_reward/form"}
+    assert set(logged) == {"facts_reward/precision", "facts_reward/recall"}
 
 
 def test_conversational_completions():

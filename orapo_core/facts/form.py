@@ -3,8 +3,10 @@
 FactS scores the findings a report asserts. A report can assert them in text no
 reader would sign, and GRPO on FactS found such text (issue 11,
 `bench_learning --quick`, seeds 1 and 2): "Small bilateral. pneumothorax. Small
-bilateral. pneumothorax. ... No pneumothorax." scores as well as a report, since
-its labels are what count. `report_form` measures four defects of form, from
+bilateral. pneumothorax. ... No pneumothorax." scores 0.58 against a study with
+a pneumothorax and atelectasis, close to the 0.67 of a well-formed report that
+names the atelectasis only (tests/test_facts_form.py), since its labels are
+what count. `report_form` measures four defects of form, from
 the extractor's own sentences and facts, and turns them into a factor in [0, 1]
 that the reward multiplies FactS by (`make_facts_reward(form_guard=True)`):
 

@@ -20,8 +20,9 @@ from orapo_core.facts.score import score_facts
 # default (OraPOConfig.facts_attribute_check); the measurement behind it is in the README's FactS section.
 ATTRIBUTE_CHECK_DEFAULT = True
 # Whether the reward multiplies FactS by the completion's form factor (repeats, fragments, self-contradictions,
-# missing sections; `orapo_core.facts.form`) by default (OraPOConfig.facts_form_guard); measured in the README.
-FORM_GUARD_DEFAULT = True
+# missing sections; `orapo_core.facts.form`) by default (OraPOConfig.facts_form_guard). Off: it keeps GRPO alone
+# from degenerate text, but on the clinic story it raised a round's false positives (README, Benchmarks).
+FORM_GUARD_DEFAULT = False
 
 
 def completion_text(completion) -> str:

@@ -89,12 +89,13 @@ class OraPOConfig(GRPOConfig):
         },
     )
     facts_form_guard: bool = field(
-        default=True,
+        default=False,
         metadata={
             "help": "Multiply FactS by the completion's form factor (orapo_core.facts.form): sentences repeated in a "
             "section and fragments are charged by their share, a finding both stated and denied and a section the "
-            "reference report has but the completion lacks halve it. Without it GRPO on FactS learns degenerate text "
-            "(README, Benchmarks, --quick). A well-formed report is unchanged."
+            "reference report has but the completion lacks halve it. Without it GRPO on FactS alone learned degenerate "
+            "text (README, Benchmarks, --quick, which turns it on); rounds leave it off: on the clinic story it raised "
+            "the false positives of OraPO's rounds. A well-formed report is unchanged."
         },
     )
     metrics_jsonl: str | None = field(
