@@ -60,25 +60,21 @@ def log_likelihoods(drafter, pictures, continuations, batch: int = 50) -> np.nda
 
 
 def merged_tokens(drafter, pictures, batch: int = 50) -> np.ndarray:
-    """(images, features): the vision merger's output for each image, its tokens concatenated."""
+    """(images, features): what drafting stores for each image (`orapo_core.models.features`: the vision merger's
+    output, averaged over the image's tokens; the shipped starter has one token)."""
     import torch
 
+    from orapo_core.models.features import capture_image_features
+
     processor, model = drafter.loaded.processor, drafter.loaded.model
-    visual = model.model.visual if hasattr(model.model, "visual") else model.visual
-    captured = []
-    hook = visual.merger.register_forward_hook(lambda _m, _i, output: captured.append(output.detach()))
     out = []
-    try:
-        for b in range(0, len(pictures), batch):
-            chunk = pictures[b:b + batch]
-            inputs = processor(text=[drafter._prompt_text] * len(chunk), images=chunk, return_tensors="pt", padding=True,
-                               padding_side="left")
-            captured.clear()
-            with torch.inference_mode():
-                model(**inputs)
-            out.append(captured[0].float().reshape(len(chunk), -1).numpy())
-    finally:
-        hook.remove()
+    for b in range(0, len(pictures), batch):
+        chunk = pictures[b:b + batch]
+        inputs = processor(text=[drafter._prompt_text] * len(chunk), images=chunk, return_tensors="pt", padding=True,
+                           padding_side="left")
+        with torch.inference_mode(), capture_image_features(model, inputs, len(chunk)) as features:
+            model(**inputs)
+        out.append(np.array(features, dtype=np.float64))
     return np.concatenate(out)
 
 
