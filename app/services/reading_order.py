@@ -120,11 +120,15 @@ def feature_space(draft) -> tuple:
     return (draft.model_version_id, draft.model_name if draft.model_version_id is None else None)
 
 
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-np.clip(z, -50.0, 50.0)))  # clipped: a separable fit gives a steep slope
+
+
 def _logistic(t: np.ndarray, y: np.ndarray, ridge: float = 1e-2, steps: int = 25) -> tuple[float, float]:
     """(a, b) of P(y | t) = sigmoid(a t + b), fitted by Newton's method with a small ridge on a (Platt scaling)."""
     a, b = 0.0, float(np.log((y.mean() + 1e-3) / (1 - y.mean() + 1e-3)))
     for _ in range(steps):
-        p = 1 / (1 + np.exp(-(a * t + b)))
+        p = _sigmoid(a * t + b)
         w = p * (1 - p)
         grad = np.array([((p - y) * t).sum() + ridge * a, (p - y).sum()])
         hess = np.array([[(w * t * t).sum() + ridge, (w * t).sum()], [(w * t).sum(), w.sum() + 1e-9]])
@@ -159,7 +163,7 @@ class FindingOdds:
 
     def __call__(self, features) -> float | None:
         t = self.projection(features)
-        return None if t is None else float(1 / (1 + np.exp(-(self.a * t + self.b))))
+        return None if t is None else float(_sigmoid(self.a * t + self.b))
 
 
 @dataclass(frozen=True)
