@@ -18,7 +18,9 @@ could from what readers have already signed: each unread study's merged visual
 token(s) (what the language model reads) projected on the direction from the
 mean token of 100 signed studies without the finding to the mean of K signed
 studies whose correction added it (a nearest-centroid score), and its largest
-cosine similarity to one of the K (nearest neighbour). Exemplars come from
+cosine similarity to one of the K (nearest neighbour). The first is the
+worklist's own scorer (`app.services.reading_order.finding_resemblance`, whose
+probability is monotone in that projection). Exemplars come from
 generator streams the scored studies do not use.
 """
 
@@ -79,10 +81,20 @@ def merged_tokens(drafter, pictures, batch: int = 50) -> np.ndarray:
 
 
 def nearness_scores(unread: np.ndarray, positives: np.ndarray, negatives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(nearest-centroid score, nearest-neighbour cosine) of each unread feature row."""
+    """(the worklist's own P(finding | image), nearest-neighbour cosine) of each unread feature row: P from
+    `reading_order.finding_resemblance` over signed rows whose corrections added the finding to `positives`."""
+    from types import SimpleNamespace
+
+    from app.services.reading_order import finding_resemblance
+
+    def signed(x, truth):
+        return (SimpleNamespace(image_features=list(x), model_version_id=1, model_name="m"), "", truth, set())
+
+    finding = "Pneumothorax"
+    odds = finding_resemblance([signed(x, {finding}) for x in positives] + [signed(x, set()) for x in negatives])
+    chance = odds[(1, None)].findings[finding]
+    centroid = np.array([chance.projection(x) for x in unread])  # P is monotone in it; the projection keeps ties apart
     centre = negatives.mean(axis=0)
-    direction = positives.mean(axis=0) - centre
-    centroid = (unread - centre) @ direction / (np.linalg.norm(direction) + 1e-12)
 
     def unit(a):
         a = a - centre

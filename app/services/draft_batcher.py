@@ -95,7 +95,7 @@ class DraftBatcher:
             decoded = request.decoding
             draft = self.drafter.compose(decoded.texts[0], decoded.texts[1:], dict(request.settings),
                                          batch_size=decoded.peers,  # its latency is set just below
-                                         image_features=getattr(decoded, "image_features", None))
+                                         image_features=decoded.image_features)
         if hasattr(draft, "latency_ms"):
             draft = replace(draft, latency_ms=round((time.perf_counter() - request.submitted) * 1000, 1))
         return draft

@@ -76,8 +76,8 @@ def _normalized(text: str) -> str:
 
 def is_fragment(text: str) -> bool:
     """A sentence of nothing but sides, sizes, locations and function words ("Small bilateral.", "Right upper lobe.")."""
-    lower = " ".join(_WORDS_RE.findall(text.lower()))
-    return bool(lower) and _FRAGMENT_RE.fullmatch(lower + " ") is not None
+    words = _normalized(text)
+    return bool(words) and _FRAGMENT_RE.fullmatch(words + " ") is not None
 
 
 def _sides(facts) -> set[str]:
@@ -110,18 +110,16 @@ def report_form(report: ReportFacts, *, required_sections=REQUIRED_SECTIONS) -> 
     """
     seen: set[tuple[str, str]] = set()
     repeated, fragments = [], []
+    with_facts = {f.sentence_index for f in report.facts}
     for s in report.sentences:
         if s.section in V.NON_FINDING_SECTIONS:
             continue
         key = (s.section, _normalized(s.text))
         if key in seen:
             repeated.append(s.index)
-        else:
-            seen.add(key)
-    with_facts = {f.sentence_index for f in report.facts}
-    for s in report.sentences:
-        if s.index not in with_facts and s.index not in repeated and s.section not in V.NON_FINDING_SECTIONS and is_fragment(s.text):
+        elif s.index not in with_facts and is_fragment(s.text):
             fragments.append(s.index)
+        seen.add(key)
     contradictions = _contradicted(report)
     present = {s.section for s in report.sentences}
     missing = [name for name in required_sections if name not in present]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from orapo_core.errors import OrapoError
 from orapo_core.facts.extract import extract_facts, labels_from_facts
-from orapo_core.facts.form import report_form
+from orapo_core.facts.form import REQUIRED_SECTIONS, report_form
 from orapo_core.facts.labels import normalize_labels
 from orapo_core.facts.score import score_facts
 
@@ -58,7 +58,7 @@ def _sections(reference_text, extracted: dict) -> tuple[str, ...]:
     if reference_text not in extracted:
         extracted[reference_text] = extract_facts(reference_text)
     present = {s.section for s in extracted[reference_text].sentences}
-    return tuple(name for name in ("findings", "impression") if name in present)
+    return tuple(name for name in REQUIRED_SECTIONS if name in present)
 
 
 def make_facts_reward(
