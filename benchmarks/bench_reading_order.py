@@ -29,10 +29,11 @@ Goal (issue 15): the informed order with at most half the corrections reaches
 the random order's final rare-finding recall.
 
 `--reading-only` runs no round: it drafts the pool once and reports, for the
-random order, the useful-first order, and the useful-first order without its
-image term (`finding_resemblance` off: the ordering before drafts kept their
-image features), how many studies with each rare finding the reader had been
-shown after every `--every` corrections. That is what the ordering controls;
+random order, the useful-first order, the useful-first order without its
+atypicality term (`image_atypicality` off: the ordering of 2026-12-02's first
+measurement), and without either image term (`finding_resemblance` off too: the
+ordering before drafts kept their image features), how many studies with each
+rare finding the reader had been shown after every `--every` corrections. That is what the ordering controls;
 whether a round then learns from them is the clinic story's question.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reading_order.py --reading-only --pool 1000 --budget 300 --json OUT
@@ -94,8 +95,9 @@ def draft_pool(args, base: Path) -> dict[int, object]:
 def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, every: int | None = None) -> dict:
     """Sign `budget` reference reports in `order` in the clinic copied to `arm`; what the reader was shown.
 
-    `order` is 'random', 'useful', or 'useful-words' (useful first without its image term); with `every`, the
-    rare-finding studies read so far after every `every` corrections too."""
+    `order` is 'random', 'useful', 'useful-no-atypical' (useful first without its atypicality term) or
+    'useful-words' (without either image term); with `every`, the rare-finding studies read so far after every
+    `every` corrections too."""
     from app.runtime import open_database
     from app.services import reading_order, reports
     from benchmarks.bench_round_story import report_of
@@ -113,7 +115,9 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
         return {kind: sum(any(f.kind == kind for f in by_id[s].findings) for s in read) for kind in RARE}
 
     curve = []
-    original = reading_order.finding_resemblance
+    originals = reading_order.finding_resemblance, reading_order.image_atypicality
+    if order in ("useful-words", "useful-no-atypical"):
+        reading_order.image_atypicality = lambda unread, signed: {}
     if order == "useful-words":
         reading_order.finding_resemblance = lambda signed: {}
     try:
@@ -131,7 +135,7 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
             if every and len(read) % every == 0:
                 curve.append({"corrections": len(read), **rare_read()})
     finally:
-        reading_order.finding_resemblance = original
+        reading_order.finding_resemblance, reading_order.image_atypicality = originals
     database.engine.dispose()
     out = {"order": order, "corrections": budget, "rare_studies_read": rare_read(),
            "any_rare_read": sum(any(f.kind in RARE for f in by_id[s].findings) for s in read)}
@@ -204,7 +208,7 @@ def score(model: tuple[str, str | None], studies, kinds, folder: Path) -> dict:
 
 def reading_only(args, root: Path, by_id: dict, report: dict, started: float) -> int:
     """The three orders' reading, no rounds; what each put in front of the reader, every `--every` corrections."""
-    for order in ("random", "useful", "useful-words"):
+    for order in ("random", "useful", "useful-no-atypical", "useful-words"):
         arm = root / order
         shutil.copytree(root / "clinic", arm)
         t0 = time.perf_counter()
@@ -231,7 +235,7 @@ def reading_only(args, root: Path, by_id: dict, report: dict, started: float) ->
           "pleural other)")
     if all(at_half.values()):
         random_final = arms["random"]["rare_studies_read"]
-        for o in ("useful", "useful-words"):
+        for o in ("useful", "useful-no-atypical", "useful-words"):
             met = {k: at_half[o][k] >= random_final[k] for k in RARE}
             report.setdefault("half_budget_reaches_random", {})[o] = met
             print(f"{o} with {half} corrections shows as many as random with {args.budget}: {met}")

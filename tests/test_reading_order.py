@@ -197,3 +197,54 @@ def test_useful_first_brings_forward_the_unread_film_like_the_ones_readers_added
     unread = StudyRepository(clinic.db).list(status=["new", "drafted"], limit=100)
     assert [o.study.id for o in ordered(clinic.db, unread, "useful")][:2] == [newer, older]
     assert [o.study.id for o in ordered(clinic.db, unread, "oldest")][:2] == [older, newer]
+
+
+def test_atypicality_scores_what_the_drafts_findings_do_not_explain_of_the_image() -> None:
+    import numpy as np
+
+    from app.services.reading_order import MIN_ATYPICAL, image_atypicality
+
+    rng = np.random.default_rng(0)
+    cardiomegaly = "Findings: The heart is enlarged.\nImpression: Cardiomegaly."
+    clear = "Findings: The lungs are clear.\nImpression: Normal."
+
+    def unread(study_id, features, text):
+        o = overview(study_id, text=text, sentences=[])
+        o.latest_draft.image_features, o.latest_draft.model_version_id, o.latest_draft.model_name = features, 1, "m"
+        return o
+
+    def film(big_heart, extra=0.0):  # 6 features: the heart shows in the first, noise in all, `extra` in the last
+        x = rng.normal(0, 0.1, 6)
+        x[0] += 5.0 * big_heart
+        x[5] += extra
+        return list(x)
+
+    ordinary = [unread(i, film(i % 10 == 0), cardiomegaly if i % 10 == 0 else clear) for i in range(30)]
+    explained = unread(100, film(1), cardiomegaly)  # far from most films (4 of 31 big hearts), but its draft says why
+    unexplained = unread(101, film(0, extra=1.0), clear)  # something the draft does not state
+    other_model = unread(102, film(0, extra=1.0), clear)
+    other_model.latest_draft.model_version_id = 2  # alone in its feature space: not scored
+    scores = image_atypicality([*ordinary, explained, unexplained, other_model], [])
+    assert scores[101] == 1.0  # the most atypical of the 32 unread drafts of model 1
+    assert scores[100] < 0.9  # a big heart, stated in its draft, is no surprise
+    assert 102 not in scores and len(scores) == 32 and min(scores.values()) == 0.0
+    # signed drafts of the same model count towards the fit, but are not scored
+    signed = [(o.latest_draft, "", set(), set()) for o in ordinary[:MIN_ATYPICAL - 2]]
+    assert set(image_atypicality([explained, unexplained], signed)) == {100, 101}
+    assert image_atypicality([explained, unexplained], signed[:-1]) == {}  # fewer than MIN_ATYPICAL drafts
+
+
+def test_useful_first_reads_the_unexplained_film_first_before_any_correction(clinic) -> None:
+    import numpy as np
+
+    from app.services.reading_order import MIN_ATYPICAL, ordered
+    from db import StudyRepository
+
+    rng = np.random.default_rng(1)
+    clear = "Findings: The lungs are clear.\nImpression: Normal."
+    for i in range(MIN_ATYPICAL):
+        clinic.study(f"n{i}", clear, features=list(rng.normal(0, 0.1, 4)))
+    odd, _ = clinic.study("odd", clear, features=[0.0, 0.0, 0.0, 2.0])  # the newest; nothing signed yet
+    unread = StudyRepository(clinic.db).list(status=["new", "drafted"], limit=100)
+    assert ordered(clinic.db, unread, "useful")[0].study.id == odd
+    assert ordered(clinic.db, unread, "oldest")[-1].study.id == odd
