@@ -43,7 +43,7 @@ states, and the rest, the part of the image the draft's words do not account
 for, is scored by its Mahalanobis distance under a shrunk covariance
 (`image_atypicality`). An unread draft's term is the percentile of that distance
 among its model's unread drafts: a film that looks unlike films described the
-same way likely holds something the draft is silent on (AUC 0.74-0.77 for the
+same way likely holds something the draft is silent on (AUC 0.765 for the
 four rare findings together on 1,000 films; the README's reading-order section has the measurements).
 
 Which ordering a study was opened from is recorded (an audit entry on opening,

@@ -53,7 +53,8 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> WorklistUI:
                          elem_id="orapo-worklist-scope")
         order = gr.Radio(list(reading_order.ORDER_LABELS.values()), value=reading_order.ORDER_LABELS["oldest"],
                          label="Unread studies", scale=1, elem_id="orapo-worklist-order",
-                         info="listed first; 'most useful' puts first the drafts the model is least sure of")
+                         info="listed first; 'most useful' puts first the drafts the model is least sure of "
+                              "and the films unlike those it describes the same way")
         refresh = gr.Button("Refresh", scale=0, elem_id="orapo-worklist-refresh")
     table = gr.Dataframe(headers=COLUMNS, interactive=False, wrap=True, elem_id="orapo-worklist")
     with gr.Row():
