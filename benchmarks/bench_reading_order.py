@@ -33,8 +33,9 @@ random order, the useful-first order, the useful-first order without its
 atypicality term (`image_atypicality` off: the ordering of 2026-12-02's first
 measurement), and without either image term (`finding_resemblance` off too: the
 ordering before drafts kept their image features), how many studies with each
-rare finding the reader had been shown after every `--every` corrections. That is what the ordering controls;
-whether a round then learns from them is the clinic story's question.
+rare finding the reader had been shown after every `--every` corrections. That
+is what the ordering controls; whether a round then learns from them is the
+clinic story's question.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reading_order.py --reading-only --pool 1000 --budget 300 --json OUT
 """
@@ -117,7 +118,7 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
     curve = []
     originals = reading_order.finding_resemblance, reading_order.image_atypicality
     if order in ("useful-words", "useful-no-atypical"):
-        reading_order.image_atypicality = lambda unread, signed: {}
+        reading_order.image_atypicality = lambda unread, signed, stated=None: {}
     if order == "useful-words":
         reading_order.finding_resemblance = lambda signed: {}
     try:
@@ -207,7 +208,7 @@ def score(model: tuple[str, str | None], studies, kinds, folder: Path) -> dict:
 
 
 def reading_only(args, root: Path, by_id: dict, report: dict, started: float) -> int:
-    """The three orders' reading, no rounds; what each put in front of the reader, every `--every` corrections."""
+    """The four orders' reading, no rounds; what each put in front of the reader, every `--every` corrections."""
     for order in ("random", "useful", "useful-no-atypical", "useful-words"):
         arm = root / order
         shutil.copytree(root / "clinic", arm)

@@ -202,6 +202,7 @@ def test_useful_first_brings_forward_the_unread_film_like_the_ones_readers_added
 def test_atypicality_scores_what_the_drafts_findings_do_not_explain_of_the_image() -> None:
     import numpy as np
 
+    from app.services.dashboard import stated_findings
     from app.services.reading_order import MIN_ATYPICAL, image_atypicality
 
     rng = np.random.default_rng(0)
@@ -229,9 +230,12 @@ def test_atypicality_scores_what_the_drafts_findings_do_not_explain_of_the_image
     assert scores[100] < 0.9  # a big heart, stated in its draft, is no surprise
     assert 102 not in scores and len(scores) == 32 and min(scores.values()) == 0.0
     # signed drafts of the same model count towards the fit, but are not scored
-    signed = [(o.latest_draft, "", set(), set()) for o in ordinary[:MIN_ATYPICAL - 2]]
+    signed = [(o.latest_draft, "", set(), stated_findings(o.latest_draft.text)) for o in ordinary[:MIN_ATYPICAL - 2]]
     assert set(image_atypicality([explained, unexplained], signed)) == {100, 101}
     assert image_atypicality([explained, unexplained], signed[:-1]) == {}  # fewer than MIN_ATYPICAL drafts
+    # findings the caller already labelled are used as given: said to state nothing, the big heart is a surprise
+    alike = image_atypicality([*ordinary, explained, unexplained], [], {100: set()})
+    assert alike[100] > scores[100] and alike[100] >= 0.9
 
 
 def test_useful_first_reads_the_unexplained_film_first_before_any_correction(clinic) -> None:

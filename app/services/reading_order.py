@@ -230,7 +230,8 @@ def finding_resemblance(signed: list[tuple]) -> dict[tuple, ImageOdds]:
     return out
 
 
-def image_atypicality(unread: list[StudyOverview], signed: list[tuple]) -> dict[int, float]:
+def image_atypicality(unread: list[StudyOverview], signed: list[tuple],
+                      stated: dict[int, set[str]] | None = None) -> dict[int, float]:
     """Per unread study whose draft has image features: how unusual its image is for the findings its draft
     states, as its percentile (0 to 1) among the unread drafts of the same model.
 
@@ -238,15 +239,19 @@ def image_atypicality(unread: list[StudyOverview], signed: list[tuple]) -> dict[
     the features are fitted by least squares on indicators of the findings each draft states; each unread
     draft's residual is scored by its squared Mahalanobis distance under the residuals' covariance shrunk by
     `SHRINKAGE` towards a multiple of the identity (the features outnumber the films of a small clinic). Only
-    the drafts are read, never the signed report: an unread study has none."""
+    the drafts are read, never the signed report: an unread study has none. `stated`: the findings each unread
+    draft states, by study id, when the caller has them already."""
     from app.services.dashboard import stated_findings
+
+    stated = stated or {}
 
     spaces: dict[tuple, list[tuple]] = defaultdict(list)  # (features, stated findings, unread study id or None)
     for o in unread:
         draft = o.latest_draft
         if draft is not None and getattr(draft, "image_features", None):
-            spaces[feature_space(draft)].append((np.asarray(draft.image_features, dtype=np.float64),
-                                                 stated_findings(draft.text), o.study.id))
+            says = stated[o.study.id] if o.study.id in stated else stated_findings(draft.text)
+            spaces[feature_space(draft)].append((np.asarray(draft.image_features, dtype=np.float64), says,
+                                                 o.study.id))
     for draft, _text, _truth, drafted in signed:
         if getattr(draft, "image_features", None) and feature_space(draft) in spaces:
             spaces[feature_space(draft)].append((np.asarray(draft.image_features, dtype=np.float64), drafted, None))
@@ -275,11 +280,12 @@ def image_atypicality(unread: list[StudyOverview], signed: list[tuple]) -> dict[
 
 
 def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
-               resemblance: dict[tuple, ImageOdds] | None = None, atypical: float = 0.0) -> Usefulness:
+               resemblance: dict[tuple, ImageOdds] | None = None, atypical: float = 0.0,
+               stated: set[str] | None = None) -> Usefulness:
     """The study's score from its latest draft (0 without one). With `resemblance` (`finding_resemblance`) for
     the draft's model, the missed term is the chance that the film holds a finding the draft is silent on and
     the model misses: 1 - prod(1 - miss rate x P(finding | image)); without it, the largest miss rate.
-    `atypical` is the study's `image_atypicality`."""
+    `atypical` is the study's `image_atypicality`; `stated`, the findings its draft states, if known."""
     from app.services.dashboard import stated_findings
 
     draft = overview.latest_draft
@@ -290,7 +296,7 @@ def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
     inconsistency = 1.0 - sum(float(s.get("confidence", 1.0)) for s in with_facts) / len(with_facts) if with_facts else 0.0
     facts = [a for s in sentences for a in (s.get("agreements") or []) if isinstance(a, dict)]
     disagreement = sum(1 for a in facts if float(a.get("agreement", 1.0)) < 1.0) / len(facts) if facts else 0.0
-    unstated = set(miss_rates) - stated_findings(draft.text)
+    unstated = set(miss_rates) - (stated_findings(draft.text) if stated is None else stated)
     features = getattr(draft, "image_features", None)
     odds = (resemblance or {}).get(feature_space(draft)) if features else None
     if odds is None:
@@ -309,10 +315,14 @@ def ordered(db, overviews: list[StudyOverview], order: str) -> list[StudyOvervie
     unread = sorted((o for o in overviews if o.study.status in UNREAD), key=lambda o: (o.study.created_at, o.study.id))
     rest = [o for o in overviews if o.study.status not in UNREAD]
     if order == "useful" and unread:
+        from app.services.dashboard import stated_findings
+
         signed = signed_drafts(db)
         rates, like = served_miss_rates(db, signed), finding_resemblance(signed)
-        unusual = image_atypicality(unread, signed)
-        scores = {o.study.id: usefulness(o, rates, like, unusual.get(o.study.id, 0.0)).score for o in unread}
+        stated = {o.study.id: stated_findings(o.latest_draft.text) for o in unread if o.latest_draft is not None}
+        unusual = image_atypicality(unread, signed, stated)  # each draft's findings labelled once for both terms
+        scores = {o.study.id: usefulness(o, rates, like, unusual.get(o.study.id, 0.0), stated.get(o.study.id)).score
+                  for o in unread}
         unread.sort(key=lambda o: -scores[o.study.id])  # stable: ties stay oldest first
     return unread + rest
 
