@@ -260,7 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reading-only", action="store_true",
                         help="no rounds: how many rare-finding studies each order shows the reader (see above)")
     parser.add_argument("--every", type=int, default=25, help="with --reading-only: a point every N corrections")
+    parser.add_argument("--arms", default=None,
+                        help="comma-separated ORDER-CORRECTIONS arms to run (default: random-B,useful-B/2,useful-B), "
+                             "so that arms can run in separate processes, one per core")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                        help="combine the arms of runs with the same pool, seed and budget into one report (--json)")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args)
 
     root = Path(args.data_dir or tempfile.mkdtemp(prefix="orapo-order-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -281,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     starter = ensure_starter(root / "clinic" / "models" / "starter", show_progress=False)
     report["starter"] = score((str(starter), None), studies, kinds, root / "test")
     print(f"starter: {report['starter']}", flush=True)
-    for order, budget in (("random", args.budget), ("useful", args.budget // 2), ("useful", args.budget)):
+    arms = [(order, int(n)) for order, n in (a.rsplit("-", 1) for a in args.arms.split(","))] if args.arms else \
+        [("random", args.budget), ("useful", args.budget // 2), ("useful", args.budget)]
+    for order, budget in arms:
         name = f"{order}-{budget}"
         arm = root / name
         shutil.copytree(root / "clinic", arm)
@@ -294,9 +303,33 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1, default=str))
 
+    goal(report, args.budget)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    print(f"command: {report['command']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+def merge(args) -> int:
+    """One report from runs that each ran some of the arms on the same drafted pool and test set."""
+    runs = [json.loads(Path(p).read_text()) for p in args.merge]
+    report = dict(runs[0], arms={}, merged_from=[r["command"] for r in runs])
+    for r in runs:
+        if (r["pool"], r["budget"], r.get("pool_rare")) != (report["pool"], report["budget"], report.get("pool_rare")):
+            raise SystemExit(f"{r['command']}: another pool or budget than {report['command']}")
+        report["arms"].update(r["arms"])
+    goal(report, report["budget"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+def goal(report: dict, budget: int) -> None:
+    """Whether the useful order with half the corrections reached the random order's rare-finding recall."""
     arms = report["arms"]
-    random_final = arms[f"random-{args.budget}"].get("outcome", {}).get("rare_recall")
-    half = arms[f"useful-{args.budget // 2}"].get("outcome", {}).get("rare_recall")
+    random_final = arms.get(f"random-{budget}", {}).get("outcome", {}).get("rare_recall")
+    half = arms.get(f"useful-{budget // 2}", {}).get("outcome", {}).get("rare_recall")
     if random_final is not None and half is not None:
         if random_final == 0:  # 0 >= 0 would read as "met": there was nothing to reach
             report["goal_informed_half_reaches_random"] = None
@@ -304,14 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                   "there is no figure for the informed order to reach")
         else:
             report["goal_informed_half_reaches_random"] = half >= random_final
-            print(f"goal: useful order with {args.budget // 2} corrections reaches the random order's rare-finding "
-                  f"recall with {args.budget} ({half:.3f} vs {random_final:.3f}): "
+            print(f"goal: useful order with {budget // 2} corrections reaches the random order's rare-finding "
+                  f"recall with {budget} ({half:.3f} vs {random_final:.3f}): "
                   f"{'met' if half >= random_final else 'MISSED'}")
-    report["seconds"] = round(time.perf_counter() - started, 1)
-    print(f"command: {report['command']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
-    return 0
 
 
 if __name__ == "__main__":
