@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,6 +196,12 @@ def _to_argv(overrides: Mapping | Sequence[str] | None) -> list[str]:
     return list(overrides)
 
 
+# HfArgumentParser rewrites the dataclasses' shared `Field.type` while it builds a parser, so two threads parsing
+# at once (two admins starting a round together) can see a half-rewritten field ("Only `Union[X, NoneType]` ... is
+# allowed ... field 'debug'"); one parse at a time.
+_PARSE_LOCK = threading.RLock()  # reentrant: check_overrides holds it around its stderr redirect too
+
+
 def parse_recipe(
     config_path: str | Path | None = None,
     overrides: Mapping | Sequence[str] | None = None,
@@ -204,6 +211,11 @@ def parse_recipe(
     Unknown keys are refused (``ValueError``) rather than ignored, so a typo in a
     recipe or the admin form cannot silently train with a default.
     """
+    with _PARSE_LOCK:
+        return _parse_recipe(config_path, overrides)
+
+
+def _parse_recipe(config_path, overrides):
     from trl import TrlParser
 
     parser = TrlParser((OraPOScriptArguments, OraPOConfig, ModelConfig))

@@ -102,12 +102,12 @@ def check_overrides(recipe: str | Path, overrides: dict[str, Any]) -> int:
     import io
 
     from app.services.rounds.processes import override_argv
-    from orapo_core.train.config import parse_recipe
+    from orapo_core.train.config import _PARSE_LOCK, parse_recipe
 
     placeholders = {"model_name_or_path": "served-model", "train_csv": "round.csv", "output_dir": "round-output"}
     said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):
+        with _PARSE_LOCK, contextlib.redirect_stderr(said):  # sys.stderr is process-wide: one redirect at a time
             _script, training, _model = parse_recipe(recipe, override_argv({**overrides, **placeholders}))
     except SystemExit:
         lines = [ln for ln in said.getvalue().splitlines() if ln.strip()]
