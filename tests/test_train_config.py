@@ -109,11 +109,9 @@ def test_recipes_parse_in_parallel_threads():
     fields while it builds a parser, which without the parse lock failed as "Only `Union[X, NoneType]` ... 'debug'"."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from orapo_core.train.config import parse_recipe
-
-    recipe = Path(__file__).resolve().parents[1] / "orapo_core" / "train" / "recipes" / "round-cpu.yaml"
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda _: parse_recipe(recipe, ["--model_name_or_path", "m", "--output_dir", "o"]),
+        results = list(pool.map(lambda _: parse_recipe(RECIPES / "round-cpu.yaml",
+                                                       ["--model_name_or_path", "m", "--output_dir", "o"]),
                                 range(16)))
     assert {r[1].learning_rate for r in results} == {results[0][1].learning_rate}
     assert results[0][1].num_train_epochs == 3
