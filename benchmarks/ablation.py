@@ -487,7 +487,11 @@ def markdown_table(results: dict) -> str:
     lines = [
         f"Recipe: {Path(plan['recipe']).name} ({lora}, learning rate {recipe.get('learning_rate')}); "
         f"every trained method: {plan['steps']} optimizer steps x {per_step} studies x K={recipe.get('num_generations')} "
-        f"rollouts, trained by `train_round`. Held-out: {plan['n_eval']} PhantomCXR studies (seed {plan['eval_seed']}), "
+        f"rollouts, trained by `train_round`"
+        + (f", with {', '.join(f'{k}={v}' for k, v in plan['overrides'].items())} for every method"
+           if plan.get("overrides") else "") +
+        f". Held-out: {plan['n_eval']} PhantomCXR studies (seed {plan['eval_seed']}"
+        + ("" if plan["eval_seed"] == AblationPlan.eval_seed else ", a development set, not the evaluation set") + "), "
         + (f"with PhantomCXR's prevalence set to {', '.join(f'{k} {v:g}' for k, v in plan['prevalence'].items())} "
            f"in the pool and the held-out studies, " if plan.get("prevalence") else "") +
         f"scored by `evaluate_drafter`; mean ± std over {seeds} seed(s).",

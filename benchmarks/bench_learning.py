@@ -63,7 +63,26 @@ def parse_settings(pairs: list[str]) -> dict:
     return settings
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_plan(opts: argparse.Namespace):
+    """The starting model and the `AblationPlan` the command line asks for."""
+    from benchmarks.ablation import AblationPlan, quick_plan
+
+    model = Path(opts.model) if opts.model else default_model()
+    prevalence = parse_settings(opts.prevalence)
+    if not all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in prevalence.values()):
+        raise SystemExit(f"--prevalence takes FINDING=P with P between 0 and 1, got {' '.join(opts.prevalence)}")
+    prevalence = {k: float(v) for k, v in prevalence.items()}
+    plan = AblationPlan(out_dir=opts.out, model_dir=str(model) if model else None, recipe=opts.recipe,
+                        overrides=parse_settings(opts.settings), prevalence=prevalence)
+    if opts.quick:
+        plan = quick_plan(plan)
+    changes = {"seeds": tuple(opts.seeds) if opts.seeds else None, "methods": tuple(opts.methods) if opts.methods else None,
+               "steps": opts.steps, "n_eval": opts.n_eval, "eval_seed": opts.eval_seed, "learning_rate": opts.learning_rate,
+               "conspicuity": opts.conspicuity}
+    return model, replace(plan, **{k: v for k, v in changes.items() if v is not None})
+
+
+def make_parser() -> argparse.ArgumentParser:
     from benchmarks.ablation import DEFAULT_RECIPE, METHODS
     from orapo_core.data.phantom_render import CONSPICUITY
 
@@ -81,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="settings", nargs="+", default=[], metavar="KEY=VALUE",
                         help="more recipe settings for every trained method, e.g. --set lora_r=8 num_generations=8")
     parser.add_argument("--n-eval", type=int, help="held-out studies")
+    parser.add_argument("--eval-seed", type=int,
+                        help="PhantomCXR generator seed of the held-out studies (default: 202, the evaluation set; "
+                             "choose settings on another seed, e.g. 303, so the table's studies stay unlooked-at)")
     parser.add_argument("--conspicuity", choices=sorted(CONSPICUITY),
                         help="PhantomCXR's rendering of the small findings for the pool and the held-out studies "
                              "(default: PhantomCXR's, clear; subtle is the rendering of tables made before 2026-12-01)")
@@ -92,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", metavar="RUN_DIR",
                         help="write one table from the results.json of runs of the same plan that each ran some of "
                              "the methods (one process per method on 2 cores), into --out; trains nothing")
-    opts = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = make_parser().parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(opts.threads)
     if opts.merge:
         from benchmarks.ablation import merge_results, write_outputs
@@ -107,22 +133,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from benchmarks.ablation import AblationPlan, markdown_table, quick_plan, run_ablation
+    from benchmarks.ablation import markdown_table, run_ablation
 
     torch.set_num_threads(opts.threads)
-    model = Path(opts.model) if opts.model else default_model()
-    prevalence = parse_settings(opts.prevalence)
-    if not all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in prevalence.values()):
-        raise SystemExit(f"--prevalence takes FINDING=P with P between 0 and 1, got {' '.join(opts.prevalence)}")
-    prevalence = {k: float(v) for k, v in prevalence.items()}
-    plan = AblationPlan(out_dir=opts.out, model_dir=str(model) if model else None, recipe=opts.recipe,
-                        overrides=parse_settings(opts.settings), prevalence=prevalence)
-    if opts.quick:
-        plan = quick_plan(plan)
-    changes = {"seeds": tuple(opts.seeds) if opts.seeds else None, "methods": tuple(opts.methods) if opts.methods else None,
-               "steps": opts.steps, "n_eval": opts.n_eval, "learning_rate": opts.learning_rate,
-               "conspicuity": opts.conspicuity}
-    plan = replace(plan, **{k: v for k, v in changes.items() if v is not None})
+    model, plan = build_plan(opts)
     command = " ".join([os.path.relpath(sys.executable), *sys.argv])
     print(f"command: {command}\nmodel: {model or 'the recipe or served model'}\nplan: {json.dumps(plan.to_dict())}",
           flush=True)

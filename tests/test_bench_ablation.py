@@ -147,3 +147,21 @@ def test_quick_enriches_the_pool_and_held_out_with_the_finding_it_compares_on(tm
     assert with_it[0] <= 6 and 12 <= with_it[1] <= 28
     table = markdown_table({"plan": quick.to_dict(), "methods": {}})
     assert "prevalence set to pneumothorax 0.5 in the pool and the held-out studies" in table
+
+
+def test_settings_are_chosen_on_a_development_seed_and_the_table_says_so(tmp_path):
+    """--eval-seed moves the held-out studies off the evaluation set (seed 202), and the table names a development
+    set and the settings every method shared, so a tuned number cannot pass for the evaluation's."""
+    from benchmarks.ablation import AblationPlan, markdown_table
+    from benchmarks.bench_learning import build_plan, make_parser
+
+    parser = make_parser()
+    _, usual = build_plan(parser.parse_args(["--model", str(tmp_path), "--out", str(tmp_path)]))
+    _, dev = build_plan(parser.parse_args(["--model", str(tmp_path), "--out", str(tmp_path), "--eval-seed", "303",
+                                           "--set", "beta=0.04"]))
+    assert usual.eval_seed == AblationPlan.eval_seed == 202 and usual.overrides == {}
+    assert dev.eval_seed == 303 and dev.overrides == {"beta": 0.04} and dev.train_seed == usual.train_seed
+    tables = [markdown_table({"plan": p.to_dict(), "methods": {}}) for p in (usual, dev)]
+    assert "development set" not in tables[0] and "(seed 202)" in tables[0]
+    assert "(seed 303, a development set, not the evaluation set)" in tables[1]
+    assert "with beta=0.04 for every method" in tables[1]
