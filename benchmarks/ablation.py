@@ -394,20 +394,7 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
 
     results: dict = {"plan": plan.to_dict(), "model": model_dir, "checkpoint_steps": plan.checkpoint_steps(),
                      "recipe": {k: recipe_args[k] for k in RECIPE_KEYS if k in recipe_args}, "methods": {}}
-    for name in plan.methods:
-        method = METHODS[name]
-        if method.reward_name is None:
-            runs = [{"seed": None, "wall_seconds": 0.0, "metrics": start_eval[plan.n_eval], "curve": [start_point],
-                     "oracle_logp": [{"step": 0, "oracle_logp": start_logp}]}]
-        else:
-            runs = []
-            for seed in plan.seeds:
-                log(f"{name} (seed {seed}) ...")
-                record = train_method(plan, method, seed, pool_csv=pool_csv, pool_size=len(pool), model_dir=model_dir,
-                                      held_out=held_out, log=log)
-                record["curve"].insert(0, start_point)
-                runs.append(record)
-                log(f"{name} seed {seed}: macro-F1 {record['metrics']['macro_f1_14']:.3f}, {record['wall_seconds']:.0f}s")
+    def record_method(name: str, method: Method, runs: list[dict]) -> None:
         summary = {k: _mean_std([r["metrics"][k] for r in runs]) for k in REPORTED}
         results["methods"][name] = {
             "label": method.label, "reward": method.reward_name,
@@ -423,7 +410,23 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
         trained = {k: v for k, v in results["methods"].items() if v["reward"] is not None}
         results["pooled_seed_std"] = {k: pooled_seed_std(trained, k) for k in REPORTED}
         results["wall_seconds"] = time.perf_counter() - started
-        write_outputs(results, out)  # after every method, so a long run can be read while it goes on
+        write_outputs(results, out)  # after every seed, so a long run can be read (or stopped) while it goes on
+
+    for name in plan.methods:
+        method = METHODS[name]
+        if method.reward_name is None:
+            record_method(name, method, [{"seed": None, "wall_seconds": 0.0, "metrics": start_eval[plan.n_eval],
+                                          "curve": [start_point], "oracle_logp": [{"step": 0, "oracle_logp": start_logp}]}])
+            continue
+        runs = []
+        for seed in plan.seeds:
+            log(f"{name} (seed {seed}) ...")
+            record = train_method(plan, method, seed, pool_csv=pool_csv, pool_size=len(pool), model_dir=model_dir,
+                                  held_out=held_out, log=log)
+            record["curve"].insert(0, start_point)
+            runs.append(record)
+            log(f"{name} seed {seed}: macro-F1 {record['metrics']['macro_f1_14']:.3f}, {record['wall_seconds']:.0f}s")
+            record_method(name, method, runs)
     return results
 
 
