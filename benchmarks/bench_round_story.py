@@ -90,17 +90,41 @@ def phantom_test_records(studies, folder: Path, tag: str) -> list:
     return records
 
 
-def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path) -> dict:
-    """Greedy drafts of the one evaluator on PNGs of the test studies: recall, FPR and macro-F1."""
+AGREEMENT = (0.25, 0.5, 0.75, 1.0)  # operating points read from the same drafts: 1 to 4 of the app's 4 samples
+
+
+def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path, *, agreement: bool = False) -> dict:
+    """Greedy drafts of the one evaluator on PNGs of the test studies: recall, FPR and macro-F1.
+
+    With `agreement`, the same drafts are also drawn with the app's 4 samples each, and scored again at each
+    operating point of `AGREEMENT`: a finding's sentence kept only where at least that share of the samples
+    assert it too (`orapo_core.facts.keep_agreed`), under "agreement". The app's drafts are the one at its
+    `ORAPO_DRAFT_MIN_AGREEMENT` (`shown`)."""
+    from orapo_core.facts import keep_agreed
     from orapo_core.models.draft import Drafter
-    from orapo_core.models.evaluate import evaluate_drafter
+    from orapo_core.models.evaluate import evaluate_drafter, rescore
 
     records = phantom_test_records(positives, folder, "pos") + phantom_test_records(negatives, folder, "neg")
-    result = evaluate_drafter(Drafter.from_dir(model_dir, adapter), records)
+    result = evaluate_drafter(Drafter.from_dir(model_dir, adapter), records, samples=4 if agreement else 0)
+    out = _rates(result, len(positives), finding)
+    if agreement:
+        out["agreement"] = {
+            str(q): _rates(rescore(result, records, lambda row, q=q: keep_agreed(row["draft"], row["samples"], q)),
+                           len(positives), finding)
+            for q in AGREEMENT}
+    return out
+
+
+def shown(scores: dict, min_agreement: float) -> dict:
+    """The scores of the drafts the app shows at `min_agreement` (ORAPO_DRAFT_MIN_AGREEMENT; 0: greedy)."""
+    return scores["agreement"][str(min_agreement)] if min_agreement else scores
+
+
+def _rates(result, n_positive: int, finding: str) -> dict:
     label = LABEL[finding]
     said = [r["labels"].get(label) in (1, -1) for r in result.predictions]
-    pos = said[:len(positives)]
-    neg = said[len(positives):]
+    pos = said[:n_positive]
+    neg = said[n_positive:]
     return {"recall": sum(pos) / len(pos), "false_positive_rate": sum(neg) / len(neg),
             "macro_f1_14": result.metrics["macro_f1_14"], "macro_precision_14": result.metrics.get("macro_precision_14"),
             "macro_recall_14": result.metrics.get("macro_recall_14"), "n_positive": len(pos), "n_negative": len(neg)}
@@ -120,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpo-from-round", type=int, default=None, metavar="ID",
                         help="in an existing --data-dir: train GRPO (oracle_mode none) on round ID's own train.csv with "
                              "its recipe and step budget, and score it on the same test studies (OraPO vs GRPO)")
+    parser.add_argument("--agreement", action="store_true",
+                        help="also score both models' drafts at operating points of sample agreement (the app's 4 "
+                             "samples; a finding's sentence kept where at least 1-4 of them assert it too)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -146,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     rad = users.create("rita", "rita-password-1")
     admin = users.create("boss", "boss-password-1", role="admin")
     report = {"command": "benchmarks/bench_round_story.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "finding": args.finding, "data_dir": str(data_dir)}
+              "finding": args.finding, "data_dir": str(data_dir),
+              "draft_min_agreement": settings.draft_min_agreement}  # the operating point the app drafts at
+    shown_at = settings.draft_min_agreement
+    if shown_at and shown_at not in AGREEMENT:
+        raise SystemExit(f"ORAPO_DRAFT_MIN_AGREEMENT={shown_at} is not one of the operating points {AGREEMENT}")
+    args.agreement = args.agreement or bool(shown_at)
 
     started = time.perf_counter()
     clinic = draw(args.n, args.seed, args.finding, True, args.size)
@@ -187,20 +219,25 @@ def main(argv: list[str] | None = None) -> int:
     positives = draw(args.n_positive, args.seed + 1, args.finding, True, args.size)
     negatives = draw(args.n_negative, args.seed + 2, args.finding, False, args.size)
     test_dir = data_dir.parent / f"{data_dir.name}-test"
-    report["before"] = outcome(before.model_dir, before.adapter_dir, positives, negatives, args.finding, test_dir)
+    report["before"] = outcome(before.model_dir, before.adapter_dir, positives, negatives, args.finding, test_dir,
+                               agreement=args.agreement)
     if version is not None:
         from app.services.served import resolve_path
 
         report["candidate"] = outcome(resolve_path(settings, version.base_model_path),
                                       resolve_path(settings, version.adapter_path), positives, negatives, args.finding,
-                                      test_dir)
+                                      test_dir, agreement=args.agreement)
     for name in ("before", "candidate"):
         if name in report:
             r = report[name]
             print(f"{name:10s} recall {r['recall']:.3f} ({r['n_positive']} with {args.finding}), false-positive rate "
                   f"{r['false_positive_rate']:.3f} ({r['n_negative']} without), macro-F1(14) {r['macro_f1_14']:.3f}")
+            for q, a in (r.get("agreement") or {}).items():
+                print(f"{'':10s} kept where >= {float(q):.2f} of samples agree: recall {a['recall']:.3f}, "
+                      f"false-positive rate {a['false_positive_rate']:.3f}, macro-F1(14) {a['macro_f1_14']:.3f}")
     if "candidate" in report:
-        c, b = report["candidate"], report["before"]
+        # the goals are read from the drafts the app shows: at its operating point, the greedy ones at 0
+        c, b = (shown(report["candidate"], shown_at), shown(report["before"], shown_at))
         report["goals"] = {"promoted": version.status == "promoted", "recall>=0.6": c["recall"] >= 0.6,
                            "fpr<=0.05": c["false_positive_rate"] <= 0.05,
                            "macro_f1_not_lower": c["macro_f1_14"] >= b["macro_f1_14"], "round<=30min": wall <= 1800}

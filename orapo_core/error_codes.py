@@ -64,7 +64,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "model_invalid": "The model folder cannot be served or trained as it is (weights that do not fit its config, no chat template, ...).",
         "adapter_not_found": "The LoRA adapter folder does not exist.",
         "adapter_invalid": "The adapter folder is not a LoRA adapter of this base model.",
-        "draft_invalid": "A drafting setting (samples, tokens, temperature, top-p) is out of range.",
+        "draft_invalid": "A drafting setting (samples, tokens, temperature, top-p, sample agreement) is out of range.",
         "no_training_steps": "The training data is too small for one optimizer step of the recipe; nothing was trained.",
         "unknown_method": "The ablation was asked for a method it does not know.",
         "ablation_mismatch": "Ablation runs to be merged differ in their plan, or two of them ran the same method.",

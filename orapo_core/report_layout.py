@@ -24,6 +24,11 @@ def report_text(findings: str | None, impression: str | None) -> str:
     return "\n\n".join(parts)
 
 
+def has_sections(text: str | None) -> bool:
+    """Whether `text` is written with 'Findings:'/'Impression:' headers."""
+    return bool(_SECTION.search(text or ""))
+
+
 def split_report(text: str | None) -> tuple[str, str]:
     """(findings, impression) of a report written with 'Findings:'/'Impression:' headers; all findings if none.
 

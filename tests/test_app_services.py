@@ -118,6 +118,9 @@ def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
                                  progress=lambda f, desc: steps.append(f))
     assert draft.text and draft.model_name == settings.model_dir.name and draft.created_by == rad.id
     assert steps == sorted(steps) and len(steps) >= 3
+    # drafted at the app's operating point (ORAPO_DRAFT_MIN_AGREEMENT), what it left out kept with the draft
+    assert draft.sampling["min_agreement"] == settings.draft_min_agreement > 0
+    assert isinstance(draft.facts["withheld"], list)
     assert registry.drafter(registry.served()) is registry.drafter(registry.served())  # loaded once
     assert StudyRepository(db).get(outcome.study_id).status == "drafted"
     # what the language model was shown of the image is kept with the draft, for the worklist's ordering
@@ -242,6 +245,25 @@ def test_highlights_before_and_after_editing(app_env):
     # the Read tab's rescore, by the stored draft's id: the same highlights as from the record
     assert reports.rescore(db, draft.id, draft.text) == before
     assert reports.rescore(db, draft.id, "No pleural effusion. No pneumothorax. Consolidation in the left lower lobe.") == after
+
+
+def test_what_the_drafter_left_out_is_shown_before_and_after_editing(app_env):
+    from app.services import reports
+    from app.tabs.read_report import _missed_md
+    from db import DraftRepository
+
+    settings, db, admin, rad, other = app_env
+    study, _ = _train_study(db, rad)
+    draft = DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.", text="No pneumothorax.",
+                                       sentence_scores=[{"text": "No pneumothorax.", "confidence": 1.0}],
+                                       facts={"flagged": [], "withheld": ["Small right pneumothorax."]})
+    before = reports.highlights_for(draft, draft.text)
+    after = reports.highlights_for(draft, "Small right pneumothorax.")
+    assert before.withheld == after.withheld == ["Small right pneumothorax."]
+    assert "Left out of the draft" in _missed_md(before) and "*Small right pneumothorax.*" in _missed_md(after)
+    plain = reports.highlights_for(DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.",
+                                                              text="No pneumothorax."), None)
+    assert plain.withheld == [] and "Left out" not in _missed_md(plain)
 
 
 def test_confidence_and_verdict_highlights_speak_different_languages(app_env):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orapo_core.facts.consistency import self_consistency
+from orapo_core.facts.consistency import keep_agreed, self_consistency
 from orapo_core.facts.metrics import clinical_efficacy
 from orapo_core.facts.ontology import CHESTXRAY14, CHESTXRAY14_TO_CHEXPERT, CHEXPERT_14, FIVE_OBSERVATIONS
 
@@ -73,3 +73,21 @@ def test_self_consistency_by_hand():
 def test_self_consistency_without_samples():
     result = self_consistency("No pneumothorax.", [])
     assert result.sentences[0].confidence == 1.0 and result.flagged == []
+
+
+def test_keep_agreed_leaves_out_the_findings_too_few_samples_assert():
+    greedy = ("FINDINGS: Heart size is normal. No pneumothorax. Small left pleural effusion.\n\n"
+              "IMPRESSION: Moderate right pneumothorax.")
+    samples = [
+        "FINDINGS: Small left pleural effusion.",
+        "FINDINGS: No pneumothorax. Left effusion.",
+        "IMPRESSION: Right pneumothorax.",
+        "FINDINGS: Normal.",
+    ]  # effusion asserted by 2 of 4, pneumothorax by 1 of 4
+    assert keep_agreed(greedy, samples, 0.25) == greedy
+    assert keep_agreed(greedy, samples, 0.5) == (
+        "FINDINGS: Heart size is normal. No pneumothorax. Small left pleural effusion.")  # empty impression left out
+    # denials stay whatever the samples say; the layout stays the reference one
+    assert keep_agreed(greedy, samples, 0.75) == "FINDINGS: Heart size is normal. No pneumothorax."
+    assert keep_agreed(greedy, [], 1.0) == greedy and keep_agreed(greedy, samples, 0) == greedy
+    assert keep_agreed("Moderate right pneumothorax. Clear lungs.", ["Clear lungs."], 0.5) == "Clear lungs."

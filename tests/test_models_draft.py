@@ -67,6 +67,27 @@ def test_samples_are_passed_to_self_consistency_and_its_answer_made_plain(drafte
     assert draft.flagged == [{"finding": "effusion", "agreement": 0.5}]
 
 
+def test_a_drafter_with_a_sample_agreement_leaves_out_what_too_few_samples_say(drafter):
+    from orapo_core.models import Drafter
+
+    greedy = "FINDINGS: Cardiomegaly. No pleural effusion.\n\nIMPRESSION: Moderate right pneumothorax."
+    samples = ["FINDINGS: Cardiomegaly.", "FINDINGS: Enlarged heart. Right pneumothorax.", "FINDINGS: Cardiomegaly.",
+               "FINDINGS: Normal."]  # cardiomegaly: 3 of 4; pneumothorax: 1 of 4
+    settings = Drafter.sampling_settings(samples=4)
+    strict = Drafter(drafter.loaded, min_agreement=0.5)
+    draft = strict.compose(greedy, samples, settings)
+    assert draft.text == "FINDINGS: Cardiomegaly. No pleural effusion."
+    assert draft.withheld == ["Moderate right pneumothorax."] and draft.sampling["min_agreement"] == 0.5
+    assert [s["text"] for s in draft.sentences] == ["Cardiomegaly.", "No pleural effusion."]
+    # the default drafter, and any drafter without samples, shows the greedy text as it is
+    plain = drafter.compose(greedy, samples, settings)
+    assert (plain.text, plain.withheld, "min_agreement" in plain.sampling) == (greedy, [], False)
+    assert strict.compose(greedy, [], Drafter.sampling_settings(samples=0)).text == greedy
+    with pytest.raises(OrapoError) as refused:
+        Drafter(drafter.loaded, min_agreement=1.5)
+    assert refused.value.code == "draft_invalid"
+
+
 def test_sampling_is_reproducible_by_seed_and_leaves_the_global_rng_alone(drafter, monkeypatch):
     import torch
 

@@ -48,6 +48,29 @@ def test_batched_greedy_drafts_are_the_one_by_one_drafts(drafter, records):
     assert [p["draft"] for p in given.predictions] == [p["draft"] for p in alone.predictions]
 
 
+def test_samples_are_kept_and_a_rescore_scores_other_texts_the_same_way(drafter, records):
+    from orapo_core.facts import keep_agreed
+    from orapo_core.models.evaluate import evaluate_drafter, rescore
+
+    greedy = evaluate_drafter(drafter, records, batch_size=3, max_new_tokens=16)
+    sampled = evaluate_drafter(drafter, records, batch_size=3, max_new_tokens=16, samples=2)
+    # the greedy drafts and their scores do not depend on the samples drawn beside them
+    assert [p["draft"] for p in sampled.predictions] == [p["draft"] for p in greedy.predictions]
+    assert {k: v for k, v in sampled.metrics.items() if k != "seconds"} == \
+        {k: v for k, v in greedy.metrics.items() if k != "seconds"}
+    assert all(len(p["samples"]) == 2 for p in sampled.predictions) and "samples" not in greedy.predictions[0]
+    same = rescore(sampled, records, lambda row: row["draft"])
+    assert {k: v for k, v in same.metrics.items()} == {k: v for k, v in greedy.metrics.items() if k != "seconds"}
+    # another text per study is labelled and scored as a draft would be
+    normal = "FINDINGS: Cardiomegaly. Moderate right pneumothorax."
+    other = rescore(sampled, records, lambda row: normal)
+    assert all(p["draft"] == normal and p["labels"]["Pneumothorax"] == 1 for p in other.predictions)
+    filtered = rescore(sampled, records, lambda row: keep_agreed(row["draft"], row["samples"], 1.0))
+    assert [p["study_id"] for p in filtered.predictions] == [r.study_id for r in records]
+    with pytest.raises(ValueError, match="records"):
+        rescore(sampled, records[:2], lambda row: row["draft"])
+
+
 def test_a_model_in_training_mode_is_evaluated_in_eval_mode_and_given_back(drafter, records):
     from orapo_core.models.evaluate import evaluate_drafter
 

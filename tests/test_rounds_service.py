@@ -61,6 +61,12 @@ def test_round_from_corrections_to_promoted_version_with_real_evaluation(env):
     assert record.metrics["train"]["step"] == 2 and "loss" in record.metrics["train"]
     assert "trained:" in details.log_tail
     assert record.metrics["heldout"]["source"] == "holdout_studies" and record.metrics["heldout"]["n"] == 2
+    # the gate drafted both models as the app drafts (ORAPO_DRAFT_MIN_AGREEMENT), and the plan says so
+    import json
+
+    folder = env.settings.rounds_dir / str(record.id)
+    assert json.loads((folder / "plan.json").read_text())["draft_min_agreement"] == env.settings.draft_min_agreement
+    assert json.loads((folder / "eval_spec.json").read_text())["min_agreement"] == env.settings.draft_min_agreement > 0
 
     version = ModelVersionRepository(env.db).promoted()
     assert version is not None and version == details.version and version.round_id == record.id

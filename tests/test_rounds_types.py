@@ -33,7 +33,11 @@ def test_the_evaluation_worker_reads_and_writes_the_shapes_the_round_writes_and_
                           max_new_tokens=8)
     data = spec.to_dict()
     assert data["models"]["candidate"] == {"base": str(tmp_path / "base"), "adapter": str(tmp_path / "lora")}
-    assert EvaluationSpec.from_dict(data) == spec
+    assert EvaluationSpec.from_dict(data) == spec and spec.min_agreement == 0.0
+    # the app's drafting operating point travels to the worker; a spec written before it had one reads as greedy
+    strict = EvaluationSpec(spec.heldout, spec.served, spec.candidate, max_new_tokens=8, min_agreement=0.5)
+    assert EvaluationSpec.from_dict(strict.to_dict()) == strict
+    assert EvaluationSpec.from_dict({k: v for k, v in strict.to_dict().items() if k != "min_agreement"}) == spec
     evaluation = Evaluation(ModelScores({"macro_f1_14": 0.4}), ModelScores({"macro_f1_14": 0.5}, [{"study_id": "s"}]))
     assert Evaluation.from_dict(evaluation.to_dict()) == evaluation
 

@@ -18,6 +18,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="sampled drafts used to score each sentence's confidence (default 4; 0 for none)")
     parser.add_argument("--max-new-tokens", type=int, default=192, metavar="N", help="longest draft in tokens")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampled drafts")
+    parser.add_argument("--min-agreement", type=float, default=None, metavar="SHARE",
+                        help="leave out a sentence stating a finding that fewer than this share of the samples state "
+                             "(default ORAPO_DRAFT_MIN_AGREEMENT, as the app drafts; 0 for the greedy draft as it is)")
     parser.add_argument("--json", action="store_true", help="print the draft and its provenance as JSON")
 
 
@@ -42,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.image).is_file():
         raise OrapoError("image_not_found", f"There is no file {args.image}.")
     image = ingest_path(args.image, secret=secrets.token_hex(16), max_pixels=settings.max_pixels)
-    drafter = Drafter.from_dir(model_dir, args.adapter, model_version=args.adapter and Path(args.adapter).name)
+    agreement = settings.draft_min_agreement if args.min_agreement is None else args.min_agreement
+    drafter = Drafter.from_dir(model_dir, args.adapter, model_version=args.adapter and Path(args.adapter).name,
+                               min_agreement=agreement)
     draft = drafter.draft(image.display, samples=args.samples, max_new_tokens=args.max_new_tokens, seed=args.seed)
     if args.json:
         print(json.dumps(draft.to_dict(), indent=2, default=str))
@@ -52,5 +57,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {sentence['confidence']:.2f}  {sentence['text']}")
     for fact in draft.flagged:
         print(f"  flagged: {fact}")
+    for sentence in draft.withheld:
+        print(f"  left out (too few samples said it): {sentence}")
     print(f"({draft.model_name}, prompt {draft.prompt_version}, {draft.latency_ms:.0f} ms)")
     return 0

@@ -1,11 +1,12 @@
-"""Evaluate a model's greedy drafts with the clinical-efficacy metrics of the field.
+"""Evaluate a model's drafts with the clinical-efficacy metrics of the field.
 
 14- and 5-observation micro/macro precision, recall and F1 (uncertain counted as
 positive), per-class F1, mean report length and the mean FactS reward, on a
 dataset in any layout `orapo_core.data.load_dataset` reads. Drafts are greedy,
-`--batch-size` images per `generate` (the same texts as one by one), scored by
-`orapo_core.models.evaluate.evaluate_drafter`, as the rounds' gate and the
-benchmarks score them. Without `--model` or ORAPO_MODEL_DIR the starter is
+`--batch-size` images per `generate` (the same texts as one by one), with the
+findings fewer than `--min-agreement` of 4 samples state left out, as the app
+drafts (ORAPO_DRAFT_MIN_AGREEMENT; 0: the greedy drafts as they are), scored by
+`orapo_core.models.evaluate.evaluate_drafter`, as the rounds' gate scores them. Without `--model` or ORAPO_MODEL_DIR the starter is
 evaluated (copied from `assets/starter/` into a fresh data folder).
 """
 
@@ -23,6 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--batch-size", type=int, default=8, metavar="N",
                         help="images drafted per generate call (default 8; the greedy texts do not depend on it)")
+    parser.add_argument("--min-agreement", type=float, default=None, metavar="SHARE",
+                        help="the drafts' operating point (default ORAPO_DRAFT_MIN_AGREEMENT, as the app drafts; 0: greedy)")
     parser.add_argument("--json", dest="json_out", default=None, help="write metrics and predictions to this JSON file")
 
 
@@ -44,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
     records = [r for r in records if r.image_paths][: args.limit]
     if not records:
         raise OrapoError("no_studies", "The dataset has no studies with images to evaluate (check --data and --split).")
-    drafter = Drafter.from_dir(resolve_model_dir(args.model), args.adapter)
+    from orapo_core.config import Settings
+
+    agreement = Settings().draft_min_agreement if args.min_agreement is None else args.min_agreement
+    drafter = Drafter.from_dir(resolve_model_dir(args.model), args.adapter, min_agreement=agreement)
 
     def progress(done: int, total: int) -> None:
         print(f"\r{done}/{total} studies", end="", file=sys.stderr, flush=True)
@@ -53,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
                               progress=progress)
     print(file=sys.stderr)
     m = result.metrics
-    print(f"studies: {m['n_reports']}")
+    print(f"studies: {m['n_reports']}" + (f" (findings kept where >= {agreement:g} of 4 samples state them)"
+                                          if agreement else " (greedy drafts)"))
     for k in ("14", "5"):
         print(f"{k} observations: macro P/R/F1 {m[f'macro_precision_{k}']:.3f}/{m[f'macro_recall_{k}']:.3f}/{m[f'macro_f1_{k}']:.3f}"
               f"  micro P/R/F1 {m[f'micro_precision_{k}']:.3f}/{m[f'micro_recall_{k}']:.3f}/{m[f'micro_f1_{k}']:.3f}")

@@ -157,7 +157,8 @@ class ModelRegistry:
             if not base.views():
                 self._bases.pop(folder, None)
             raise
-        return Drafter(loaded, model_version=served.name, lock=base.lock)
+        return Drafter(loaded, model_version=served.name, lock=base.lock,
+                       min_agreement=self._settings.draft_min_agreement)
 
     def _release(self, evicted: list[tuple[str, Any]]) -> None:
         """Unload the adapters of evicted versions from their shared bases, and bases no resident version uses
@@ -268,7 +269,8 @@ def draft_study(db, settings: Settings, registry: ModelRegistry, user: UserRecor
         record = DraftRepository(session).create(
             overview.study.id, model_name=draft.model_name, prompt=draft.prompt, text=draft.text,
             sampling={**draft.sampling, "prompt_version": draft.prompt_version, "model_version": served.name},
-            facts={"flagged": draft.flagged}, sentence_scores=draft.sentences, latency_ms=int(draft.latency_ms),
+            facts={"flagged": draft.flagged, "withheld": list(getattr(draft, "withheld", []) or [])},
+            sentence_scores=draft.sentences, latency_ms=int(draft.latency_ms),
             model_version_id=served.version_id, created_by=user.id,
             image_features=getattr(draft, "image_features", None),
         )

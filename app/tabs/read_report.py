@@ -110,13 +110,16 @@ def _missed_md(hl: reports.Highlights) -> str:
     """The legend of the mode shown, and (after editing) the findings the draft missed."""
     chips = " ".join(f'<span class="orapo-chip" style="background:{color}">{label}</span> {meaning}'
                      for label, color, meaning in hl.legend())
+    # what the model said greedily but too few of its samples repeated: not in the draft, shown so it is not lost
+    left_out = ("**Left out of the draft** (too few of the model's samples said it): "
+                + " ".join(f"*{s}*" for s in hl.withheld) + "\n\n") if hl.withheld else ""
     if hl.mode != "facts":
-        return (f"**Before your edit:** the share of the model's samples that agree with each sentence: {chips}. "
-                "Edit the report to check the draft against it.")
+        return (f"{left_out}**Before your edit:** the share of the model's samples that agree with each sentence: "
+                f"{chips}. Edit the report to check the draft against it.")
     # what the reader must act on first (the panel scrolls): what was missed, why sentences are contradicted
     missed = ", ".join(hl.missed) if hl.missed else "none"
     why = "".join(f"\n- *{sentence}* {reason}" for sentence, reason in hl.reasons)
-    return (f"**Missed by the draft:** {missed}\n\n" + (f"**Contradicted:**{why}\n\n" if why else "")
+    return (f"**Missed by the draft:** {missed}\n\n" + (f"**Contradicted:**{why}\n\n" if why else "") + left_out
             + f"**Checked against your report:** {chips}.")
 
 

@@ -5,7 +5,7 @@ torch. `extract_facts` is the rule-based extractor; `LLMFactExtractor` (in
 `orapo_core.facts.llm`) is the optional one behind the same `extract` interface.
 """
 
-from orapo_core.facts.consistency import SelfConsistency, self_consistency
+from orapo_core.facts.consistency import SelfConsistency, keep_agreed, self_consistency
 from orapo_core.facts.extract import Fact, ReportFacts, extract_facts, label_report, labels_from_facts
 from orapo_core.facts.labels import normalize_labels
 from orapo_core.facts.reward import facts_reward, make_facts_reward
@@ -22,6 +22,7 @@ __all__ = [
     "SentenceScore",
     "extract_facts",
     "facts_reward",
+    "keep_agreed",
     "label_report",
     "labels_from_facts",
     "make_facts_reward",

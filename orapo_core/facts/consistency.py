@@ -68,3 +68,35 @@ def self_consistency(greedy_text: str, sample_texts: list[str], *, flag_below: f
         sentences.append(SentenceConfidence(s.index, s.text, s.start, s.end, confidence, agreements))
     flagged.sort(key=lambda item: (item.agreement, item.fact.start))
     return SelfConsistency(n, sentences, flagged)
+
+
+def keep_agreed(greedy_text: str, sample_texts: list[str], min_agreement: float) -> str:
+    """`greedy_text` without the sentences asserting a finding that fewer than `min_agreement` of the samples assert.
+
+    An operating point for the drafts' findings: a sentence whose positive or uncertain fact too few samples repeat
+    is left out (a denial is kept whatever the samples say), so the draft says less and is right more often. The
+    report keeps the reference layout (`report_layout.report_text`), a section left empty is left out, and with no
+    samples, or `min_agreement` 0, the text is returned as it is.
+    """
+    return split_agreed(greedy_text, sample_texts, min_agreement)[0]
+
+
+def split_agreed(greedy_text: str, sample_texts: list[str], min_agreement: float) -> tuple[str, list[str]]:
+    """(`keep_agreed`'s text, the sentences it left out, in order)."""
+    from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
+
+    if not sample_texts or min_agreement <= 0 or not greedy_text:
+        return greedy_text, []
+    scored = self_consistency(greedy_text, sample_texts)
+    drop = [s for s in scored.sentences
+            if any(f.fact.polarity != NEGATIVE and f.agreement < min_agreement for f in s.facts)]
+    if not drop:
+        return greedy_text, []
+    kept, cursor = [], 0
+    for s in drop:
+        kept.append(greedy_text[cursor:s.start])
+        cursor = s.end
+    kept.append(greedy_text[cursor:])
+    text = "".join(kept)
+    text = report_text(*split_report(text)) if has_sections(greedy_text) else normalize_space(text)
+    return text, [s.text for s in drop]

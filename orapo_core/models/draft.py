@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,8 @@ class Draft:
     latency_ms: float
     # what the language model was shown of the image, pooled (orapo_core.models.features); None when not captured
     image_features: list[float] | None = None
+    # the greedy sentences left out of `text` because too few samples asserted their finding (`min_agreement`)
+    withheld: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -76,8 +78,15 @@ class Drafter:
         prompt: str = REPORT_PROMPT,
         max_side: int | None = DEFAULT_MAX_SIDE,
         lock: threading.Lock | None = None,
+        min_agreement: float = 0.0,
     ):
+        if not 0.0 <= min_agreement <= 1.0:
+            raise OrapoError("draft_invalid",
+                             f"The sample agreement a finding needs must lie between 0 and 1, not {min_agreement}.")
         self.loaded = loaded
+        # 0: the draft is the greedy text; above 0, a sentence asserting a finding that fewer than this share of
+        # the draft's samples assert is left out of it (orapo_core.facts.keep_agreed; ORAPO_DRAFT_MIN_AGREEMENT)
+        self.min_agreement = float(min_agreement)
         self.model_version = model_version
         self.prompt = prompt
         self.max_side = max_side
@@ -176,15 +185,20 @@ class Drafter:
         `settings` are the draft's sampling settings; `batch_size`, the most drafts decoded alongside it
         (recorded when above 1); `generated_s`, the decoding time, to which this scoring's time is added;
         `image_features`, the image's pooled merged tokens when the decoder captured them."""
+        from orapo_core.facts.consistency import split_agreed
+
         scoring = time.perf_counter()
-        sentences, flagged = score_self_consistency(greedy, sampled) if sampled else ([], [])
+        text, withheld = split_agreed(greedy, sampled, self.min_agreement) if sampled else (greedy, [])
+        sentences, flagged = score_self_consistency(text, sampled) if sampled else ([], [])
         sampling = {"samples": settings["samples"], "max_new_tokens": settings["max_new_tokens"],
                     "temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": 0,
                     "seed": settings["seed"]}
+        if self.min_agreement and sampled:
+            sampling["min_agreement"] = self.min_agreement
         if batch_size > 1:
             sampling["batch_size"] = batch_size
         return Draft(
-            text=greedy,
+            text=text,
             samples=sampled,
             sentences=sentences,
             flagged=flagged,
@@ -195,6 +209,7 @@ class Drafter:
             sampling=sampling,
             latency_ms=round((generated_s + time.perf_counter() - scoring) * 1000, 1),
             image_features=image_features,
+            withheld=withheld,
         )
 
     def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed) -> list[tuple[str, list[str]]]:

@@ -25,6 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
+DRAFT_SAMPLES = 4  # the app's samples per draft (app.services.drafting.DRAFT_SAMPLES)
+
+
 @dataclass
 class EvaluationResult:
     metrics: dict
@@ -50,45 +53,78 @@ def evaluate_drafter(
     facts_beta: float = 1.0,
     images: Sequence | None = None,
     progress: Callable[[int, int], None] | None = None,
+    samples: int = 0,
 ) -> EvaluationResult:
     """Draft each record's first image greedily and score the drafts (14 and 5 observations, FactS reward).
 
     `batch_size` images share one `generate` (1: one by one; the texts are the same). `images`, if given, are
     the records' first images already decoded by `load_study_image`, for a caller that evaluates the same
-    studies again and again (the ablation, at every checkpoint).
+    studies again and again (the ablation, at every checkpoint). `samples` > 0 also draws that many sampled
+    drafts per image (the app's drafting settings, seed 0) and keeps them in each prediction row as
+    `samples`; the greedy drafts are scored either way (`rescore` scores them another way, e.g. `keep_agreed`).
+    A drafter with a `min_agreement` drafts as the app does with one (`ORAPO_DRAFT_MIN_AGREEMENT`): with the
+    app's 4 samples unless `samples` says how many, its findings too few of them assert left out.
     """
-    from orapo_core.facts import label_report, score_report
-    from orapo_core.facts.metrics import clinical_efficacy
-
+    if getattr(drafter, "min_agreement", 0.0) and not samples:
+        samples = DRAFT_SAMPLES
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     records = list(records)
     if images is not None and len(images) != len(records):
         raise ValueError(f"{len(images)} images for {len(records)} records")
-    predicted, reference, texts, rewards, rows = [], [], [], [], []
     started = time.perf_counter()
+    drafted: list[tuple] = []
     with _eval_mode(drafter.loaded.model):
         for start in range(0, len(records), batch_size):
             chunk = records[start : start + batch_size]
             pictures = (list(images[start : start + batch_size]) if images is not None
                         else [load_study_image(r.image_paths[0]) for r in chunk])
-            drafts = drafter.draft_many(pictures, samples=0, max_new_tokens=max_new_tokens)
-            for record, draft in zip(chunk, drafts, strict=True):
-                labels = label_report(draft.text)
-                ref = record.labels if any(v is not None for v in record.labels.values()) else label_report(record.report)
-                score = score_report(draft.text, labels=ref, beta=facts_beta)
-                predicted.append(labels)
-                reference.append(ref)
-                texts.append(draft.text)
-                rewards.append(score.facts_score)
-                rows.append({"study_id": record.study_id, "draft": draft.text, "labels": labels, "reference": ref,
-                             "facts_score": score.facts_score})
+            drafts = drafter.draft_many(pictures, samples=samples, max_new_tokens=max_new_tokens)
+            drafted.extend((record, draft.text, draft.samples) for record, draft in zip(chunk, drafts, strict=True))
             if progress:
-                progress(len(rows), len(records))
+                progress(len(drafted), len(records))
+    result = _score([(record, text) for record, text, _ in drafted], facts_beta)
+    if samples:
+        for row, (_, _, sampled) in zip(result.predictions, drafted, strict=True):
+            row["samples"] = list(sampled)
+    result.metrics["seconds"] = time.perf_counter() - started
+    return result
+
+
+def rescore(result: EvaluationResult, records: Sequence, text_of: Callable[[dict], str], *,
+            facts_beta: float = 1.0) -> EvaluationResult:
+    """`result`'s studies scored again, each draft replaced by `text_of(its prediction row)`.
+
+    The same scoring as `evaluate_drafter`, for another reading of the same decoding: e.g. the greedy drafts
+    with the findings too few samples repeat left out (`orapo_core.facts.keep_agreed`), at several thresholds,
+    from one drafting pass. `records` are the ones `result` was made from, in order.
+    """
+    records = list(records)
+    if len(records) != len(result.predictions):
+        raise ValueError(f"{len(records)} records for {len(result.predictions)} predictions")
+    return _score([(record, text_of(row)) for record, row in zip(records, result.predictions, strict=True)],
+                  facts_beta)
+
+
+def _score(drafts: Sequence[tuple], facts_beta: float) -> EvaluationResult:
+    """(record, draft text) pairs labelled by FactS against each record's reference: metrics and rows."""
+    from orapo_core.facts import label_report, score_report
+    from orapo_core.facts.metrics import clinical_efficacy
+
+    predicted, reference, texts, rewards, rows = [], [], [], [], []
+    for record, text in drafts:
+        labels = label_report(text)
+        ref = record.labels if any(v is not None for v in record.labels.values()) else label_report(record.report)
+        score = score_report(text, labels=ref, beta=facts_beta)
+        predicted.append(labels)
+        reference.append(ref)
+        texts.append(text)
+        rewards.append(score.facts_score)
+        rows.append({"study_id": record.study_id, "draft": text, "labels": labels, "reference": ref,
+                     "facts_score": score.facts_score})
     metrics = clinical_efficacy(predicted, reference, texts=texts)
     scored = [r for r in rewards if r is not None]
     metrics["facts_reward_mean"] = sum(scored) / len(scored) if scored else None
-    metrics["seconds"] = time.perf_counter() - started
     return EvaluationResult(metrics=metrics, predictions=rows)
 
 

@@ -62,6 +62,7 @@ class RoundPlan:
     started_by: int | None
     trigger: str = "manual"
     gate_untrusted: str | None = None  # why the held-out set may not decide alone (see `gate.decide`), or None
+    draft_min_agreement: float = 0.0  # the app's ORAPO_DRAFT_MIN_AGREEMENT when the round began: the gate drafts so
 
     @property
     def output_dir(self) -> Path:
@@ -73,7 +74,8 @@ class RoundPlan:
                 "overrides": self.overrides, "policy": self.policy.model_dump(), "served": self.served.to_dict(),
                 "correction_ids": self.correction_ids, "pair_ids": self.pair_ids, "study_ids": self.study_ids,
                 "max_steps": self.max_steps, "actor": getattr(self.actor, "username", self.actor),
-                "started_by": self.started_by, "trigger": self.trigger, "gate_untrusted": self.gate_untrusted}
+                "started_by": self.started_by, "trigger": self.trigger, "gate_untrusted": self.gate_untrusted,
+                "draft_min_agreement": self.draft_min_agreement}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoundPlan:
@@ -81,7 +83,8 @@ class RoundPlan:
                    RoundPolicy.model_validate(data.get("policy") or {}), ServedModel.from_dict(data["served"]),
                    list(data.get("correction_ids") or []), list(data.get("pair_ids") or []),
                    list(data.get("study_ids") or []), int(data.get("max_steps") or 1), data.get("actor") or "rounds",
-                   data.get("started_by"), data.get("trigger") or "manual", data.get("gate_untrusted"))
+                   data.get("started_by"), data.get("trigger") or "manual", data.get("gate_untrusted"),
+                   float(data.get("draft_min_agreement") or 0.0))
 
 
 PLAN_FILE = "plan.json"
@@ -117,23 +120,27 @@ class RunningRound:
 
 @dataclass(frozen=True)
 class EvaluationSpec:
-    """What the evaluation worker drafts: both models, greedily, on the round's held-out set (heldout.json)."""
+    """What the evaluation worker drafts: both models, on the round's held-out set (heldout.json), as the app drafts:
+    greedily, and with `min_agreement` above 0 the findings too few of 4 samples assert left out."""
 
     heldout: Path
     served: Weights
     candidate: Weights
     max_new_tokens: int = 160
     batch_size: int = 8
+    min_agreement: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"heldout": str(self.heldout), "max_new_tokens": self.max_new_tokens, "batch_size": self.batch_size,
+                "min_agreement": self.min_agreement,
                 "models": {"served": self.served.to_dict(), "candidate": self.candidate.to_dict()}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvaluationSpec:
         models = data["models"]
         return cls(Path(data["heldout"]), Weights.from_dict(models["served"]), Weights.from_dict(models["candidate"]),
-                   int(data.get("max_new_tokens", 160)), int(data.get("batch_size", 8)))
+                   int(data.get("max_new_tokens", 160)), int(data.get("batch_size", 8)),
+                   float(data.get("min_agreement") or 0.0))
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,8 @@ class SelectData:
                          served=served, correction_ids=summary.correction_ids, pair_ids=summary.pair_ids,
                          study_ids=selection.study_ids, max_steps=estimate_steps(merged_values, selection.n_training_rows),
                          actor=actor or record.trigger, started_by=record.started_by, trigger=record.trigger,
-                         gate_untrusted=untrusted_heldout(heldout, served, policy.min_heldout))
+                         gate_untrusted=untrusted_heldout(heldout, served, policy.min_heldout),
+                         draft_min_agreement=self.settings.draft_min_agreement)
         rounds = RoundRepository(self.db)
         rounds.transition(record.id, "running", actor=plan.actor, metrics=RoundMetrics.update(
             phase="preparing", supervisor_pid=os.getpid(), selection=summary, heldout=heldout.summary(),
@@ -308,7 +309,7 @@ class Evaluate:
         self.watch.log(plan.round_id, "training finished; evaluating on the held-out set", progress=0.85,
                        metrics=RoundMetrics.update(phase="evaluating"))
         spec = EvaluationSpec(plan.round_dir / "heldout.json", Weights.of(plan.served), candidate,
-                              max_new_tokens=plan.policy.eval_max_new_tokens)
+                              max_new_tokens=plan.policy.eval_max_new_tokens, min_agreement=plan.draft_min_agreement)
         if self.evaluator is not None:
             return self.evaluator(spec)
         if not plan.policy.evaluate_in_subprocess:

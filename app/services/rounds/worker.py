@@ -17,7 +17,8 @@ from app.services.rounds.plan import Evaluation, EvaluationSpec, ModelScores, We
 
 
 def evaluate_models(spec: EvaluationSpec, progress=None) -> Evaluation:
-    """Greedy drafts of the served model and the candidate on the held-out set, scored by `evaluate_drafter`."""
+    """The served model's and the candidate's drafts on the held-out set, scored by `evaluate_drafter`: greedy, with
+    the findings too few samples assert left out when the spec's `min_agreement` (the app's) asks for it."""
     import gc
 
     from app.services.rounds.data import HeldoutSet
@@ -28,7 +29,7 @@ def evaluate_models(spec: EvaluationSpec, progress=None) -> Evaluation:
     scores: dict[str, ModelScores] = {}
     models: dict[str, Weights] = {"served": spec.served, "candidate": spec.candidate}
     for name, weights in models.items():
-        drafter = Drafter.from_dir(weights.base, weights.adapter, model_version=name)
+        drafter = Drafter.from_dir(weights.base, weights.adapter, model_version=name, min_agreement=spec.min_agreement)
         result = evaluate_drafter(drafter, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
                                   progress=(lambda done, total, n=name: progress(n, done, total)) if progress else None)
         scores[name] = ModelScores(result.metrics, [{k: p[k] for k in ("study_id", "draft", "facts_score")}
