@@ -17,7 +17,9 @@ references: PhantomCXR's own labels).
     .venv/bin/python benchmarks/bench_round_story.py [--finding pneumothorax] [--json OUT.json]
     orapo bench round_story
 
-Goals (issue 11): promoted; recall >= 0.6; FPR <= 0.05; macro-F1 not lower; round <= 30 min on 2 cores.
+Goals (issue 11): promoted; recall >= 0.6; FPR <= 0.05; macro-F1 not lower; round <= 30 min on 2 cores; read
+from the drafts the app shows: at its operating point ORAPO_DRAFT_MIN_AGREEMENT, whose 4 samples per draft also
+give, with `--agreement` or a non-zero operating point, the scores at 1 to 4 of 4 from the same drafts.
 """
 
 from __future__ import annotations

@@ -93,6 +93,13 @@ class DraftRecord:
     created_at: datetime
     image_features: list[float] | None = None
 
+    @property
+    def withheld(self) -> list[str]:
+        """The sentences the model said greedily but left out of the draft: too few of its samples said them
+        (ORAPO_DRAFT_MIN_AGREEMENT)."""
+        facts = self.facts if isinstance(self.facts, dict) else {}
+        return [str(s) for s in facts.get("withheld") or []]
+
 
 @dataclass(frozen=True)
 class CorrectionRecord:

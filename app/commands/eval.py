@@ -6,8 +6,9 @@ dataset in any layout `orapo_core.data.load_dataset` reads. Drafts are greedy,
 `--batch-size` images per `generate` (the same texts as one by one), with the
 findings fewer than `--min-agreement` of 4 samples state left out, as the app
 drafts (ORAPO_DRAFT_MIN_AGREEMENT; 0: the greedy drafts as they are), scored by
-`orapo_core.models.evaluate.evaluate_drafter`, as the rounds' gate scores them. Without `--model` or ORAPO_MODEL_DIR the starter is
-evaluated (copied from `assets/starter/` into a fresh data folder).
+`orapo_core.models.evaluate.evaluate_drafter`, as the rounds' gate scores them.
+Without `--model` or ORAPO_MODEL_DIR the starter is evaluated (copied from
+`assets/starter/` into a fresh data folder).
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ the next round.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from db.records import CorrectionRecord, DraftRecord, StudyOverview, UserRecord
@@ -71,8 +70,7 @@ class Highlights:
     mode: str = "confidence"  # 'confidence' before editing, 'facts' after
     color_map: dict[str, str] = field(default_factory=dict)  # the colour of every label in `spans`
     reasons: list[tuple[str, str]] = field(default_factory=list)  # (draft sentence, why it is contradicted)
-    # greedy sentences left out of the draft: too few of its samples stated their finding (ORAPO_DRAFT_MIN_AGREEMENT)
-    withheld: list[str] = field(default_factory=list)
+    withheld: list[str] = field(default_factory=list)  # sentences left out of the draft (DraftRecord.withheld)
 
     @property
     def title(self) -> str:
@@ -90,16 +88,15 @@ class Highlights:
 def confidence_highlights(draft: DraftRecord) -> Highlights:
     sentences = draft.sentence_scores or []
     if not sentences:  # a draft made with samples=0 has no confidences
-        return Highlights([(draft.text, None)], withheld=withheld_sentences(draft))
+        return Highlights([(draft.text, None)], withheld=draft.withheld)
     spans: list[tuple[str, str | None]] = []
     colors: dict[str, str] = {}
     for s in sentences:
         confidence = float(s["confidence"])
         label = confidence_label(confidence)
         colors[label] = confidence_color(confidence)
-        spans.append((s["text"], label))
-        spans.append((" ", None))
-    return Highlights(spans[:-1], color_map=colors, withheld=withheld_sentences(draft))
+        spans += [(s["text"], label), (" ", None)]
+    return Highlights(spans[:-1], color_map=colors, withheld=draft.withheld)
 
 
 def facts_highlights(draft_text: str, corrected_text: str) -> Highlights:
@@ -134,13 +131,7 @@ def contradiction_reason(judgement) -> str:
 def highlights_for(draft: DraftRecord, edited_text: str | None) -> Highlights:
     if edited_text is None or same_text(edited_text, draft.text):
         return confidence_highlights(draft)
-    return dataclasses.replace(facts_highlights(draft.text, edited_text), withheld=withheld_sentences(draft))
-
-
-def withheld_sentences(draft: DraftRecord) -> list[str]:
-    """The sentences the model said greedily but left out of `draft`, since too few of its samples said them."""
-    facts = draft.facts if isinstance(draft.facts, dict) else {}
-    return [str(s) for s in facts.get("withheld") or []]
+    return replace(facts_highlights(draft.text, edited_text), withheld=draft.withheld)
 
 
 def rescore(db, draft_id: int, edited_text: str | None) -> Highlights:

@@ -2,9 +2,13 @@
 
 The same function serves `orapo eval`, the rounds' held-out gate and the
 benchmarks (the ablation included), so a number in the admin tab and a number
-in the README mean the same thing: greedy drafts (no samples), labelled by the
-FactS labeler, against each study's reference labels (given by the dataset, or
-FactS labels of its reference report), uncertain counted as positive.
+in the README mean the same thing: greedy drafts, labelled by the FactS
+labeler, against each study's reference labels (given by the dataset, or FactS
+labels of its reference report), uncertain counted as positive. A drafter with
+a `min_agreement` (the app's ORAPO_DRAFT_MIN_AGREEMENT, which the gate and
+`orapo eval` pass on) also draws the app's 4 samples per draft and leaves out
+the findings too few of them state, as the app's drafts do; the ablation
+drafts greedily (its drafters have none), to compare training methods.
 
 Drafts are decoded `batch_size` images at a time through
 `Drafter.draft_many(samples=0)` (one running batch: left-padded prompts with
