@@ -25,7 +25,7 @@ class Settings(BaseSettings):
     deid_secret: str | None = Field(default=None, description="Secret salt for hashed UIDs and date shifts; default a random one kept in the data folder.")
     max_pixels: int = Field(default=50_000_000, description="Images over this many pixels are refused (decompression bombs).")
     draft_min_agreement: float = Field(
-        default=0.5, ge=0.0, le=1.0,
+        default=0.0, ge=0.0, le=1.0,
         description="Share of a draft's 4 samples that must also assert a finding for its sentence to stay in the draft "
                     "(0: the greedy draft as it is); the rounds' gate scores drafts the same way.")
 

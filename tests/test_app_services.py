@@ -112,6 +112,7 @@ def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
     assert lung != drafting.preset(view, "bone")
     assert drafting.render(view, *lung, zoom=2.0).shape == (view.pixels.shape[0] // 2, view.pixels.shape[1] // 2)
 
+    settings = settings.model_copy(update={"draft_min_agreement": 0.5})  # a site that drafts at 2 of 4
     registry = drafting.ModelRegistry(settings, db)
     steps = []
     draft = drafting.draft_study(db, settings, registry, rad, outcome.study_id, samples=2,
