@@ -39,9 +39,7 @@ from app.settings import web_settings
 from db.records import ImageRecord, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
-
-#: How many sampled drafts measure each sentence's confidence (self-consistency).
-DRAFT_SAMPLES = 4
+from orapo_core.models.draft import DRAFT_SAMPLES  # how many samples measure each sentence's confidence
 
 log = logging.getLogger("orapo.drafting")
 

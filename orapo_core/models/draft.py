@@ -40,6 +40,8 @@ from orapo_core.models.prompt import PROMPT_VERSION, REPORT_PROMPT, render_promp
 # Radiographs are often 3000 px a side; a VLM's own resize would keep far more
 # visual tokens than a report needs, and those tokens dominate CPU latency.
 DEFAULT_MAX_SIDE = 1024
+#: How many sampled drafts measure each sentence's confidence (self-consistency), in the app and its gate.
+DRAFT_SAMPLES = 4
 
 log = logging.getLogger("orapo.draft")
 
@@ -188,7 +190,7 @@ class Drafter:
         from orapo_core.facts.consistency import split_agreed
 
         scoring = time.perf_counter()
-        text, withheld = split_agreed(greedy, sampled, self.min_agreement) if sampled else (greedy, [])
+        text, withheld = split_agreed(greedy, sampled, self.min_agreement)
         sentences, flagged = score_self_consistency(text, sampled) if sampled else ([], [])
         sampling = {"samples": settings["samples"], "max_new_tokens": settings["max_new_tokens"],
                     "temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": 0,

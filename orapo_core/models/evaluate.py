@@ -29,9 +29,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
-DRAFT_SAMPLES = 4  # the app's samples per draft (app.services.drafting.DRAFT_SAMPLES)
-
-
 @dataclass
 class EvaluationResult:
     metrics: dict
@@ -65,11 +62,14 @@ def evaluate_drafter(
     the records' first images already decoded by `load_study_image`, for a caller that evaluates the same
     studies again and again (the ablation, at every checkpoint). `samples` > 0 also draws that many sampled
     drafts per image (the app's drafting settings, seed 0) and keeps them in each prediction row as
-    `samples`; the greedy drafts are scored either way (`rescore` scores them another way, e.g. `keep_agreed`).
-    A drafter with a `min_agreement` drafts as the app does with one (`ORAPO_DRAFT_MIN_AGREEMENT`): with the
-    app's 4 samples unless `samples` says how many, its findings too few of them assert left out.
+    `samples`; a drafter without a `min_agreement` still scores its greedy drafts (`rescore` scores the same
+    decoding another way, e.g. `keep_agreed`). A drafter with one drafts as the app does with
+    `ORAPO_DRAFT_MIN_AGREEMENT`: with the app's 4 samples unless `samples` says how many, and the text scored
+    is the greedy draft with the findings too few of them assert left out.
     """
     if getattr(drafter, "min_agreement", 0.0) and not samples:
+        from orapo_core.models.draft import DRAFT_SAMPLES
+
         samples = DRAFT_SAMPLES
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
