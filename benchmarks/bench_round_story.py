@@ -129,7 +129,24 @@ def _rates(result, n_positive: int, finding: str) -> dict:
     neg = said[n_positive:]
     return {"recall": sum(pos) / len(pos), "false_positive_rate": sum(neg) / len(neg),
             "macro_f1_14": result.metrics["macro_f1_14"], "macro_precision_14": result.metrics.get("macro_precision_14"),
-            "macro_recall_14": result.metrics.get("macro_recall_14"), "n_positive": len(pos), "n_negative": len(neg)}
+            "macro_recall_14": result.metrics.get("macro_recall_14"), "n_positive": len(pos), "n_negative": len(neg),
+            **false_positives_by_finding(result.predictions[n_positive:], neg)}
+
+
+def false_positives_by_finding(rows: list[dict], said: list[bool]) -> dict:
+    """Where the false positives are: on the studies without the finding, [false positives, studies] among the
+    normal ones (no other finding present in the reference) and among those with each other finding."""
+    normal, by_finding = [0, 0], {}
+    for row, positive in zip(rows, said):
+        present = [k for k, v in (row.get("reference") or {}).items() if v == 1 and k != "No Finding"]
+        for key in present:
+            counts = by_finding.setdefault(key, [0, 0])
+            counts[0] += positive
+            counts[1] += 1
+        if not present:
+            normal[0] += positive
+            normal[1] += 1
+    return {"false_positives_on_normal": normal, "false_positives_by_finding": dict(sorted(by_finding.items()))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpo-from-round", type=int, default=None, metavar="ID",
                         help="in an existing --data-dir: train GRPO (oracle_mode none) on round ID's own train.csv with "
                              "its recipe and step budget, and score it on the same test studies (OraPO vs GRPO)")
+    parser.add_argument("--rescore-round", type=int, default=None, metavar="ID",
+                        help="in an existing --data-dir (same --seed): score round ID's candidate and the model it "
+                             "started from again on the same test studies, with no new round (e.g. for the false "
+                             "positives' breakdown by the negatives' other findings)")
     parser.add_argument("--agreement", action="store_true",
                         help="also score both models' drafts at operating points of sample agreement (the app's 4 "
                              "samples; a finding's sentence kept where at least 1-4 of them assert it too)")
@@ -166,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.grpo_from_round is not None:
         return grpo_comparison(args)
+    if args.rescore_round is not None:
+        return rescore_round(args)
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="orapo-story-"))
     settings = Settings(data_dir=data_dir)
     os.environ["ORAPO_DATA_DIR"] = str(data_dir)  # the round's child processes read the same folder
@@ -284,6 +307,38 @@ def grpo_comparison(args) -> int:
     r = result["grpo"]
     print(f"GRPO, same rows and steps as round {record.id}: recall {r['recall']:.3f}, false-positive rate "
           f"{r['false_positive_rate']:.3f}, macro-F1(14) {r['macro_f1_14']:.3f} ({seconds / 60:.1f} min training)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+def rescore_round(args) -> int:
+    """Round ID's candidate and its starting model, scored again on the same test studies (no training)."""
+    import os
+
+    from app.runtime import open_database
+    from app.services.served import resolve_path
+    from db import ModelVersionRepository
+    from orapo_core.config import Settings
+
+    data_dir = Path(args.data_dir)
+    settings = Settings(data_dir=data_dir)
+    os.environ["ORAPO_DATA_DIR"] = str(data_dir)
+    version = next(v for v in ModelVersionRepository(open_database(settings)).list() if v.round_id == args.rescore_round)
+    base = resolve_path(settings, version.base_model_path)
+    positives = draw(args.n_positive, args.seed + 1, args.finding, True, args.size)
+    negatives = draw(args.n_negative, args.seed + 2, args.finding, False, args.size)
+    test_dir = data_dir.parent / f"{data_dir.name}-test"
+    result = {"command": "benchmarks/bench_round_story.py " + " ".join(sys.argv[1:]), "round": args.rescore_round,
+              "before": outcome(base, None, positives, negatives, args.finding, test_dir, agreement=args.agreement),
+              "candidate": outcome(base, resolve_path(settings, version.adapter_path), positives, negatives,
+                                   args.finding, test_dir, agreement=args.agreement)}
+    for name in ("before", "candidate"):
+        r = result[name]
+        worst = sorted(r["false_positives_by_finding"].items(), key=lambda kv: -kv[1][0] / kv[1][1])[:4]
+        print(f"{name:10s} recall {r['recall']:.3f}, false-positive rate {r['false_positive_rate']:.3f} "
+              f"(normal films {r['false_positives_on_normal'][0]}/{r['false_positives_on_normal'][1]}; "
+              + ", ".join(f"with {k} {a}/{n}" for k, (a, n) in worst) + ")")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return 0
