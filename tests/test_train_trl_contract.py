@@ -28,6 +28,7 @@ HOOKS = {
     "_save_checkpoint": ("model", "trial"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
     "_get_output_dir": ("trial",),
+    "create_optimizer": ("model",),
 }
 # What the trainer reads off a constructed GRPOTrainer.
 ATTRIBUTES = ("num_generations", "num_generations_eval", "reward_weights", "ref_model", "_metrics", "temperature",

@@ -99,6 +99,15 @@ class OraPOConfig(GRPOConfig):
             "the false positives of OraPO's rounds. A well-formed report is unchanged."
         },
     )
+    finding_probe_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "Weight of the finding probes' loss (orapo_core.train.finding_probes): two linear probes on the "
+            "merged visual tokens and the last prompt state, trained with the round against the oracle report's "
+            "FactS labels, as the starter was built; 0 turns them off."
+        },
+    )
+    finding_probe_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the finding probes' own two layers."})
     metrics_jsonl: str | None = field(
         default=None,
         metadata={"help": "Where every logged step is appended as one JSON line; default: <output_dir>/metrics.jsonl."},
@@ -126,6 +135,9 @@ class OraPOConfig(GRPOConfig):
             )
         if self.dpo_beta <= 0:
             problems.append(f"dpo_beta (τ) must be > 0, got {self.dpo_beta}: DPO's usual range is 0.05-0.5")
+        if self.finding_probe_weight < 0 or self.finding_probe_lr <= 0:
+            problems.append(f"finding_probe_weight must be >= 0 (0: off) and finding_probe_lr > 0, got "
+                            f"{self.finding_probe_weight} and {self.finding_probe_lr}")
         if self.max_rejected_per_group is not None and self.max_rejected_per_group < 1:
             problems.append(
                 f"max_rejected_per_group must be >= 1 or None (all failed rollouts), got {self.max_rejected_per_group}"

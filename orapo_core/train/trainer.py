@@ -47,6 +47,7 @@ from trl.trainer.utils import pad, split_pixel_values_by_grid, unsplit_pixel_val
 
 from orapo_core.train.config import OraPOConfig
 from orapo_core.train.dataset import oracle_for
+from orapo_core.train.finding_probes import FindingProbes, finding_targets
 from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps, sft_loss
 from orapo_core.train.metrics_log import MetricsJsonlCallback
 from orapo_core.train.pairs import MinedGroup, OraclePairMiner, RolloutGroup
@@ -109,6 +110,10 @@ class OraPOTrainer(GRPOTrainer):
         self._rollout_logps: torch.Tensor | None = None
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         self.miner = miner or OraclePairMiner.from_config(args)
+        # Discarded after training; their loss trains the adapter through TRL's own forward (`_compute_loss`).
+        self.finding_probes = None
+        if args.finding_probe_weight > 0:
+            self.finding_probes = FindingProbes(self._unwrapped()).to(self.accelerator.device)
         if args.oracle_mode == "dpo" and self.ref_model is None and not is_peft_model(self._unwrapped()):
             # TRL builds no reference when beta == 0; DPO needs one: the policy as it starts the round.
             self.ref_model = self._frozen_copy(self.model)
@@ -146,20 +151,41 @@ class OraPOTrainer(GRPOTrainer):
         mined = self.mine_pairs(groups, update_state=mode == "train")
         weights = self.dpo_weights(mined)
         self._attach_oracle_rows(output, mined, weights, k, local_rows=len(inputs))
+        if self.finding_probes is not None:
+            output["orapo_finding_targets"] = torch.tensor([finding_targets(self.oracle_text(x) or "") for x in inputs],
+                                                           dtype=torch.float32, device=output["advantages"].device)
         self._log_generation_metrics(mode, mined, weights, rewards)
         return output
+
+    def create_optimizer(self, model=None):
+        # transformers' Trainer builds the optimizer from the model's trainable parameters: the finding probes are
+        # not the model's, so they join as their own group (their learning rate, no decay) before the scheduler.
+        optimizer = super().create_optimizer(model)
+        probes = list(self.finding_probes.parameters()) if self.finding_probes is not None else []
+        present = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        if probes and id(probes[0]) not in present:  # Trainer may ask twice for the same optimizer
+            optimizer.add_param_group({"params": probes, "lr": self.args.finding_probe_lr, "weight_decay": 0.0})
+        return optimizer
 
     def _compute_loss(self, model, inputs):
         # TRL's forward already scores every rollout under the policy: keep its log-probs for the rejected answers.
         self._rollout_logps = None
         self._capture_rollout_logps = self.args.oracle_mode == "dpo" and inputs.get("orapo_coef") is not None
+        probes = self.finding_probes if self.model.training and "orapo_finding_targets" in inputs else None
         try:
-            loss = super()._compute_loss(model, inputs)
+            with probes.observe() if probes is not None else contextlib.nullcontext() as seen:
+                loss = super()._compute_loss(model, inputs)
         finally:
             self._capture_rollout_logps = False
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         self._metrics[mode]["orapo/grpo_loss"].append(self.accelerator.gather(loss.detach() * accumulation).mean().item())
+        if probes is not None:
+            probe_loss, parts = probes.loss(seen, inputs, inputs["orapo_finding_targets"])
+            if probe_loss is not None:
+                loss = loss + self.args.finding_probe_weight * probe_loss / accumulation
+                for name, value in parts.items():
+                    self._metrics[mode][f"orapo/finding_probe_{name}_loss"].append(value)
         try:
             term = self.oracle_loss(model, inputs)
         finally:
