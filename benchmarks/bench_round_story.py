@@ -167,6 +167,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="in an existing --data-dir (same --seed): score round ID's candidate and the model it "
                              "started from again on the same test studies, with no new round (e.g. for the false "
                              "positives' breakdown by the negatives' other findings)")
+    parser.add_argument("--fit-verifier", action="store_true",
+                        help="with --rescore-round: first fit the finding verifier of that round's version as a round "
+                             "with finding_verifier on does (orapo_core.models.verifier.fit_round_verifier, on the "
+                             "round's own train.csv), save it beside the version's adapter, then score")
+    parser.add_argument("--state-probes", action="store_true",
+                        help="with --rescore-round: also how well a linear probe tells the test films with the finding "
+                             "from those without, from each model's merged visual token and from its text model's "
+                             "last prompt state (where the report begins), beside the drafts' own d'")
     parser.add_argument("--agreement", action="store_true",
                         help="also score both models' drafts at operating points of sample agreement (the app's 4 "
                              "samples; a finding's sentence kept where at least 1-4 of them assert it too)")
@@ -312,6 +320,69 @@ def grpo_comparison(args) -> int:
     return 0
 
 
+def d_prime(recall: float, false_positive_rate: float, n: int = 200) -> float:
+    """Binormal separability of a yes/no operating point, z(recall) + z(1 - FPR); rates clipped to 1/(2n)."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf
+    clip = 1 / (2 * n)
+    return round(z(min(max(recall, clip), 1 - clip)) + z(min(max(1 - false_positive_rate, clip), 1 - clip)), 3)
+
+
+def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, splits: int = 5) -> dict:
+    """Held-out AUC of a ridge probe (60/40, `splits` random splits: mean and std) telling `truth` from the merged
+    visual token (`orapo_core.models.features`, what drafting stores) and from the text model's last prompt state,
+    and the AUCs' binormal d' (sqrt 2 * z(AUC)), comparable with the drafts' own."""
+    from statistics import NormalDist
+
+    import torch
+    from PIL import Image
+
+    from benchmarks.bench_finding_evidence import merged_tokens
+    from benchmarks.bench_probe import ridge_probe_auc
+    from orapo_core.models.draft import Drafter
+
+    drafter = Drafter.from_dir(model_dir, adapter)
+    if hasattr(drafter.loaded.model, "merge_and_unload"):  # the merger hook needs the plain model's module names
+        drafter.loaded.model = drafter.loaded.model.merge_and_unload()
+    images = [Image.open(p).convert("RGB") for p in pictures]
+    processor, model, prompts = drafter.loaded.processor, drafter.loaded.model, []
+    for b in range(0, len(images), 50):
+        inputs = processor(text=[drafter._prompt_text] * len(images[b:b + 50]), images=images[b:b + 50],
+                           return_tensors="pt", padding=True, padding_side="left")
+        with torch.inference_mode():
+            prompts.append(model(**inputs, output_hidden_states=True).hidden_states[-1][:, -1].float().numpy())
+    out = {}
+    for what, x in (("merged_token", merged_tokens(drafter, images)), ("prompt_state", np.concatenate(prompts))):
+        aucs = []
+        for r in range(splits):
+            order = np.random.default_rng(r).permutation(len(truth))
+            aucs.append(ridge_probe_auc(x[order], truth[order][:, None], int(0.6 * len(truth)))[0])
+        mean = float(np.mean(aucs))
+        out[what] = {"auc": round(mean, 4), "auc_std": round(float(np.std(aucs)), 4),
+                     "d_prime": round(2 ** 0.5 * NormalDist().inv_cdf(min(mean, 1 - 1e-6)), 3)}
+    return out
+
+
+def fit_version_verifier(settings, round_id: int, base, adapter) -> dict:
+    """Fit and save the finding verifier of round `round_id`'s version, from the round's own train.csv and recipe."""
+    from types import SimpleNamespace
+
+    from orapo_core.models.loading import load_model
+    from orapo_core.models.verifier import describe, fit_round_verifier
+    from orapo_core.train.dataset import load_round_dataset
+
+    recipe = json.loads((Path(adapter) / "orapo_recipe.json").read_text())["script"]
+    recipe["train_csv"] = str(settings.resolved_data_dir / "rounds" / str(round_id) / "train.csv")
+    dataset = load_round_dataset(SimpleNamespace(**recipe))
+    loaded = load_model(base, adapter)
+    with loaded.using() as model:
+        verifier = fit_round_verifier(model, loaded.processor, dataset, prompt=recipe.get("prompt_text"))
+    if verifier is not None:
+        verifier.save(adapter)
+    return describe(verifier)
+
+
 def rescore_round(args) -> int:
     """Round ID's candidate and its starting model, scored again on the same test studies (no training)."""
     import os
@@ -326,6 +397,8 @@ def rescore_round(args) -> int:
     os.environ["ORAPO_DATA_DIR"] = str(data_dir)
     version = next(v for v in ModelVersionRepository(open_database(settings)).list() if v.round_id == args.rescore_round)
     base = resolve_path(settings, version.base_model_path)
+    if args.fit_verifier:
+        print(f"finding verifier: {fit_version_verifier(settings, args.rescore_round, base, resolve_path(settings, version.adapter_path))}")
     positives = draw(args.n_positive, args.seed + 1, args.finding, True, args.size)
     negatives = draw(args.n_negative, args.seed + 2, args.finding, False, args.size)
     test_dir = data_dir.parent / f"{data_dir.name}-test"
@@ -333,6 +406,15 @@ def rescore_round(args) -> int:
               "before": outcome(base, None, positives, negatives, args.finding, test_dir, agreement=args.agreement),
               "candidate": outcome(base, resolve_path(settings, version.adapter_path), positives, negatives,
                                    args.finding, test_dir, agreement=args.agreement)}
+    if args.state_probes:
+        pictures = [r.image_paths[0] for r in phantom_test_records(positives, test_dir, "pos")
+                    + phantom_test_records(negatives, test_dir, "neg")]
+        truth = np.array([1.0] * len(positives) + [0.0] * len(negatives))
+        for name, adapter in (("before", None), ("candidate", resolve_path(settings, version.adapter_path))):
+            result[name]["state_probes"] = state_separability(base, adapter, pictures, truth)
+            result[name]["state_probes"]["drafts_d_prime"] = d_prime(result[name]["recall"],
+                                                                     result[name]["false_positive_rate"])
+            print(f"{name:10s} probe AUC, finding vs not: {result[name]['state_probes']}")
     for name in ("before", "candidate"):
         r = result[name]
         worst = sorted(r["false_positives_by_finding"].items(), key=lambda kv: -kv[1][0] / kv[1][1])[:4]

@@ -83,20 +83,38 @@ def keep_agreed(greedy_text: str, sample_texts: list[str], min_agreement: float)
 
 def split_agreed(greedy_text: str, sample_texts: list[str], min_agreement: float) -> tuple[str, list[str]]:
     """(`keep_agreed`'s text, the sentences it left out, in order)."""
-    from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
-
     if not sample_texts or min_agreement <= 0 or not greedy_text:
         return greedy_text, []
     scored = self_consistency(greedy_text, sample_texts)
     drop = [s for s in scored.sentences
             if any(f.fact.polarity != NEGATIVE and f.agreement < min_agreement for f in s.facts)]
+    return _without(greedy_text, drop)
+
+
+def split_unsupported(text: str, unsupported: set[str]) -> tuple[str, list[str]]:
+    """(`text` without the sentences stating or hedging a finding of `unsupported` (CheXpert names), those
+    sentences): the finding verifier's veto (`orapo_core.models.verifier`); denials are kept."""
+    from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
+
+    if not unsupported or not text:
+        return text, []
+    report = extract_facts(text)
+    vetoed = {f.sentence_index for f in report.facts
+              if f.polarity != NEGATIVE and CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) in unsupported}
+    return _without(text, [s for s in report.sentences if s.index in vetoed])
+
+
+def _without(text: str, drop: list) -> tuple[str, list[str]]:
+    """`text` without the sentences `drop` (anything with start, end and text, in order), laid out again."""
+    from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
+
     if not drop:
-        return greedy_text, []
+        return text, []
     kept, cursor = [], 0
     for s in drop:
-        kept.append(greedy_text[cursor:s.start])
+        kept.append(text[cursor:s.start])
         cursor = s.end
-    kept.append(greedy_text[cursor:])
-    text = "".join(kept)
-    text = report_text(*split_report(text)) if has_sections(greedy_text) else normalize_space(text)
-    return text, [s.text for s in drop]
+    kept.append(text[cursor:])
+    out = "".join(kept)
+    out = report_text(*split_report(out)) if has_sections(text) else normalize_space(out)
+    return out, [s.text for s in drop]

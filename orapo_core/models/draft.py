@@ -36,6 +36,7 @@ from orapo_core.errors import OrapoError
 from orapo_core.models.decoding import ContinuousDecoder, DecodeRequest, unsupported_reason
 from orapo_core.models.loading import LoadedModel, load_model
 from orapo_core.models.prompt import PROMPT_VERSION, REPORT_PROMPT, render_prompt
+from orapo_core.models.verifier import FindingVerifier
 
 # Radiographs are often 3000 px a side; a VLM's own resize would keep far more
 # visual tokens than a report needs, and those tokens dominate CPU latency.
@@ -62,7 +63,8 @@ class Draft:
     latency_ms: float
     # what the language model was shown of the image, pooled (orapo_core.models.features); None when not captured
     image_features: list[float] | None = None
-    # the greedy sentences left out of `text` because too few samples asserted their finding (`min_agreement`)
+    # the greedy sentences left out of `text`: too few samples asserted their finding (`min_agreement`), or the
+    # version's finding verifier did not find it on this film (orapo_core.models.verifier)
     withheld: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -96,6 +98,8 @@ class Drafter:
         # drafters of versions on one shared base pass that base's lock (orapo_core.models.shared_base)
         self._lock = lock or threading.Lock()
         self._decoding: str | None = None  # "" once continuous decoding is known to work; else why not
+        # the checks the version's round fitted for the findings it taught, or None (orapo_core.models.verifier)
+        self.verifier = FindingVerifier.load(loaded.adapter_dir or loaded.model_dir)
 
     @classmethod
     def from_dir(
@@ -155,11 +159,22 @@ class Drafter:
             with self._lock:
                 results = [(greedy, sampled, None) for greedy, sampled in
                            self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)]
+        unsupported = self.unsupported_findings(pictures)
         generated_s = time.perf_counter() - started
         # the shared decoding plus each image's own scoring, not the scoring of those before it
         return [self.compose(greedy, sampled, settings, batch_size=len(pictures), generated_s=generated_s,
-                             image_features=features)
-                for greedy, sampled, features in results]
+                             image_features=features, unsupported=vetoed)
+                for (greedy, sampled, features), vetoed in zip(results, unsupported, strict=True)]
+
+    def unsupported_findings(self, pictures) -> list[set[str]]:
+        """Per picture, the verified findings the model's own state does not support (none without a verifier):
+        one prompt-only forward per batch, beside the decoding."""
+        if self.verifier is None:
+            return [set() for _ in pictures]
+        from orapo_core.models.verifier import prompt_states
+
+        with self._lock, self.loaded.using() as model:
+            return self.verifier.unsupported(prompt_states(model, self.loaded.processor, self._prompt_text, pictures))
 
     @staticmethod
     def sampling_settings(*, samples: int = 4, max_new_tokens: int = 192, temperature: float = 1.0,
@@ -181,22 +196,28 @@ class Drafter:
         return ContinuousDecoder(self.loaded, self._prompt_text, lock=self._lock)
 
     def compose(self, greedy: str, sampled: list[str], settings: dict, *, batch_size: int = 1,
-                generated_s: float = 0.0, image_features: list[float] | None = None) -> Draft:
+                generated_s: float = 0.0, image_features: list[float] | None = None,
+                unsupported: set[str] | None = None) -> Draft:
         """The Draft of a greedy text and its samples: self-consistency scored, provenance recorded.
 
         `settings` are the draft's sampling settings; `batch_size`, the most drafts decoded alongside it
         (recorded when above 1); `generated_s`, the decoding time, to which this scoring's time is added;
-        `image_features`, the image's pooled merged tokens when the decoder captured them."""
-        from orapo_core.facts.consistency import split_agreed
+        `image_features`, the image's pooled merged tokens when the decoder captured them; `unsupported`, the
+        verified findings the verifier did not find on the image (their sentences are withheld)."""
+        from orapo_core.facts.consistency import split_agreed, split_unsupported
 
         scoring = time.perf_counter()
         text, withheld = split_agreed(greedy, sampled, self.min_agreement)
+        text, vetoed = split_unsupported(text, unsupported or set())
+        withheld = withheld + vetoed
         sentences, flagged = score_self_consistency(text, sampled) if sampled else ([], [])
         sampling = {"samples": settings["samples"], "max_new_tokens": settings["max_new_tokens"],
                     "temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": 0,
                     "seed": settings["seed"]}
         if self.min_agreement and sampled:
             sampling["min_agreement"] = self.min_agreement
+        if self.verifier is not None:
+            sampling["verified_findings"] = sorted(self.verifier.checks)
         if batch_size > 1:
             sampling["batch_size"] = batch_size
         return Draft(

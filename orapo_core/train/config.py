@@ -108,6 +108,15 @@ class OraPOConfig(GRPOConfig):
         },
     )
     finding_probe_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the finding probes' own two layers."})
+    finding_verifier: bool = field(
+        default=False,
+        metadata={
+            "help": "After training, fit the finding verifier (orapo_core.models.verifier) on the round's own rows "
+            "and save it beside the model: drafts then leave out a taught finding the model's state does not support."
+        },
+    )
+    finding_verifier_keep: float = field(
+        default=0.9, metadata={"help": "Share of the training positives (cross-fitted) each verifier check keeps."})
     metrics_jsonl: str | None = field(
         default=None,
         metadata={"help": "Where every logged step is appended as one JSON line; default: <output_dir>/metrics.jsonl."},
@@ -138,6 +147,8 @@ class OraPOConfig(GRPOConfig):
         if self.finding_probe_weight < 0 or self.finding_probe_lr <= 0:
             problems.append(f"finding_probe_weight must be >= 0 (0: off) and finding_probe_lr > 0, got "
                             f"{self.finding_probe_weight} and {self.finding_probe_lr}")
+        if not 0.0 < self.finding_verifier_keep < 1.0:
+            problems.append(f"finding_verifier_keep must lie strictly between 0 and 1, got {self.finding_verifier_keep}")
         if self.max_rejected_per_group is not None and self.max_rejected_per_group < 1:
             problems.append(
                 f"max_rejected_per_group must be >= 1 or None (all failed rollouts), got {self.max_rejected_per_group}"

@@ -88,6 +88,14 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
     if trainer.accelerator.is_main_process:
         processor.save_pretrained(str(out))
         trainer.miner.save(out / MINER_STATE_FILE)
+        if training_args.finding_verifier:
+            from orapo_core.models.verifier import describe, fit_round_verifier
+
+            verifier = fit_round_verifier(trainer.model, processor, dataset, keep=training_args.finding_verifier_keep,
+                                          prompt=script_args.prompt_text)
+            if verifier is not None:
+                verifier.save(out)
+            print(f"finding verifier: {describe(verifier) or 'none (no finding taught by 10 corrections and read at AUC >= 0.9)'}", flush=True)
         resolved = {"script": asdict(script_args), "model": asdict(model_args), "training": training_args.to_dict()}
         (out / "orapo_recipe.json").write_text(json.dumps(resolved, indent=2, default=str))
     return out

@@ -1,0 +1,106 @@
+"""The finding verifier: its fit on literal states, what it withholds from a draft, and its round on a tiny VLM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orapo_core.models.verifier import FindingVerifier, fit_check, fit_verifier, taught_findings
+
+PTX = "There is a moderate right pneumothorax with a visible pleural line. No pleural effusion."
+CLEAR = "The lungs are clear. No pneumothorax. No pleural effusion."
+
+
+def _states(n: int, shift: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Films whose first coordinate carries the finding (by `shift`), the others noise."""
+    rng = np.random.default_rng(seed)
+    present = rng.random(n) < 0.4
+    x = rng.normal(size=(n, 6))
+    x[:, 0] += shift * present
+    return x, present
+
+
+def test_a_check_keeps_about_its_share_of_new_positives_and_stops_most_negatives():
+    x, present = _states(400, 4.0)
+    check = fit_check(x, present, "Pneumothorax", keep=0.9)
+    assert check.cross_fitted_auc > 0.95 and check.n_positive == present.sum()
+    new, truth = _states(2000, 4.0, seed=1)
+    passed = check.score(new) >= check.threshold
+    assert 0.85 <= passed[truth].mean() <= 0.95  # the threshold was set on cross-fitted scores, not fitted ones
+    assert passed[~truth].mean() < 0.05
+
+
+def test_only_findings_with_enough_rows_and_a_readable_state_get_a_check():
+    x, present = _states(300, 4.0)
+    reports = [PTX if p else CLEAR for p in present]
+    verifier = fit_verifier(x, reports, ["Pneumothorax", "Pleural Effusion"])
+    assert set(verifier.checks) == {"Pneumothorax"}  # no film states an effusion: nothing to fit it on
+    noise = np.random.default_rng(5).normal(size=x.shape)
+    assert fit_verifier(noise, reports, ["Pneumothorax"]) is None  # AUC near 0.5: not used
+
+
+def test_taught_findings_are_those_corrections_added_often_enough():
+    added = {"clinician_chosen": PTX, "clinician_rejected": CLEAR}
+    already = {"clinician_chosen": PTX, "clinician_rejected": PTX}
+    assert taught_findings([added] * 10 + [already] * 5) == ["Pneumothorax"]
+    assert taught_findings([added] * 9 + [already] * 5) == []
+    assert taught_findings([{"oracle_report": PTX}] * 20) == []  # replayed studies teach nothing
+
+
+def test_the_verifier_round_trips_and_withholds_only_the_unsupported_findings_sentences(tmp_path):
+    x, present = _states(300, 4.0)
+    verifier = fit_verifier(x, [PTX if p else CLEAR for p in present], ["Pneumothorax"])
+    verifier.save(tmp_path)
+    again = FindingVerifier.load(tmp_path)
+    assert again.checks["Pneumothorax"] == verifier.checks["Pneumothorax"]
+    assert FindingVerifier.load(tmp_path / "nothing") is None
+    films = np.zeros((2, 6))
+    films[0, 0] = 8.0
+    assert again.unsupported(films) == [set(), {"Pneumothorax"}]
+
+    from orapo_core.facts.consistency import split_unsupported
+
+    text, withheld = split_unsupported(PTX + " Heart size is normal.", {"Pneumothorax"})
+    assert withheld == ["There is a moderate right pneumothorax with a visible pleural line."]
+    assert text == "No pleural effusion. Heart size is normal."
+    assert split_unsupported(CLEAR, {"Pneumothorax"}) == (CLEAR, [])  # a denial is never withheld
+
+
+@pytest.mark.slow
+def test_a_round_with_the_verifier_saves_it_and_its_drafts_withhold_what_it_does_not_support(tiny_model, tmp_path):
+    pytest.importorskip("trl")
+    import torch
+    from PIL import Image
+
+    from orapo_core.models.draft import Drafter
+    from orapo_core.models.loading import load_model
+    from orapo_core.models.verifier import VERIFIER_FILE, fit_round_verifier
+    from orapo_core.train.dataset import build_training_dataset
+
+    rows = []
+    for i in range(24):
+        path = tmp_path / f"{i}.png"
+        Image.new("L", (56, 56), color=20 if i % 2 else 230).save(path)  # bright films carry the finding
+        report = CLEAR if i % 2 else PTX
+        rows.append({"study_id": f"s{i}", "image": str(path), "labels": {}, "reference_report": report,
+                     "oracle_report": report, "clinician_chosen": report, "clinician_rejected": CLEAR})
+    dataset = build_training_dataset(rows)
+    loaded = load_model(tiny_model)
+    torch.manual_seed(0)
+    verifier = fit_round_verifier(loaded.model, loaded.processor, dataset, min_taught=10)
+    assert verifier is not None and set(verifier.checks) == {"Pneumothorax"}
+    verifier.save(tmp_path)
+    assert (tmp_path / VERIFIER_FILE).is_file()
+
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_model, model_dir)
+    verifier.save(model_dir)
+    drafter = Drafter.from_dir(model_dir)
+    assert drafter.verifier is not None
+    dark, bright = Image.new("RGB", (56, 56), (20,) * 3), Image.new("RGB", (56, 56), (230,) * 3)
+    assert drafter.unsupported_findings([dark, bright]) == [{"Pneumothorax"}, set()]
+    draft = drafter.compose(PTX, [], drafter.sampling_settings(samples=0), unsupported={"Pneumothorax"})
+    assert draft.text == "No pleural effusion." and draft.withheld == [PTX.split(" No")[0]]
+    assert draft.sampling["verified_findings"] == ["Pneumothorax"]
