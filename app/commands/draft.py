@@ -58,6 +58,6 @@ def run(args: argparse.Namespace) -> int:
     for fact in draft.flagged:
         print(f"  flagged: {fact}")
     for sentence in draft.withheld:
-        print(f"  left out (too few samples said it): {sentence}")
+        print(f"  left out (not confirmed: too few samples said it, or the finding verifier did not find it): {sentence}")
     print(f"({draft.model_name}, prompt {draft.prompt_version}, {draft.latency_ms:.0f} ms)")
     return 0

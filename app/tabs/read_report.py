@@ -110,8 +110,9 @@ def _missed_md(hl: reports.Highlights) -> str:
     """The legend of the mode shown, and (after editing) the findings the draft missed."""
     chips = " ".join(f'<span class="orapo-chip" style="background:{color}">{label}</span> {meaning}'
                      for label, color, meaning in hl.legend())
-    # what the model said greedily but too few of its samples repeated: not in the draft, shown so it is not lost
-    left_out = ("**Left out of the draft** (too few of the model's samples said it): "
+    # what the model said greedily but did not confirm (too few samples repeated it, or the version's finding
+    # verifier did not find it on this film): not in the draft, shown so it is not lost
+    left_out = ("**Left out of the draft** (the model wrote it but did not confirm it on this image): "
                 + " ".join(f"*{s}*" for s in hl.withheld) + "\n\n") if hl.withheld else ""
     if hl.mode != "facts":
         return (f"{left_out}**Before your edit:** the share of the model's samples that agree with each sentence: "
