@@ -178,22 +178,28 @@ def describe(verifier: FindingVerifier | None) -> dict:
 def fit_round_verifier(model, processor, dataset, *, keep: float = 0.9, min_taught: int = 10,
                        prompt: str | None = None) -> FindingVerifier | None:
     """The verifier of a trained round: checks for the findings its corrections taught (`taught_findings`), fitted
-    on the prompt states `model` gives the round's own training rows (`dataset`: the trainer's, with ``image``,
-    ``oracle_report`` and the clinician columns), the films prepared as drafting prepares them. None when the
-    round's corrections taught no finding often enough."""
+    on the prompt states `model` gives the round's own training rows (`dataset`: the trainer's `datasets.Dataset`,
+    with ``image``, ``oracle_report`` and the clinician columns), the films prepared as drafting prepares them.
+    None when the round's corrections taught no finding often enough."""
     from orapo_core.models.draft import DEFAULT_MAX_SIDE, to_rgb_image
     from orapo_core.models.prompt import REPORT_PROMPT, render_prompt
 
-    rows = [dataset[i] for i in range(len(dataset))]
+    columns = set(dataset.column_names)
+    texts = {c: list(dataset[c]) if c in columns else [None] * len(dataset)
+             for c in ("oracle_report", "reference_report", "clinician_chosen", "clinician_rejected")}
+    rows = [dict(zip(texts, values)) for values in zip(*texts.values())]
     findings = taught_findings(rows, min_taught=min_taught)
     if not findings:
         return None
     was_training = model.training
     model.eval()
-    try:
-        pictures = [to_rgb_image(row["image"], max_side=DEFAULT_MAX_SIDE) for row in rows]
-        states = prompt_states(model, processor, render_prompt(processor, prompt or REPORT_PROMPT), pictures)
+    prompt_text = render_prompt(processor, prompt or REPORT_PROMPT)
+    try:  # a chunk of films at a time: a round on full-size films must not hold them all decoded
+        states = np.concatenate([
+            prompt_states(model, processor, prompt_text,
+                          [to_rgb_image(image, max_side=DEFAULT_MAX_SIDE) for image in dataset[start:start + 32]["image"]])
+            for start in range(0, len(dataset), 32)])
     finally:
         model.train(was_training)
-    return fit_verifier(states, [row.get("oracle_report") or row.get("reference_report") or "" for row in rows],
+    return fit_verifier(states, [row["oracle_report"] or row["reference_report"] or "" for row in rows],
                         findings, keep=keep, min_each=min_taught)
