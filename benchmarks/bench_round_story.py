@@ -335,25 +335,20 @@ def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, sp
     and the AUCs' binormal d' (sqrt 2 * z(AUC)), comparable with the drafts' own."""
     from statistics import NormalDist
 
-    import torch
     from PIL import Image
 
     from benchmarks.bench_finding_evidence import merged_tokens
     from benchmarks.bench_probe import ridge_probe_auc
     from orapo_core.models.draft import Drafter
+    from orapo_core.models.verifier import prompt_states
 
     drafter = Drafter.from_dir(model_dir, adapter)
     if hasattr(drafter.loaded.model, "merge_and_unload"):  # the merger hook needs the plain model's module names
         drafter.loaded.model = drafter.loaded.model.merge_and_unload()
     images = [Image.open(p).convert("RGB") for p in pictures]
-    processor, model, prompts = drafter.loaded.processor, drafter.loaded.model, []
-    for b in range(0, len(images), 50):
-        inputs = processor(text=[drafter._prompt_text] * len(images[b:b + 50]), images=images[b:b + 50],
-                           return_tensors="pt", padding=True, padding_side="left")
-        with torch.inference_mode():
-            prompts.append(model(**inputs, output_hidden_states=True).hidden_states[-1][:, -1].float().numpy())
+    states = prompt_states(drafter.loaded.model, drafter.loaded.processor, drafter._prompt_text, images, batch=50)
     out = {}
-    for what, x in (("merged_token", merged_tokens(drafter, images)), ("prompt_state", np.concatenate(prompts))):
+    for what, x in (("merged_token", merged_tokens(drafter, images)), ("prompt_state", states)):
         aucs = []
         for r in range(splits):
             order = np.random.default_rng(r).permutation(len(truth))
