@@ -63,6 +63,10 @@ class Method:
     reward_name: str | None = None  # None: not trained (the starting model)
     oracle_mode: str = "none"
     train_studies: int = 1000
+    # Train on the pool as the app's readers would leave it (`corrected_pool`): each study's draft by the starting
+    # model, corrected to the reference report where it is wrong, as the clinician pair rounds train on; the
+    # finding verifier the round fits from those pairs is then used for the final scores, as the app drafts.
+    corrections: bool = False
 
 
 METHODS: dict[str, Method] = {
@@ -74,8 +78,14 @@ METHODS: dict[str, Method] = {
         Method("grpo_facts_sft", "GRPO + FactS + SFT on oracle", "facts", "sft", 1000),
         Method("orapo_400", "OraPO + FactS (400 studies)", "facts", "dpo", 400),
         Method("orapo_1000", "OraPO + FactS (1,000 studies)", "facts", "dpo", 1000),
+        Method("orapo_corrected", "OraPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "dpo", 1000,
+               corrections=True),
     )
 }
+
+
+#: What a plan runs unless told: the paper's Table 4 rows (the corrected pool is asked for by name).
+DEFAULT_METHODS = tuple(m for m in METHODS if not METHODS[m].corrections)
 
 
 @dataclass
@@ -85,7 +95,7 @@ class AblationPlan:
     out_dir: str
     model_dir: str | None = None  # None: the recipe's model_name_or_path, else the served model (resolve_model_dir)
     recipe: str = str(DEFAULT_RECIPE)
-    methods: tuple[str, ...] = tuple(METHODS)
+    methods: tuple[str, ...] = DEFAULT_METHODS
     seeds: tuple[int, ...] = (0, 1, 2)
     steps: int = 100  # optimizer steps of every trained method (max_steps)
     learning_rate: float | None = None  # None: the recipe's
@@ -144,7 +154,57 @@ def phantom_split(folder: Path, n: int, seed: int, size: int, conspicuity: str |
     if not (stamp.is_file() and json.loads(stamp.read_text()) == wanted):
         write_dataset(folder, n, seed=seed, size=size, conspicuity=conspicuity, prevalence=prevalence or None)
         stamp.write_text(json.dumps(wanted))
-    return next(iter(sorted(folder.glob("*.csv")))), load_training_records(folder, kind="phantom")
+    from orapo_core.data.phantom_io import CSV_NAME
+
+    return folder / CSV_NAME, load_training_records(folder, kind="phantom")
+
+
+CORRECTED_CSV = "corrected-by-starter.csv"  # beside the pool's own CSV, so its relative image paths still resolve
+
+
+def corrected_pool(pool_csv: Path, records: Sequence, drafter, *, threshold: float, batch: int = 32,
+                   max_new_tokens: int = 128) -> tuple[Path, dict]:
+    """The pool as the app's readers would leave it: every study drafted once, greedily, by the starting model, and
+    each draft whose FactS against the study's labels is below `threshold` (the recipe's zero_reward_threshold,
+    what a round counts as a failure) corrected to the reference report. The CSV is the pool's with the columns a
+    round's CSV adds for a correction (clinician_chosen = the reference report, clinician_rejected = the draft);
+    written once per starting model and threshold. Returns its path and a summary (how many were corrected, and
+    per rare finding how many corrections added it)."""
+    import csv
+
+    from orapo_core.facts import label_report
+    from orapo_core.models.evaluate import evaluate_drafter
+
+    out = pool_csv.with_name(CORRECTED_CSV)
+    stamp = out.with_suffix(".json")
+    wanted = {"model": str(drafter.loaded.model_dir), "threshold": threshold, "max_new_tokens": max_new_tokens,
+              "studies": len(records)}
+    if out.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("wanted") == wanted:
+        return out, json.loads(stamp.read_text())["summary"]
+    result = evaluate_drafter(drafter, records, batch_size=batch, max_new_tokens=max_new_tokens)
+    pairs = {}
+    added = dict.fromkeys(RARE_FINDINGS, 0)
+    for record, row in zip(records, result.predictions, strict=True):
+        if row["facts_score"] is not None and row["facts_score"] < threshold and row["draft"].strip() != record.report.strip():
+            pairs[record.study_id] = (record.report, row["draft"])
+            chosen = label_report(record.report)
+            for name in RARE_FINDINGS:
+                if chosen.get(name) in (1, -1) and row["labels"].get(name) not in (1, -1):
+                    added[name] += 1
+    with pool_csv.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        fields = [*(reader.fieldnames or []), "clinician_chosen", "clinician_rejected"]
+        rows = list(reader)
+    with out.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            chosen, rejected = pairs.get(row["id"], ("", ""))
+            writer.writerow({**row, "clinician_chosen": chosen, "clinician_rejected": rejected})
+    summary = {"studies": len(records), "corrected": len(pairs), "rare_findings_added": added,
+               "draft_seconds": result.metrics["seconds"]}
+    stamp.write_text(json.dumps({"wanted": wanted, "summary": summary}, indent=2))
+    return out, summary
 
 
 class HeldOut:
@@ -252,6 +312,8 @@ def method_recipe(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pa
     )
     if method.oracle_mode != "dpo":
         settings["use_clinician_pairs"] = False
+    elif method.corrections:
+        settings["use_clinician_pairs"] = True  # the method is the corrections: a recipe that ignores them is not it
     return parse_recipe(plan.recipe, settings)
 
 
@@ -280,6 +342,7 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
     curve: list[dict] = []
     likelihood: list[dict] = []
     final: dict = {}
+    trained: dict = {}
 
     class Checkpoints(TrainerCallback):
         def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -299,11 +362,28 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
                 f"oracle log-prob {likelihood[-1]['oracle_logp']:.3f} (n={n}, {metrics['seconds']:.0f}s)")
             if last:
                 final.update(metrics)
+                trained["model"], trained["processor"] = model, processing_class
 
     set_seed(seed)  # the LoRA initialisation happens before the trainer seeds itself
     started = time.perf_counter()
     train_round(script_args, training_args, model_args, callbacks=[Checkpoints()])
     wall = time.perf_counter() - started
+    unverified = None
+    if method.corrections and trained:
+        # As the app drafts with the version: with the finding verifier its round fitted (none: the drafts as they are).
+        from orapo_core.models.verifier import FindingVerifier, describe
+
+        verifier = FindingVerifier.load(run_dir)
+        log(f"  {method.name} seed {seed}: finding verifier {describe(verifier) or 'none'}")
+        if verifier is not None:
+            drafter = drafter_for(trained["model"], trained["processor"], model_dir)
+            drafter.verifier = verifier
+            unverified = {k: final[k] for k in (*REPORTED, "f1_per_class")}
+            final.update(evaluate(drafter, held_out, n=plan.n_eval, batch=plan.eval_batch,
+                                  max_new_tokens=plan.eval_max_new_tokens))
+            log(f"  {method.name} seed {seed}, with the verifier: macro-F1 {final['macro_f1_14']:.3f}, rare-finding F1 "
+                f"{final['rare_f1']:.3f} (without: {unverified['macro_f1_14']:.3f}, {unverified['rare_f1']:.3f})")
+    trained.clear()
     if not plan.keep_weights:
         for pattern in WEIGHT_FILES:
             for path in run_dir.glob(pattern):
@@ -313,7 +393,8 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
     return {"seed": seed, "train_studies": min(method.train_studies, pool_size), "studies_per_step": per_step,
             "wall_seconds": wall, "metrics": final, "curve": curve, "oracle_logp": likelihood,
             "step_seconds": statistics.median(step_times) if step_times else None,
-            "metrics_jsonl": str(run_dir / "metrics.jsonl")}
+            "metrics_jsonl": str(run_dir / "metrics.jsonl"),
+            **({"metrics_without_verifier": unverified} if unverified is not None else {})}
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -387,6 +468,13 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
     probe = held_out.records[: plan.probe_studies]
     start_logp = oracle_logp(drafter.loaded.model, drafter.loaded.processor, held_out.images[: len(probe)],
                              [r.report for r in probe])
+    corrected = None
+    if any(METHODS[m].corrections for m in plan.methods):
+        corrected = corrected_pool(pool_csv, pool, drafter, threshold=recipe_args["zero_reward_threshold"],
+                                   batch=plan.eval_batch, max_new_tokens=plan.eval_max_new_tokens)
+        log(f"corrections: the starting model's drafts of {corrected[1]['corrected']} of {len(pool)} pool studies "
+            f"corrected to the reference (rare findings added: {corrected[1]['rare_findings_added']}), "
+            f"{corrected[1]['draft_seconds']:.0f}s")
     del drafter
     start_point = {"step": 0, "studies_seen": 0, "n_eval": curve_n, **{k: start_eval[curve_n][k] for k in REPORTED}}
     log(f"starting model ({model_dir}): macro-F1 {start_eval[plan.n_eval]['macro_f1_14']:.3f} on {plan.n_eval} held-out "
@@ -394,6 +482,8 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
 
     results: dict = {"plan": plan.to_dict(), "model": model_dir, "checkpoint_steps": plan.checkpoint_steps(),
                      "recipe": {k: recipe_args[k] for k in RECIPE_KEYS if k in recipe_args}, "methods": {}}
+    if corrected is not None:
+        results["corrections"] = corrected[1]
     def record_method(name: str, method: Method, runs: list[dict]) -> None:
         summary = {k: _mean_std([r["metrics"][k] for r in runs]) for k in REPORTED}
         results["methods"][name] = {
@@ -421,8 +511,8 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
         runs = []
         for seed in plan.seeds:
             log(f"{name} (seed {seed}) ...")
-            record = train_method(plan, method, seed, pool_csv=pool_csv, pool_size=len(pool), model_dir=model_dir,
-                                  held_out=held_out, log=log)
+            record = train_method(plan, method, seed, pool_csv=corrected[0] if method.corrections else pool_csv,
+                                  pool_size=len(pool), model_dir=model_dir, held_out=held_out, log=log)
             record["curve"].insert(0, start_point)
             runs.append(record)
             log(f"{name} seed {seed}: macro-F1 {record['metrics']['macro_f1_14']:.3f}, {record['wall_seconds']:.0f}s")
@@ -462,6 +552,9 @@ def merge_results(parts: Sequence[dict]) -> dict:
     merged["pooled_seed_std"] = {k: pooled_seed_std(trained, k) for k in REPORTED}
     merged["wall_seconds"] = max(part.get("wall_seconds", 0.0) for part in parts)
     merged["merged_from"] = [part.get("command", part["plan"].get("out_dir")) for part in parts]
+    corrections = next((part["corrections"] for part in parts if part.get("corrections")), None)
+    if corrections is not None:  # the part that ran the corrected method, whichever it is
+        merged["corrections"] = corrections
     return merged
 
 
@@ -528,6 +621,12 @@ def markdown_table(results: dict) -> str:
     for row in results["methods"].values():
         lines.append(f"| {row['label']} | " + " | ".join(f"{row['f1_per_class'].get(c, float('nan')):.3f}"
                                                        for c in RARE_FINDINGS) + " |")
+    corrections = results.get("corrections")
+    if corrections:
+        added = ", ".join(f"{k.lower()} {v}" for k, v in corrections["rare_findings_added"].items())
+        lines += ["", f"Corrections (the corrected method's pool): the starting model's drafts of "
+                      f"{corrections['corrected']} of {corrections['studies']} pool studies corrected to the reference; "
+                      f"they added {added}. Its final scores draft with the finding verifier its round fitted, if any."]
     lines += ["", f"Wall time: {results.get('wall_seconds', 0) / 60:.1f} min."]
     return "\n".join(lines) + "\n"
 

@@ -78,7 +78,7 @@ def build_plan(opts: argparse.Namespace):
         plan = quick_plan(plan)
     changes = {"seeds": tuple(opts.seeds) if opts.seeds else None, "methods": tuple(opts.methods) if opts.methods else None,
                "steps": opts.steps, "n_eval": opts.n_eval, "eval_seed": opts.eval_seed, "learning_rate": opts.learning_rate,
-               "conspicuity": opts.conspicuity}
+               "conspicuity": opts.conspicuity, "keep_weights": opts.keep_weights or None}
     return model, replace(plan, **{k: v for k, v in changes.items() if v is not None})
 
 
@@ -94,7 +94,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "learning"), help="output folder")
     parser.add_argument("--model", help="starting model (default: the starter, <ORAPO_DATA_DIR>/models/starter or "
                                         "assets/starter)")
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), help="subset of methods (default: all)")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), help="methods to run (default: all but orapo_corrected, which drafts the pool with the starter first)")
     parser.add_argument("--steps", type=int, help="optimizer steps per trained method (max_steps)")
     parser.add_argument("--learning-rate", type=float, help="learning rate of every trained method (default: the recipe's)")
     parser.add_argument("--set", dest="settings", nargs="+", default=[], metavar="KEY=VALUE",
@@ -109,6 +109,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prevalence", nargs="+", default=[], metavar="FINDING=P",
                         help="PhantomCXR prevalence overrides of the pool and the held-out studies, e.g. "
                              "pneumothorax=0.5 (default: PhantomCXR's own; --quick: pneumothorax=0.5)")
+    parser.add_argument("--keep-weights", action="store_true",
+                        help="keep each run's trained adapter in <out>/runs/METHOD/seedS (default: only its metrics)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1 by default: on a shared 2-core box OpenMP's spinning threads are far slower)")
     parser.add_argument("--merge", nargs="+", metavar="RUN_DIR",

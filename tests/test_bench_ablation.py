@@ -30,7 +30,7 @@ def ablation(tmp_path_factory):
     model_dir = build_tiny_vlm(tmp / "model", family="qwen2_vl")
     plan = AblationPlan(
         out_dir=str(tmp / "out"), model_dir=str(model_dir), recipe=str(SMOKE),
-        methods=("starter", "grpo_facts", "orapo_400"), seeds=(0,), steps=2, learning_rate=5e-3, overrides=TINY,
+        methods=("starter", "grpo_facts", "orapo_400", "orapo_corrected"), seeds=(0,), steps=2, learning_rate=5e-3, overrides=TINY,
         checkpoints=2, n_eval=4, probe_studies=3, pool_studies=6, image_size=64, eval_batch=4, eval_max_new_tokens=8,
     )
     return plan, run_ablation(plan, log=lambda line: None)
@@ -40,7 +40,7 @@ def test_each_method_trains_through_the_round_code_with_the_shared_budget(ablati
     plan, results = ablation
     out = Path(plan.out_dir)
     saved = json.loads((out / "results.json").read_text())
-    assert set(saved["methods"]) == {"starter", "grpo_facts", "orapo_400"}
+    assert set(saved["methods"]) == {"starter", "grpo_facts", "orapo_400", "orapo_corrected"}
     orapo, grpo = saved["methods"]["orapo_400"], saved["methods"]["grpo_facts"]
     assert orapo["oracle_mode"] == "dpo" and grpo["oracle_mode"] == "none"
     for name, row in (("orapo_400", orapo), ("grpo_facts", grpo)):
@@ -61,6 +61,13 @@ def test_each_method_trains_through_the_round_code_with_the_shared_budget(ablati
         assert sum("orapo/all_zero_group_frac" in line for line in logged) == 2
         assert not list((out / "runs" / name / "seed0").glob("*.safetensors"))  # only the metrics are kept
     assert results["checkpoint_steps"] == [1, 2]
+    # The corrected method trains the same pool with the readers' pairs of the starter's wrong drafts, and uses them.
+    recipe = json.loads((out / "runs" / "orapo_corrected" / "seed0" / "orapo_recipe.json").read_text())
+    assert recipe["script"]["train_csv"].endswith("corrected-by-starter.csv") and recipe["training"]["use_clinician_pairs"]
+    assert saved["corrections"]["studies"] == 6 and 0 <= saved["corrections"]["corrected"] <= 6
+    assert f"drafts of {saved['corrections']['corrected']} of 6 pool studies corrected" in (out / "results.md").read_text()
+    assert not json.loads((out / "runs" / "orapo_400" / "seed0" / "orapo_recipe.json").read_text())["script"][
+        "train_csv"].endswith("corrected-by-starter.csv")
     # the probe's oracle log-likelihood moves with training, and starts where the untrained model is
     start = saved["methods"]["starter"]["runs"][0]["oracle_logp"][0]["oracle_logp"]
     assert orapo["runs"][0]["oracle_logp"][0]["oracle_logp"] == pytest.approx(start, abs=1e-4)
@@ -124,6 +131,9 @@ def test_runs_of_one_plan_merge_into_one_table_and_others_are_refused():
     assert merged["plan"]["methods"] == ["starter", "grpo_facts", "orapo_1000"] and merged["wall_seconds"] == 20.0
     # sample variances 0.01 and 1.0 over the trained methods; the starter has none
     assert merged["pooled_seed_std"]["macro_f1_14"] == pytest.approx(((0.01 + 1.0) / 2) ** 0.5)
+    assert "corrections" not in merged
+    corrected = part({"orapo_corrected": [0.5]}) | {"corrections": {"studies": 6, "corrected": 4}}
+    assert merge_results([part({"grpo_facts": [1]}), corrected])["corrections"] == corrected["corrections"]
     for parts, says in (([part({"grpo_facts": [1]}), part({"orapo_1000": [1]}, steps=100)], "steps"),
                         ([part({"grpo_facts": [1]}), part({"grpo_facts": [2]})], "grpo_facts"), ([], "Nothing")):
         with pytest.raises(OrapoError) as exc:
