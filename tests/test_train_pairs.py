@@ -96,3 +96,64 @@ def test_clinician_pair_joins_and_makes_room(tmp_path):
     fresh = OraclePairMiner()
     fresh.load(path)
     assert fresh.ema.get("s1") == 1.0 and math.isclose(fresh.ema.get("s2"), 0.0)
+
+
+ORACLE = ("FINDINGS: Pleural thickening along the left lateral chest wall. The heart is normal in size. "
+          "No pneumothorax.\n\nIMPRESSION: No acute process.")
+MISSED = "FINDINGS: The heart is normal in size. No pneumothorax.\n\nIMPRESSION: No acute process."
+
+
+def test_a_finding_no_rollout_states_becomes_the_oracle_over_the_oracle_without_it():
+    from orapo_core.train.pairs import omission_pairs
+
+    assert omission_pairs(ORACLE, [MISSED, MISSED]) == [("Pleural Other", MISSED)]
+    # one rollout that says it is enough: the group did not miss it
+    said = "FINDINGS: Calcified pleural plaques along the right chest wall. The heart is normal in size."
+    assert omission_pairs(ORACLE, [MISSED, said]) == []
+    assert omission_pairs(ORACLE, []) == []  # no rollouts to judge by
+    # a denial is not a statement: nothing to take out of an oracle that only denies
+    assert omission_pairs("FINDINGS: No pneumothorax. No rib fracture.", [MISSED]) == []
+
+
+def test_a_finding_every_rollout_states_and_the_oracle_does_not_is_put_in_where_the_rollout_put_it():
+    from orapo_core.train.pairs import commission_pairs
+
+    oracle = "FINDINGS: The heart is normal in size. No pneumothorax.\n\nIMPRESSION: No acute process."
+    said = "FINDINGS: The heart is normal in size. Pleural thickening along the left chest wall."
+    assert commission_pairs(oracle, [said, said]) == [("Pleural Other", (
+        "FINDINGS: The heart is normal in size. Pleural thickening along the left chest wall. No pneumothorax."
+        "\n\nIMPRESSION: No acute process."))]
+    assert commission_pairs(oracle, [said, oracle]) == []  # one rollout without it: not the group's error
+    assert commission_pairs(ORACLE, [said]) == []  # the oracle states it too
+
+
+def test_the_decision_point_is_the_first_word_two_reports_differ_in():
+    from orapo_core.train.pairs import decision_point
+
+    assert decision_point(ORACLE, MISSED) == ("FINDINGS: Pleural", "FINDINGS: The")
+    assert decision_point("FINDINGS: Heart normal. Small effusion.", "FINDINGS: Heart normal. Small pneumothorax.") == (
+        "FINDINGS: Heart normal. Small effusion.", "FINDINGS: Heart normal. Small pneumothorax.")
+    assert decision_point("FINDINGS: Mild edema.", "FINDINGS: Mild edema.") is None
+    assert decision_point("FINDINGS: Mild edema.", "FINDINGS: Mild edema. More.") is None  # a prefix: no choice
+
+
+def test_finding_pairs_take_the_rows_of_the_least_failed_rollouts_and_never_the_clinicians():
+    miner = OraclePairMiner(finding_pairs=True, threshold=0.99)
+    (g,) = miner.mine([RolloutGroup("s1", [0.2, 0.5], oracle=ORACLE, completions=(MISSED, MISSED))])
+    assert g.pairs == (MinedPair(ORACLE, rollout_index=0),
+                       MinedPair("FINDINGS: Pleural", rejected_text="FINDINGS: The", finding="Pleural Other", eos=False))
+    miner = OraclePairMiner(finding_pairs=True, threshold=0.99, finding_pair_span="report")
+    (g,) = miner.mine([RolloutGroup("s1", [0.2, 0.5], oracle=ORACLE, completions=(MISSED, MISSED))])
+    assert g.pairs == (MinedPair(ORACLE, rollout_index=0), MinedPair(ORACLE, rejected_text=MISSED, finding="Pleural Other"))
+    both = OraclePairMiner(finding_pairs=True, use_clinician_pairs=True, threshold=0.99, finding_pair_span="report")
+    (g,) = both.mine([RolloutGroup("s1", [0.2, 0.5], oracle=ORACLE, clinician_chosen=ORACLE, clinician_rejected="draft",
+                                   completions=(MISSED, MISSED))])
+    assert g.pairs == (MinedPair(ORACLE, rejected_text="draft"), MinedPair(ORACLE, rejected_text=MISSED, finding="Pleural Other"))
+    (g,) = both.mine([RolloutGroup("s2", [0.2], oracle=ORACLE, clinician_chosen=ORACLE, clinician_rejected="draft",
+                                   completions=(MISSED,))])
+    assert g.pairs == (MinedPair(ORACLE, rejected_text="draft"),)  # one row, the clinician's
+    off = OraclePairMiner(threshold=0.99)
+    assert all(p.finding is None for p in off.mine([RolloutGroup("s3", [0.2, 0.5], oracle=ORACLE,
+                                                                 completions=(MISSED, MISSED))])[0].pairs)
+    with pytest.raises(ValueError, match="finding_pair_span"):
+        OraclePairMiner(finding_pair_span="sentence")

@@ -181,6 +181,39 @@ def test_grpo_only_ablation_has_no_oracle_term(tiny_model, dataset, tmp_path):
     )
 
 
+def test_finding_pairs_put_the_oracle_less_the_missed_finding_on_a_row(tiny_model, dataset, tmp_path):
+    from orapo_core.train.dataset import build_training_dataset
+
+    oracle = "FINDINGS: Pleural thickening along the left lateral chest wall. No pneumothorax."
+    study = build_training_dataset([{"study_id": "f1", "image": dataset[0]["image"], "labels": {},
+                                     "reference_report": oracle}])
+    trainer = make_trainer(tiny_model, study, tmp_path / "run", finding_pairs=True, zero_reward_threshold=0.99,
+                           max_completion_length=24)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions([study[0]] * K)  # a random model's rollouts never say it
+    # Cut at the decision (the default): "FINDINGS: Pleural" over "FINDINGS: No", no end of turn, so the shared
+    # start cancels in the DPO margin and the pair is the one choice.
+    encode = lambda text: trainer._tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    says, omits = encode("FINDINGS: Pleural"), encode("FINDINGS: No")
+    rejected = [ids[m.bool()].tolist() for ids, m in zip(batch["orapo_rejected_ids"], batch["orapo_rejected_mask"])]
+    chosen = [ids[m.bool()].tolist() for ids, m in zip(batch["orapo_chosen_ids"], batch["orapo_chosen_mask"])]
+    row = rejected.index(omits)
+    assert rejected.count(omits) == 1 and chosen[row] == says
+    assert says[: len(encode("FINDINGS:"))] == omits[: len(encode("FINDINGS:"))]  # the shared start tokenises alike
+    assert trainer._metrics["train"]["orapo/finding_pairs"][-1] == 1.0
+    assert torch.isfinite(trainer._compute_loss(trainer.model, batch))
+
+    whole = make_trainer(tiny_model, study, tmp_path / "whole", finding_pairs=True, finding_pair_span="report",
+                         zero_reward_threshold=0.99, max_completion_length=24)
+    whole.model.train()
+    whole.current_gradient_accumulation_steps = 1
+    batch = whole._generate_and_score_completions([study[0]] * K)
+    less = (encode("FINDINGS: No pneumothorax.") + [whole.eos_token_ids[-1]])[: whole.max_completion_length]
+    rejected = [ids[m.bool()].tolist() for ids, m in zip(batch["orapo_rejected_ids"], batch["orapo_rejected_mask"])]
+    assert rejected.count(less) == 1
+
+
 def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(tiny_model, dataset, tmp_path):
     from orapo_core.train.dataset import build_training_dataset
 

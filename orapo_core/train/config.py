@@ -18,6 +18,8 @@ from pathlib import Path
 import yaml
 from trl import GRPOConfig, ModelConfig
 
+from orapo_core.train.pairs import FINDING_PAIR_SPANS
+
 ORACLE_MODES = ("dpo", "sft", "none")
 
 
@@ -57,6 +59,24 @@ class OraPOConfig(GRPOConfig):
     use_clinician_pairs: bool = field(
         default=False,
         metadata={"help": "Add the clinician's pair (columns clinician_chosen over clinician_rejected) to the study's DPO term."},
+    )
+    finding_pairs: bool = field(
+        default=False,
+        metadata={
+            "help": "Add a finding pair per finding the oracle states and no rollout of the study does (the oracle "
+            "over the oracle without it) and per finding every rollout states and the oracle does not (the oracle "
+            "over the oracle with a rollout's sentence put in): orapo_core.train.pairs. Off: on the rare-enriched "
+            "ablation neither span changed rare-finding F1 beyond seed noise (README, Benchmarks). Needs "
+            "oracle_mode='dpo'."
+        },
+    )
+    finding_pair_span: str = field(
+        default="decision",
+        metadata={
+            "help": "What a finding pair compares: 'decision' (both answers cut after their first differing word, "
+            "no end of turn: the margin is the choice to say the finding or not, in the same context) or 'report' "
+            "(the whole reports, whose margin is mostly the finding sentence's easier tokens)."
+        },
     )
     oracle_mode: str = field(
         default="dpo",
@@ -153,6 +173,10 @@ class OraPOConfig(GRPOConfig):
             problems.append(
                 f"max_rejected_per_group must be >= 1 or None (all failed rollouts), got {self.max_rejected_per_group}"
             )
+        if self.finding_pair_span not in FINDING_PAIR_SPANS:
+            problems.append(f"finding_pair_span must be one of {', '.join(FINDING_PAIR_SPANS)}, got {self.finding_pair_span!r}")
+        if self.finding_pairs and self.oracle_mode != "dpo":
+            problems.append("finding_pairs needs oracle_mode='dpo' (a pair is a DPO signal): set one or the other")
         if self.use_clinician_pairs and self.oracle_mode != "dpo":
             problems.append("use_clinician_pairs needs oracle_mode='dpo' (a pair is a DPO signal): set one or the other")
         if self.reward_name and self.reward_funcs is not None and list(self.reward_funcs) != [self.reward_name]:

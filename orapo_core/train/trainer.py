@@ -45,6 +45,7 @@ from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, split_pixel_values_by_grid, unsplit_pixel_values_by_grid, use_adapter
 
+from orapo_core.facts.reward import completion_text
 from orapo_core.train.config import OraPOConfig
 from orapo_core.train.dataset import oracle_for
 from orapo_core.train.finding_probes import FindingProbes, finding_targets
@@ -103,6 +104,8 @@ class OraPOTrainer(GRPOTrainer):
         # `_calculate_rewards` -> `_generate_and_score_completions`: the generation batch's rewards per function
         # (gathered across processes), which TRL folds into advantages without returning them.
         self._last_rewards_per_func: torch.Tensor | None = None
+        # ... and the local rollouts' texts, which the finding pairs read (None when they are off).
+        self._last_completions: list[str] | None = None
         # `_compute_loss` sets `_capture_rollout_logps` for the one forward TRL makes for its own loss, and
         # `_get_per_token_logps_and_entropies` keeps that forward's per-token log-probs of the rollouts in
         # `_rollout_logps`, so `oracle_loss` reuses them for rejected rollouts instead of a second forward.
@@ -140,6 +143,8 @@ class OraPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func
+        self._last_completions = ([completion_text(c) for c in completions]
+                                  if getattr(self.miner, "finding_pairs", False) else None)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -433,6 +438,7 @@ class OraPOTrainer(GRPOTrainer):
         return [None if bad else float(r) for r, bad in zip(rewards.tolist(), unscorable.tolist(), strict=True)]
 
     def _rollout_groups(self, inputs, rewards: list[float | None], k: int) -> list[RolloutGroup]:
+        texts = self._last_completions if self._last_completions is not None and len(self._last_completions) == len(inputs) else None
         local = [
             (
                 # Without a study_id column, the prompt and oracle stand for the study (crc32: stable across processes).
@@ -440,26 +446,29 @@ class OraPOTrainer(GRPOTrainer):
                 self.oracle_text(x),
                 x.get("clinician_chosen"),
                 x.get("clinician_rejected"),
+                texts[i] if texts is not None else None,
             )
-            for x in inputs
+            for i, x in enumerate(inputs)
         ]
         rows = gather_object(local)
         groups = []
         for start in range(0, len(rows), k):
-            study_id, oracle, chosen, rejected = rows[start]
+            study_id, oracle, chosen, rejected, _ = rows[start]
             if any(row[0] != study_id for row in rows[start : start + k]):
                 # TRL's RepeatSampler lays each prompt's K rollouts out contiguously; every group and the shared
                 # prompt key of `_attach_oracle_rows` rely on it, so a TRL that stops doing so must fail here.
                 raise RuntimeError(f"rows {start}..{start + k - 1} of the generation batch are not one study's "
                                    f"{k} rollouts: TRL no longer keeps a prompt's rollouts contiguous.")
-            groups.append(RolloutGroup(study_id, rewards[start : start + k], oracle, chosen, rejected))
+            completions = tuple(row[4] for row in rows[start : start + k] if row[4] is not None)
+            groups.append(RolloutGroup(study_id, rewards[start : start + k], oracle, chosen, rejected,
+                                       completions if len(completions) == k else ()))
         return groups
 
-    def _encode_answer(self, text: str | None) -> list[int]:
+    def _encode_answer(self, text: str | None, *, eos: bool = True) -> list[int]:
         if not text:
             return []
         ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
-        if self.eos_token_ids:
+        if eos and self.eos_token_ids:
             ids = ids + [self.eos_token_ids[-1]]
         return ids[: self.max_completion_length]
 
@@ -471,18 +480,19 @@ class OraPOTrainer(GRPOTrainer):
         chosen: list[str | None] = [None] * total
         rejected_text: list[str | None] = [None] * total
         is_pair = [False] * total
+        ends = [True] * total  # whether the row's answers end with the end of turn (a decision pair's do not)
         chosen_key = list(range(total))  # rows of one study with the same chosen answer share the first one's key
         for g, (group, weight) in enumerate(zip(mined, weights, strict=True)):
             base = g * k
             row_weight[base : base + k] = [weight] * k
             free = [j for j in range(k) if j not in {p.rollout_index for p in group.pairs}]
-            first_row: dict[str, int] = {}
+            first_row: dict[tuple[str, bool], int] = {}
             for pair in group.pairs:
                 j = pair.rollout_index if pair.rollout_index is not None else free.pop(0)
                 row = base + j
                 coef[row] = weight / len(group.pairs)
-                chosen[row], rejected_text[row], is_pair[row] = pair.chosen, pair.rejected_text, True
-                chosen_key[row] = first_row.setdefault(pair.chosen, row)
+                chosen[row], rejected_text[row], is_pair[row], ends[row] = pair.chosen, pair.rejected_text, True, pair.eos
+                chosen_key[row] = first_row.setdefault((pair.chosen, pair.eos), row)
         start = self.accelerator.process_index * local_rows
         local = slice(start, start + local_rows)
         device = output["advantages"].device
@@ -492,7 +502,8 @@ class OraPOTrainer(GRPOTrainer):
         if self.args.oracle_mode == "none":
             return
         pad_id = self._tokenizer.pad_token_id
-        chosen_ids = [torch.tensor(self._encode_answer(t) if p else [], dtype=torch.long) for t, p in zip(chosen[local], is_pair[local], strict=True)]
+        chosen_ids = [torch.tensor(self._encode_answer(t, eos=e) if p else [], dtype=torch.long)
+                      for t, p, e in zip(chosen[local], is_pair[local], ends[local], strict=True)]
         output["orapo_chosen_ids"], output["orapo_chosen_mask"] = self._pad_answers(chosen_ids, pad_id, device)
         output["orapo_chosen_key"] = torch.tensor(chosen_key[local], dtype=torch.long, device=device)
         from_rollout = [p and text is None for text, p in zip(rejected_text[local], is_pair[local], strict=True)]
@@ -500,11 +511,11 @@ class OraPOTrainer(GRPOTrainer):
         if self.args.oracle_mode != "dpo":
             return
         rejected_ids = []
-        for r, (text, p) in enumerate(zip(rejected_text[local], is_pair[local], strict=True)):
+        for r, (text, p, e) in enumerate(zip(rejected_text[local], is_pair[local], ends[local], strict=True)):
             if not p:
                 rejected_ids.append(torch.tensor([], dtype=torch.long))
             elif text is not None:
-                rejected_ids.append(torch.tensor(self._encode_answer(text), dtype=torch.long))
+                rejected_ids.append(torch.tensor(self._encode_answer(text, eos=e), dtype=torch.long))
             else:  # the rollout itself is the rejected answer
                 rejected_ids.append(output["completion_ids"][r][output["completion_mask"][r].bool()].cpu())
         output["orapo_rejected_ids"], output["orapo_rejected_mask"] = self._pad_answers(rejected_ids, pad_id, device)
@@ -551,6 +562,8 @@ class OraPOTrainer(GRPOTrainer):
         metrics["orapo/dpo_weight"].append(sum(g.weight for g in mined) / n)
         metrics["orapo/dpo_weight_effective"].append(sum(weights) / n)
         metrics["orapo/pairs"].append(float(sum(len(g.pairs) for g in mined)) if self.args.oracle_mode != "none" else 0.0)
+        if getattr(self.miner, "finding_pairs", False):
+            metrics["orapo/finding_pairs"].append(float(sum(p.finding is not None for g in mined for p in g.pairs)))
         if scored:
             mean = sum(scored) / len(scored)
             std = math.sqrt(sum((r - mean) ** 2 for r in scored) / max(len(scored) - 1, 1))
