@@ -123,5 +123,29 @@ def test_orapo_starter_refuses_bad_options_and_a_missing_model(data_dir, capsys)
 
     assert main(["starter", "build", "--steps", "0"]) == 2
     assert capsys.readouterr().err.startswith("bad_option: ")
+    assert main(["starter", "build", "--image-side", "100", "--patch-size", "24"]) == 2  # 100 is not 2 x 2 x 24
+    assert "multiple of twice --patch-size" in capsys.readouterr().err
     assert main(["starter", "info"]) == 2
     assert "orapo starter build" in capsys.readouterr().err
+
+
+def test_a_variant_with_a_quarter_patch_has_four_visual_tokens_and_says_so(tmp_path):
+    from argparse import Namespace
+
+    from PIL import Image
+
+    from app.commands import starter
+    from orapo_core.models import load_model
+    from orapo_core.models.starter import WarmStartPlan, build_starter, read_card
+
+    assert starter._architecture(Namespace(image_side=None, patch_size=None)) is None  # the default, shipped one
+    args = Namespace(image_side=96, patch_size=24)
+    arch = starter._architecture(args)
+    out = build_starter(tmp_path / "four", WarmStartPlan(**TINY), arch, show_progress=False)
+    card = read_card(out)
+    assert card["architecture"]["patch_size"] == 24
+    assert card["command"].endswith("--image-side 96 --patch-size 24")
+    processor = load_model(out).processor
+    inputs = processor(text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[Image.new("RGB", (512, 512))],
+                       return_tensors="pt")
+    assert int((inputs["input_ids"] == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum()) == 4

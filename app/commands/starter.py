@@ -22,6 +22,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--steps", type=int, default=None, metavar="N", help="report training steps (default 300; after 1000 steps of the vision tower alone)")
     build.add_argument("--minutes", type=float, default=None, metavar="M",
                        help="stop training when the whole build has run this long (default 9)")
+    build.add_argument("--image-side", type=int, default=None, metavar="PX",
+                       help="input side in pixels (default 96); with --patch-size, an experiment's variant")
+    build.add_argument("--patch-size", type=int, default=None, metavar="PX",
+                       help="vision patch side (default half the image side: one visual token; a quarter: four)")
     build.add_argument("--if-missing", action="store_true",
                        help="do nothing if the folder holds a model; copy the shipped one if it matches")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -44,13 +48,14 @@ def _build(args: argparse.Namespace) -> int:
     from orapo_core.models.starter.build import copy_shipped_starter
 
     out = Path(args.out).expanduser() if args.out else Settings().models_dir / "starter"
+    arch = _architecture(args)
     plan = WarmStartPlan(seed=args.seed)
     for name, value in (("n_train", args.n_train), ("steps", args.steps), ("max_minutes", args.minutes)):
         if value is not None:
             if value <= 0:
                 raise OrapoError("bad_option", f"--{name.replace('_', '-')} must be above 0, not {value}.")
             plan = replace(plan, **{name: value})
-    if args.if_missing:
+    if args.if_missing and arch is None:
         if (out / "config.json").is_file():
             print(f"starter: {out} already holds a model; nothing to do.", file=sys.stderr)
             print(out)
@@ -60,9 +65,24 @@ def _build(args: argparse.Namespace) -> int:
             print(out)
             return 0
     out.parent.mkdir(parents=True, exist_ok=True)
-    path = build_starter(out, plan, show_progress=not args.quiet)
+    path = build_starter(out, plan, arch, show_progress=not args.quiet)
     print(path)
     return 0
+
+
+def _architecture(args: argparse.Namespace):
+    """The architecture the options ask for, or None for the default (the shipped starter's)."""
+    from orapo_core.errors import OrapoError
+    from orapo_core.models.starter.architecture import IMAGE_SIDE, StarterArchitecture
+
+    if args.image_side is None and args.patch_size is None:
+        return None
+    side = args.image_side or IMAGE_SIDE
+    patch = args.patch_size or side // 2
+    if side < 32 or patch < 4 or side % (2 * patch):
+        raise OrapoError("bad_option", f"--image-side {side} must be at least 32 and a multiple of twice "
+                                       f"--patch-size {patch} (at least 4): patches are merged 2x2 into tokens.")
+    return StarterArchitecture(image_side=side, patch_size=patch)
 
 
 def _info(args: argparse.Namespace) -> int:

@@ -88,7 +88,9 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
         build_generation_config(tokenizer).save_pretrained(staging)
         card = {
             "name": "orapo-starter",
-            "command": f"orapo starter build --seed {plan.seed} --n-train {plan.n_train} --steps {plan.steps}",
+            "command": f"orapo starter build --seed {plan.seed} --n-train {plan.n_train} --steps {plan.steps}"
+                       + ("" if arch == StarterArchitecture() else
+                          f" --image-side {arch.image_side} --patch-size {arch.patch_size}"),
             "plan": plan.to_dict(),
             "architecture": arch.to_dict(),
             "parameters": sum(p.numel() for p in model.parameters()),
