@@ -53,40 +53,17 @@ def finding_sentence(report: str, finding: str):
 
 def read_reports(loaded, images, reports, *, batch: int = 8):
     """Per report: its token ids, each token's character span, per-token log-probs and the argmax token ids."""
-    import torch
-
+    from benchmarks.ablation import answer_token_logps
     from orapo_core.models.draft import to_rgb_image
-    from orapo_core.models.prompt import render_prompt
 
-    model, processor = loaded.model, loaded.processor
-    tokenizer = processor.tokenizer
-    prompt = render_prompt(processor)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    tokenizer = loaded.processor.tokenizer
     out = []
-    model.eval()
+    loaded.model.eval()
     for start in range(0, len(reports), batch):
         pictures = [to_rgb_image(x) for x in images[start : start + batch]]
         encoded = [tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
                    for text in reports[start : start + batch]]
-        answers = [e["input_ids"] for e in encoded]
-        inputs = processor(text=[prompt] * len(pictures), images=pictures, return_tensors="pt", padding=True,
-                           padding_side="left").to(device)
-        width = max(len(a) for a in answers)
-        ids = torch.tensor([a + [pad_id] * (width - len(a)) for a in answers], device=device)
-        mask = torch.tensor([[1] * len(a) + [0] * (width - len(a)) for a in answers], device=device)
-        prompt_len = inputs["input_ids"].shape[1]
-        extra = {k: v.to(dtype) if torch.is_floating_point(v) else v for k, v in inputs.items()
-                 if k not in ("input_ids", "attention_mask")}
-        for key in ("token_type_ids", "mm_token_type_ids"):
-            if key in extra:
-                extra[key] = torch.cat([extra[key], extra[key].new_zeros(ids.shape)], dim=1)
-        with torch.no_grad():
-            logits = model(input_ids=torch.cat([inputs["input_ids"], ids], dim=1),
-                           attention_mask=torch.cat([inputs["attention_mask"], mask], dim=1), **extra).logits
-        logps = torch.log_softmax(logits[:, prompt_len - 1 : -1].float(), dim=-1)
-        token = logps.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
-        best = logps.argmax(-1)
+        token, best, _ = answer_token_logps(loaded.model, loaded.processor, pictures, [e["input_ids"] for e in encoded])
         for i, e in enumerate(encoded):
             n = len(e["input_ids"])
             out.append({"ids": e["input_ids"], "spans": e["offset_mapping"], "logp": token[i, :n].tolist(),
