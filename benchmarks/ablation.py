@@ -14,7 +14,10 @@ oracle_mode, its study pool). So every method starts from the same model and
 sees the same number of studies in the same number of optimizer steps, with the
 recipe's batch, rollouts and generation settings. A method that is not DPO
 trains with use_clinician_pairs off (a pair is a DPO signal; PhantomCXR has
-none anyway).
+none anyway). One method, `orapo_corrected` (run only when named), trains on
+the pool as the app's readers would leave it: the starting model's wrong
+drafts corrected to the reference (`corrected_pool`), so rounds' clinician
+pairs and finding verifier are in the comparison too.
 
 Every model is scored by `orapo_core.models.evaluate.evaluate_drafter`, the
 evaluator of `orapo eval` and of the rounds' gate (greedy drafts, batched,
