@@ -91,7 +91,8 @@ def measure(loaded, records, images, drafts, finding: str, tokenizer) -> dict:
         inside = sentence_tokens(read, sentence.start, sentence.end)
         if not inside:
             continue
-        rest = [j for j in range(len(read["ids"])) if j not in set(inside)]
+        own = set(inside)
+        rest = [j for j in range(len(read["ids"])) if j not in own]
         sentence_lp.append(statistics.fmean(read["logp"][j] for j in inside))
         if rest:
             other_lp.append(statistics.fmean(read["logp"][j] for j in rest))

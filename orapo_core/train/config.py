@@ -75,7 +75,8 @@ class OraPOConfig(GRPOConfig):
         metadata={
             "help": "What a finding pair compares: 'decision' (both answers cut after their first differing word, "
             "no end of turn: the margin is the choice to say the finding or not, in the same context) or 'report' "
-            "(the whole reports, whose margin is mostly the finding sentence's easier tokens)."
+            "(the whole reports, whose margin is mostly the finding sentence's easier tokens). The logged "
+            "orapo/oracle_logp and orapo/dpo_loss then count the cut answers with the oracle's."
         },
     )
     oracle_mode: str = field(
