@@ -8,8 +8,9 @@ Uploaded originals carry names and IDs, so the server cleans up after itself
 however it stops: before it listens it deletes what a killed run left in the
 upload cache and the storage folder (`app.services.cache_sweep`), and SIGTERM
 (what Docker and systemd send) stops it the way Ctrl-C does: Gradio closes
-(its lifespan deletes its cache files and stops the rounds scheduler), then the
-this server's folder in the upload cache is deleted. Each sweep logs one line of counts on stderr. Each server
+(its lifespan deletes its cache files and stops the rounds scheduler), then
+this server's folder in the upload cache is deleted, and the process exits without
+the interpreter's teardown (`end_process`). Each sweep logs one line of counts on stderr. Each server
 has its own folder there: both sweeps also delete the folders of servers found dead and leave live servers'
 folders alone, so with no other server alive the whole cache goes, as it always did.
 """
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
+import os
 import signal
 import sys
 import threading
@@ -83,7 +86,21 @@ def run(args: argparse.Namespace) -> int:
             print("OraPO is stopping.", flush=True)
             close(demo)
             print(sweep_at_stop(settings, database).line("stop sweep"), file=sys.stderr, flush=True)
-    return 0
+    end_process(0)  # a failed start raised above instead, and the command line reports it
+    return 0  # not reached
+
+
+def end_process(code: int) -> None:
+    """Exit once the clean-up above has run, without the interpreter's teardown. A daemon thread may still be
+    inside native code when the server stops (the model's warm-up or a reader's draft in torch); tearing the
+    interpreter down under it can abort the process (SIGABRT, "terminate called without an active exception")
+    after the cache is already empty, and Docker or systemd would then log a clean stop as a crash. Nothing
+    is left for the teardown to do: the database commits as it goes, and the logs and streams are flushed here."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 @contextlib.contextmanager
@@ -107,6 +124,11 @@ def close(demo) -> None:
     """Close the server as Gradio's Ctrl-C does, and make sure the rounds scheduler stopped even if uvicorn
     could not reach its lifespan's shutdown within Gradio's wait (a client holding a request open)."""
     demo.close()
+    from app import gradio_internals
+
     scheduler = getattr(demo, "round_scheduler", None)
     if scheduler is not None:
         scheduler.shutdown()  # a no-op when the lifespan already stopped it
+    registry = getattr(gradio_internals.context_of(demo), "registry", None)
+    if hasattr(registry, "wait_for_warm_up"):
+        registry.wait_for_warm_up(GRACEFUL_SHUTDOWN_S)  # a warm-up draft under way ends before the process does

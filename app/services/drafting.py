@@ -106,9 +106,16 @@ class ModelRegistry:
     def warm_in_background(self) -> threading.Thread:
         """`warm` in a daemon thread; the readiness says "loading" from this call on."""
         self._readiness = Readiness("loading", self._readiness.name or "the served model")
-        thread = threading.Thread(target=self.warm, name="orapo-model-warm-up", daemon=True)
+        thread = self._warm_up = threading.Thread(target=self.warm, name="orapo-model-warm-up", daemon=True)
         thread.start()
         return thread
+
+    def wait_for_warm_up(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for a warm-up under way; True when none is running any more."""
+        thread = getattr(self, "_warm_up", None)
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
 
     def served(self) -> ServedModel:
         return served_model(self._db, self._settings)
