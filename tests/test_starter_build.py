@@ -103,6 +103,13 @@ def test_if_missing_copies_a_shipped_build_only_when_it_was_made_with_the_same_s
     card["architecture"]["image_side"] = 224
     (other_shape / "starter_card.json").write_text(json.dumps(card))
     assert copy_shipped_starter(tmp_path / "b", plan, shipped_dir=other_shape) is None
+    assert copy_shipped_starter(tmp_path / "c", replace(plan, perception_batch=4), shipped_dir=built) is None
+    older = tmp_path / "older-card"  # a card written before a plan field existed: built with its default
+    shutil.copytree(built, older)
+    card = json.loads((older / "starter_card.json").read_text())
+    del card["plan"]["perception_batch"]
+    (older / "starter_card.json").write_text(json.dumps(card))
+    assert copy_shipped_starter(tmp_path / "d", plan, shipped_dir=older) is not None
 
 
 def test_orapo_starter_build_if_missing_and_info(built, data_dir, capsys):
@@ -123,6 +130,8 @@ def test_orapo_starter_refuses_bad_options_and_a_missing_model(data_dir, capsys)
 
     assert main(["starter", "build", "--steps", "0"]) == 2
     assert capsys.readouterr().err.startswith("bad_option: ")
+    assert main(["starter", "build", "--perception-batch", "0"]) == 2
+    assert "--perception-batch must be above 0" in capsys.readouterr().err
     assert main(["starter", "build", "--image-side", "100", "--patch-size", "24"]) == 2  # 100 is not 2 x 2 x 24
     assert "multiple of twice --patch-size" in capsys.readouterr().err
     assert main(["starter", "info"]) == 2
@@ -149,3 +158,18 @@ def test_a_variant_with_a_quarter_patch_has_four_visual_tokens_and_says_so(tmp_p
     inputs = processor(text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[Image.new("RGB", (512, 512))],
                        return_tensors="pt")
     assert int((inputs["input_ids"] == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum()) == 4
+
+
+def test_perception_batches_train_the_answer_state_on_the_films_and_the_card_says_so(built, tmp_path):
+    from safetensors.torch import load_file
+
+    from orapo_core.models.starter import WarmStartPlan, build_starter, read_card
+
+    out = build_starter(tmp_path / "perceiving", WarmStartPlan(**TINY, perception_batch=4), show_progress=False)
+    card = read_card(out)
+    assert card["plan"]["perception_batch"] == 4 and "--perception-batch 4" in card["command"]
+    assert read_card(built)["plan"]["perception_batch"] == 0 and "--perception" not in read_card(built)["command"]
+    # Same seed, same vision warm-up: only the report steps' extra loss tells the two builds apart.
+    mine, plain = load_file(out / "model.safetensors"), load_file(built / "model.safetensors")
+    assert mine.keys() == plain.keys()
+    assert any(not (mine[k] == plain[k]).all() for k in mine if k.startswith("model.layers."))

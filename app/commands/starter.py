@@ -26,6 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="input side in pixels (default 96); with --patch-size, an experiment's variant")
     build.add_argument("--patch-size", type=int, default=None, metavar="PX",
                        help="vision patch side (default half the image side: one visual token; a quarter: four)")
+    build.add_argument("--perception-batch", type=int, default=None, metavar="N",
+                       help="films (every finding at 0.3) read through the prompt at each report step, to train "
+                            "the answer state to carry the rare findings (default 0: off, the shipped build)")
     build.add_argument("--if-missing", action="store_true",
                        help="do nothing if the folder holds a model; copy the shipped one if it matches")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -50,7 +53,8 @@ def _build(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser() if args.out else Settings().models_dir / "starter"
     arch = _architecture(args)
     plan = WarmStartPlan(seed=args.seed)
-    for name, value in (("n_train", args.n_train), ("steps", args.steps), ("max_minutes", args.minutes)):
+    for name, value in (("n_train", args.n_train), ("steps", args.steps), ("max_minutes", args.minutes),
+                        ("perception_batch", args.perception_batch)):
         if value is not None:
             if value <= 0:
                 raise OrapoError("bad_option", f"--{name.replace('_', '-')} must be above 0, not {value}.")

@@ -78,7 +78,8 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
                 bar.update(1)
 
             # The cap is on the whole build, so data preparation on a slow machine shortens training.
-            result = {**vision_result, **warm_start.run(data, deadline=deadline, on_step=on_step)}
+            result = {**vision_result, **warm_start.run(data, deadline=deadline, on_step=on_step,
+                                                               perception=vision_data)}
 
         staging = out.with_name(out.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
@@ -89,6 +90,7 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
         card = {
             "name": "orapo-starter",
             "command": f"orapo starter build --seed {plan.seed} --n-train {plan.n_train} --steps {plan.steps}"
+                       + (f" --perception-batch {plan.perception_batch}" if plan.perception_batch else "")
                        + ("" if arch == StarterArchitecture() else
                           f" --image-side {arch.image_side} --patch-size {arch.patch_size}"),
             "plan": plan.to_dict(),
@@ -128,7 +130,8 @@ def copy_shipped_starter(out_dir: str | Path, plan: WarmStartPlan | None = None,
     if card is None or card.get("stopped_by") != "steps" or card.get("vision_stopped_by", "steps") != "steps":
         return None
     wanted = {k: v for k, v in plan.to_dict().items() if k not in _NOT_IN_RESULT}
-    if any(card["plan"].get(k) != v for k, v in wanted.items()):
+    defaults = WarmStartPlan().to_dict()  # a field newer than the card: its build ran with the default
+    if any(card["plan"].get(k, defaults[k]) != v for k, v in wanted.items()):
         return None
     if card.get("architecture") != StarterArchitecture().to_dict():
         return None

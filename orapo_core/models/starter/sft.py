@@ -85,6 +85,10 @@ class WarmStartPlan:
     vision_n_train: int = 2000
     vision_batch: int = 32
     vision_pretrain_lr: float = 1e-3
+    # If above 0: every report step also reads this many of the vision warm-up's films (every finding at
+    # `vision_prevalence`) through the prompt alone, and trains both probes on them, so the state where an
+    # answer begins learns to carry the rare findings that the reports keep scarce. 0: the shipped build.
+    perception_batch: int = 0
     threads: int = 2
     prevalence: dict = field(default_factory=dict)  # filled by `training_prevalence`
 
@@ -289,13 +293,36 @@ class WarmStart:
                 "vision_seconds": round(time.perf_counter() - started, 1),
                 "final_vision_loss": round(sum(tail) / len(tail), 4)}
 
+    def perception_loss(self, films: TrainingSet, rng: np.random.Generator):
+        """Both probes' loss on `plan.perception_batch` films read through the prompt alone (no report)."""
+        import torch
+
+        indices = rng.choice(len(films.images), size=min(self.plan.perception_batch, len(films.images)),
+                             replace=False)
+        pictures = [_picture(augment(films.images[i], rng)) for i in indices]
+        vision = self.processor.image_processor(images=pictures, return_tensors="pt")
+        input_ids = self.prompt_ids[None].expand(len(indices), -1)
+        inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                  "pixel_values": vision["pixel_values"], "image_grid_thw": vision["image_grid_thw"]}
+        if self.prompt_mm is not None:
+            inputs["mm_token_type_ids"] = self.prompt_mm.expand(len(indices), -1)
+        self._visual.clear()
+        output = self.model(**inputs, output_hidden_states=True)
+        target = torch.from_numpy(films.targets[indices])
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
+        return (bce(self.probe["visual"](self._visual[0].reshape(len(indices), -1)), target)
+                + bce(self.probe["answer"](output.hidden_states[-1][:, -1]), target))
+
     def run(self, data: TrainingSet, *, deadline: float | None = None,
-            on_step: Callable[[int, dict], None] | None = None) -> dict:
-        """Train for `plan.steps` steps, or until `deadline` (a `time.perf_counter()` value) passes."""
+            on_step: Callable[[int, dict], None] | None = None, perception: TrainingSet | None = None) -> dict:
+        """Train for `plan.steps` steps, or until `deadline` (a `time.perf_counter()` value) passes.
+        `perception`: the films `plan.perception_batch` draws from (the vision warm-up's)."""
         import torch
 
         plan, model = self.plan, self.model
         rng = np.random.default_rng([plan.seed, 2])
+        seen = np.random.default_rng([plan.seed, 5])
+        perceive = perception is not None and plan.perception_batch > 0
         order, cursor = rng.permutation(len(data.images)), 0
         started, stopped_by = time.perf_counter(), "steps"
         model.train()
@@ -326,6 +353,8 @@ class WarmStart:
                                reduction="none").mean(-1)
             answer_loss = (per_position * mask).sum() / mask.sum()
             probe_loss = bce(self.probe["visual"](tokens), target) + answer_loss
+            if perceive:
+                probe_loss = probe_loss + self.perception_loss(perception, seen)
             loss = report_loss + plan.aux_weight * probe_loss
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
