@@ -130,6 +130,8 @@ def test_orapo_starter_refuses_bad_options_and_a_missing_model(data_dir, capsys)
 
     assert main(["starter", "build", "--steps", "0"]) == 2
     assert capsys.readouterr().err.startswith("bad_option: ")
+    assert main(["starter", "build", "--vision-steps", "-1"]) == 2
+    assert "--vision-steps must be above 0" in capsys.readouterr().err
     assert main(["starter", "build", "--perception-batch", "0"]) == 2
     assert "--perception-batch must be above 0" in capsys.readouterr().err
     assert main(["starter", "build", "--image-side", "100", "--patch-size", "24"]) == 2  # 100 is not 2 x 2 x 24
@@ -167,7 +169,8 @@ def test_perception_batches_train_the_answer_state_on_the_films_and_the_card_say
 
     out = build_starter(tmp_path / "perceiving", WarmStartPlan(**TINY, perception_batch=4), show_progress=False)
     card = read_card(out)
-    assert card["plan"]["perception_batch"] == 4 and "--perception-batch 4" in card["command"]
+    assert card["plan"]["perception_batch"] == 4
+    assert card["command"].endswith("--vision-n-train 8 --vision-steps 2 --perception-batch 4")  # TINY's own
     assert read_card(built)["plan"]["perception_batch"] == 0 and "--perception" not in read_card(built)["command"]
     # Same seed, same vision warm-up: only the report steps' extra loss tells the two builds apart.
     mine, plain = load_file(out / "model.safetensors"), load_file(built / "model.safetensors")

@@ -26,6 +26,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="input side in pixels (default 96); with --patch-size, an experiment's variant")
     build.add_argument("--patch-size", type=int, default=None, metavar="PX",
                        help="vision patch side (default half the image side: one visual token; a quarter: four)")
+    build.add_argument("--vision-n-train", type=int, default=None, metavar="N",
+                       help="films for the vision warm-up, every finding at 0.3 (default 2000)")
+    build.add_argument("--vision-steps", type=int, default=None, metavar="N",
+                       help="vision warm-up steps before the report training (default 1000)")
     build.add_argument("--perception-batch", type=int, default=None, metavar="N",
                        help="films (every finding at 0.3) read through the prompt at each report step, to train "
                             "the answer state to carry the rare findings (default 0: off, the shipped build)")
@@ -54,6 +58,7 @@ def _build(args: argparse.Namespace) -> int:
     arch = _architecture(args)
     plan = WarmStartPlan(seed=args.seed)
     for name, value in (("n_train", args.n_train), ("steps", args.steps), ("max_minutes", args.minutes),
+                        ("vision_n_train", args.vision_n_train), ("vision_steps", args.vision_steps),
                         ("perception_batch", args.perception_batch)):
         if value is not None:
             if value <= 0:

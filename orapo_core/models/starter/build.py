@@ -25,6 +25,7 @@ CARD_NAME = "starter_card.json"
 SHIPPED_DIR = Path(__file__).resolve().parents[3] / "assets" / "starter"
 # Plan fields that do not change a build that finished all its steps.
 _NOT_IN_RESULT = ("max_minutes", "threads", "prevalence")
+_DEFAULT_PLAN = WarmStartPlan()
 
 
 def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: StarterArchitecture | None = None,
@@ -90,7 +91,9 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
         card = {
             "name": "orapo-starter",
             "command": f"orapo starter build --seed {plan.seed} --n-train {plan.n_train} --steps {plan.steps}"
-                       + (f" --perception-batch {plan.perception_batch}" if plan.perception_batch else "")
+                       + "".join(f" --{name.replace('_', '-')} {getattr(plan, name)}"
+                                 for name in ("vision_n_train", "vision_steps", "perception_batch")
+                                 if getattr(plan, name) != getattr(_DEFAULT_PLAN, name))
                        + ("" if arch == StarterArchitecture() else
                           f" --image-side {arch.image_side} --patch-size {arch.patch_size}"),
             "plan": plan.to_dict(),
