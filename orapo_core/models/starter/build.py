@@ -133,7 +133,7 @@ def copy_shipped_starter(out_dir: str | Path, plan: WarmStartPlan | None = None,
     if card is None or card.get("stopped_by") != "steps" or card.get("vision_stopped_by", "steps") != "steps":
         return None
     wanted = {k: v for k, v in plan.to_dict().items() if k not in _NOT_IN_RESULT}
-    defaults = WarmStartPlan().to_dict()  # a field newer than the card: its build ran with the default
+    defaults = _DEFAULT_PLAN.to_dict()  # a field newer than the card: its build ran with the default
     if any(card["plan"].get(k, defaults[k]) != v for k, v in wanted.items()):
         return None
     if card.get("architecture") != StarterArchitecture().to_dict():
