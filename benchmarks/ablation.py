@@ -83,6 +83,10 @@ METHODS: dict[str, Method] = {
         Method("orapo_1000", "OraPO + FactS (1,000 studies)", "facts", "dpo", 1000),
         Method("orapo_corrected", "OraPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "dpo", 1000,
                corrections=True),
+        # GRPO on the same corrected pool, at the same budget: its round fits the same finding checks from the
+        # same rows (train_round fits them whatever the oracle mode), so the two differ only by the oracle term
+        Method("grpo_corrected", "GRPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "none", 1000,
+               corrections=True),
     )
 }
 
@@ -250,41 +254,13 @@ def drafter_for(model, processor, model_dir: str | Path):
                                device=str(parameter.device), dtype=parameter.dtype))
 
 
-def answer_token_logps(model, processor, pictures: Sequence, answers: Sequence[list[int]]):
-    """Each answer (token ids) read after the drafting prompt and its picture, under teacher forcing, in one
-    forward: (log-prob of each answer token, the argmax token at each position, mask), each (answers, width)."""
-    import torch
-
-    from orapo_core.models.prompt import render_prompt
-
-    prompt = render_prompt(processor)
-    tokenizer = processor.tokenizer
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
-    inputs = processor(text=[prompt] * len(pictures), images=list(pictures), return_tensors="pt", padding=True,
-                       padding_side="left").to(device)
-    width = max(len(a) for a in answers)
-    ids = torch.tensor([a + [pad_id] * (width - len(a)) for a in answers], device=device)
-    mask = torch.tensor([[1] * len(a) + [0] * (width - len(a)) for a in answers], device=device)
-    prompt_len = inputs["input_ids"].shape[1]
-    extra = {key: value.to(dtype) if torch.is_floating_point(value) else value  # pixels in the model's dtype
-             for key, value in inputs.items() if key not in ("input_ids", "attention_mask")}
-    for key in ("token_type_ids", "mm_token_type_ids"):  # per-token types, as the trainer does: the answer is text
-        if key in extra:
-            extra[key] = torch.cat([extra[key], extra[key].new_zeros(ids.shape)], dim=1)
-    with torch.no_grad():
-        logits = model(input_ids=torch.cat([inputs["input_ids"], ids], dim=1),
-                       attention_mask=torch.cat([inputs["attention_mask"], mask], dim=1), **extra).logits
-    logps = torch.log_softmax(logits[:, prompt_len - 1 : -1].float(), dim=-1)
-    return logps.gather(-1, ids.unsqueeze(-1)).squeeze(-1), logps.argmax(-1), mask
-
-
 def oracle_logp(model, processor, images: Sequence, oracles: Sequence[str], *, batch: int = 8) -> float:
     """Mean over studies of the mean per-token log-prob of each oracle after the drafting prompt and its image.
 
     The answer is tokenised as the trainer tokenises an oracle: the text, then the end-of-turn token.
     """
     from orapo_core.models.draft import to_rgb_image
+    from orapo_core.models.scoring import answer_token_logps
 
     tokenizer = processor.tokenizer
     eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id

@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit-verifier", action="store_true",
                         help="with --rescore-round: first fit the finding verifier of that round's version as a round "
                              "with finding_verifier on does (orapo_core.models.verifier.fit_round_verifier, on the "
-                             "round's own train.csv), save it beside the version's adapter, then score")
+                             "round's own train.csv; --set finding_verifier_add_max_fpr=0 fits it without its additions), "
+                             "save it beside the version's adapter, then score")
     parser.add_argument("--state-probes", action="store_true",
                         help="with --rescore-round: also how well a linear probe tells the test films with the finding "
                              "from those without, from each model's merged visual token and from its text model's "
@@ -359,8 +360,9 @@ def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, sp
     return out
 
 
-def fit_version_verifier(settings, round_id: int, base, adapter) -> dict:
-    """Fit and save the finding verifier of round `round_id`'s version, from the round's own train.csv and recipe."""
+def fit_version_verifier(settings, round_id: int, base, adapter, *, add_max_fpr: float | None = None) -> dict:
+    """Fit and save the finding verifier of round `round_id`'s version, from the round's own train.csv and recipe
+    (`add_max_fpr`: the round setting finding_verifier_add_max_fpr, default the verifier's own; 0 adds nothing)."""
     from types import SimpleNamespace
 
     from orapo_core.models.loading import load_model
@@ -372,7 +374,8 @@ def fit_version_verifier(settings, round_id: int, base, adapter) -> dict:
     dataset = load_round_dataset(SimpleNamespace(**recipe))
     loaded = load_model(base, adapter)
     with loaded.using() as model:
-        verifier = fit_round_verifier(model, loaded.processor, dataset, prompt=recipe.get("prompt_text"))
+        extra = {} if add_max_fpr is None else {"add_max_fpr": float(add_max_fpr)}
+        verifier = fit_round_verifier(model, loaded.processor, dataset, prompt=recipe.get("prompt_text"), **extra)
     if verifier is not None:
         verifier.save(adapter)
     return describe(verifier)
@@ -393,7 +396,9 @@ def rescore_round(args) -> int:
     version = next(v for v in ModelVersionRepository(open_database(settings)).list() if v.round_id == args.rescore_round)
     base = resolve_path(settings, version.base_model_path)
     if args.fit_verifier:
-        print(f"finding verifier: {fit_version_verifier(settings, args.rescore_round, base, resolve_path(settings, version.adapter_path))}")
+        add_max_fpr = parse_settings(args.set).get("finding_verifier_add_max_fpr")
+        adapter = resolve_path(settings, version.adapter_path)
+        print(f"finding verifier: {fit_version_verifier(settings, args.rescore_round, base, adapter, add_max_fpr=add_max_fpr)}")
     positives = draw(args.n_positive, args.seed + 1, args.finding, True, args.size)
     negatives = draw(args.n_negative, args.seed + 2, args.finding, False, args.size)
     test_dir = data_dir.parent / f"{data_dir.name}-test"

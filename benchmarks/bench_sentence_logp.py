@@ -53,7 +53,7 @@ def finding_sentence(report: str, finding: str):
 
 def read_reports(loaded, images, reports, *, batch: int = 8):
     """Per report: its token ids, each token's character span, per-token log-probs and the argmax token ids."""
-    from benchmarks.ablation import answer_token_logps
+    from orapo_core.models.scoring import answer_token_logps
     from orapo_core.models.draft import to_rgb_image
 
     tokenizer = loaded.processor.tokenizer

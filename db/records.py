@@ -100,6 +100,13 @@ class DraftRecord:
         facts = self.facts if isinstance(self.facts, dict) else {}
         return [str(s) for s in facts.get("withheld") or []]
 
+    @property
+    def added(self) -> list[str]:
+        """The sentences the version's finding check put in the draft: it read the finding on the film and the
+        model's own words did not state it (orapo_core.models.verifier)."""
+        facts = self.facts if isinstance(self.facts, dict) else {}
+        return [str(s) for s in facts.get("added") or []]
+
 
 @dataclass(frozen=True)
 class CorrectionRecord:

@@ -265,6 +265,14 @@ def test_what_the_drafter_left_out_is_shown_before_and_after_editing(app_env):
     plain = reports.highlights_for(DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.",
                                                               text="No pneumothorax."), None)
     assert plain.withheld == [] and "Left out" not in _missed_md(plain)
+    # a sentence the version's finding check put in is named as such, before and after editing
+    checked = DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.",
+                                         text="Heart is normal. Small right pneumothorax.",
+                                         facts={"flagged": [], "withheld": [], "added": ["Small right pneumothorax."]})
+    for shown in (reports.highlights_for(checked, None), reports.highlights_for(checked, "Heart is normal.")):
+        assert shown.added == ["Small right pneumothorax."]
+        assert "Added by the finding check" in _missed_md(shown) and "*Small right pneumothorax.*" in _missed_md(shown)
+    assert "Added by the finding check" not in _missed_md(plain)
 
 
 def test_confidence_and_verdict_highlights_speak_different_languages(app_env):

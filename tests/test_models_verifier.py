@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orapo_core.models.verifier import FindingVerifier, fit_check, fit_verifier, taught_findings
+from orapo_core.models.verifier import (FindingVerifier, add_cut, finding_sentences, fit_check, fit_verifier,
+                                        taught_findings)
 
 PTX = "There is a moderate right pneumothorax with a visible pleural line. No pleural effusion."
 CLEAR = "The lungs are clear. No pneumothorax. No pleural effusion."
@@ -37,6 +38,57 @@ def test_only_findings_with_enough_rows_and_a_readable_state_get_a_check():
     assert set(verifier.checks) == {"Pneumothorax"}  # no film states an effusion: nothing to fit it on
     noise = np.random.default_rng(5).normal(size=x.shape)
     assert fit_verifier(noise, reports, ["Pneumothorax"]) is None  # AUC near 0.5: not used
+
+
+def test_the_add_cut_has_the_best_f1_within_the_false_positive_cap():
+    scores = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    present = np.array([0, 0, 0, 0, 1, 0, 1, 1, 0, 1], dtype=bool)
+    # uncapped, calling from 0.5 finds all four positives for two negatives (F1 0.8): the best cut
+    assert add_cut(scores, present, 1.0) == 0.5
+    # one of the six negatives at most (0.9 is one): from 0.7, 3 of 4 positives (F1 0.75)
+    assert add_cut(scores, present, 1 / 6) == 0.7
+    # no negative at all: only 1.0 (F1 0.4)
+    assert add_cut(scores, present, 0.0) == 1.0
+    assert add_cut(scores, np.zeros(10, dtype=bool), 0.5) is None  # nothing to find
+
+
+def test_a_check_adds_only_what_it_reads_well_enough_and_withholds_only_what_it_reads_very_well():
+    x, present = _states(400, 1.6)  # a readout of AUC about 0.85: adds, does not withhold
+    reports = [PTX if p else CLEAR for p in present]
+    check = fit_verifier(x, reports, ["Pneumothorax"]).checks["Pneumothorax"]
+    assert 0.7 <= check.cross_fitted_auc < 0.9 and not check.withholds and check.add_threshold is not None
+    assert check.sentences == ["There is a moderate right pneumothorax with a visible pleural line."]
+    new, truth = _states(2000, 1.6, seed=1)
+    called = np.array([bool(s) for s in FindingVerifier({"Pneumothorax": check}).supported(new)])
+    assert called[~truth].mean() <= 0.25 and called[truth].mean() > 0.4  # near the 0.2 cap it was fitted under
+    assert FindingVerifier({"Pneumothorax": check}).unsupported(new) == [set()] * len(new)
+    strong = fit_verifier(*_states(400, 4.0)[:1], [PTX if p else CLEAR for p in _states(400, 4.0)[1]],
+                          ["Pneumothorax"]).checks["Pneumothorax"]
+    assert strong.withholds and strong.add_threshold is not None
+    off = fit_verifier(x, reports, ["Pneumothorax"], add_min_auc=None)
+    assert off is None  # neither withholds (AUC < 0.9) nor adds: no check
+
+
+def test_the_sentences_a_check_adds_state_its_finding_alone_most_frequent_first():
+    reports = [PTX, PTX, "Small left pneumothorax. Heart is enlarged.", "Pneumothorax and effusion on the right.",
+               CLEAR]
+    assert finding_sentences(reports, "Pneumothorax") == [
+        "There is a moderate right pneumothorax with a visible pleural line.", "Small left pneumothorax."]
+    assert finding_sentences(reports, "Pneumothorax", limit=1) == [
+        "There is a moderate right pneumothorax with a visible pleural line."]
+
+
+def test_adding_a_finding_puts_its_sentence_in_the_findings_and_takes_its_denial_out():
+    from orapo_core.facts.consistency import add_findings
+
+    draft = "FINDINGS: Heart size is normal. No pleural effusion or pneumothorax.\n\nIMPRESSION: No acute process."
+    text, dropped = add_findings(draft, {"Pneumothorax": "Small left pneumothorax."})
+    assert text == "FINDINGS: Heart size is normal. Small left pneumothorax.\n\nIMPRESSION: No acute process."
+    assert dropped == ["No pleural effusion or pneumothorax."]
+    stated = "FINDINGS: Small right pneumothorax."
+    assert add_findings(stated, {"Pneumothorax": "Small left pneumothorax."}) == (stated, [])  # said already
+    assert add_findings("Heart is normal.", {"Fracture": "Healing rib fracture."}) == (
+        "Heart is normal. Healing rib fracture.", [])
 
 
 def test_taught_findings_are_those_corrections_added_often_enough():
@@ -104,3 +156,29 @@ def test_a_round_with_the_verifier_saves_it_and_its_drafts_withhold_what_it_does
     draft = drafter.compose(PTX, [], drafter.sampling_settings(samples=0), unsupported={"Pneumothorax"})
     assert draft.text == "No pleural effusion." and draft.withheld == [PTX.split(" No")[0]]
     assert draft.sampling["verified_findings"] == ["Pneumothorax"]
+    # the bright film reads the finding: a draft silent on it gets the round's sentence stating it, the dark not
+    assert drafter.checked_findings([dark, bright])[1] == [set(), {"Pneumothorax"}]
+    silent, said = drafter.draft_many([dark, bright], samples=0, max_new_tokens=8)
+    sentence = "There is a moderate right pneumothorax with a visible pleural line."
+    assert sentence not in silent.text and silent.added == []
+    assert said.text.endswith(sentence) and said.added == [sentence]
+
+
+@pytest.mark.slow
+def test_the_model_chooses_the_sentence_it_reads_most_easily(tiny_model):
+    from PIL import Image
+
+    from orapo_core.models.loading import load_model
+    from orapo_core.models.scoring import answer_token_logps, best_continuation
+
+    loaded = load_model(tiny_model)
+    tokenizer = loaded.processor.tokenizer
+    film = Image.new("RGB", (56, 56), (120,) * 3)
+    prefix, candidates = "FINDINGS: Heart is normal. ", ["Small left pneumothorax.", "Large right pneumothorax.",
+                                                         "There is a tiny apical pneumothorax on the left."]
+    means = []
+    for text in candidates:  # each read alone, its own tokens after the prefix's
+        head, whole = tokenizer(prefix, add_special_tokens=False)["input_ids"], tokenizer(prefix + text, add_special_tokens=False)["input_ids"]
+        token, _, _ = answer_token_logps(loaded.model, loaded.processor, [film], [whole])
+        means.append(float(token[0, len(head):].mean()))
+    assert best_continuation(loaded.model, loaded.processor, film, prefix, candidates) == int(np.argmax(means))

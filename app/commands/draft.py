@@ -59,5 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  flagged: {fact}")
     for sentence in draft.withheld:
         print(f"  left out (not confirmed: too few samples said it, or the finding verifier did not find it): {sentence}")
+    for sentence in draft.added:
+        print(f"  added by the finding check (read on the image, not written by the model): {sentence}")
     print(f"({draft.model_name}, prompt {draft.prompt_version}, {draft.latency_ms:.0f} ms)")
     return 0

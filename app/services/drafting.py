@@ -274,7 +274,8 @@ def draft_study(db, settings: Settings, registry: ModelRegistry, user: UserRecor
         record = DraftRepository(session).create(
             overview.study.id, model_name=draft.model_name, prompt=draft.prompt, text=draft.text,
             sampling={**draft.sampling, "prompt_version": draft.prompt_version, "model_version": served.name},
-            facts={"flagged": draft.flagged, "withheld": list(getattr(draft, "withheld", []) or [])},
+            facts={"flagged": draft.flagged, "withheld": list(getattr(draft, "withheld", []) or []),
+                   "added": list(getattr(draft, "added", []) or [])},
             sentence_scores=draft.sentences, latency_ms=int(draft.latency_ms),
             model_version_id=served.version_id, created_by=user.id,
             image_features=getattr(draft, "image_features", None),

@@ -71,6 +71,7 @@ class Highlights:
     color_map: dict[str, str] = field(default_factory=dict)  # the colour of every label in `spans`
     reasons: list[tuple[str, str]] = field(default_factory=list)  # (draft sentence, why it is contradicted)
     withheld: list[str] = field(default_factory=list)  # sentences left out of the draft (DraftRecord.withheld)
+    added: list[str] = field(default_factory=list)  # sentences the finding check put in (DraftRecord.added)
 
     @property
     def title(self) -> str:
@@ -86,17 +87,15 @@ class Highlights:
 
 
 def confidence_highlights(draft: DraftRecord) -> Highlights:
-    sentences = draft.sentence_scores or []
-    if not sentences:  # a draft made with samples=0 has no confidences
-        return Highlights([(draft.text, None)], withheld=draft.withheld)
     spans: list[tuple[str, str | None]] = []
     colors: dict[str, str] = {}
-    for s in sentences:
+    for s in draft.sentence_scores or []:
         confidence = float(s["confidence"])
         label = confidence_label(confidence)
         colors[label] = confidence_color(confidence)
         spans += [(s["text"], label), (" ", None)]
-    return Highlights(spans[:-1], color_map=colors, withheld=draft.withheld)
+    # a draft made with samples=0 has no confidences: its text, unlabelled
+    return Highlights(spans[:-1] or [(draft.text, None)], color_map=colors, withheld=draft.withheld, added=draft.added)
 
 
 def facts_highlights(draft_text: str, corrected_text: str) -> Highlights:
@@ -131,7 +130,7 @@ def contradiction_reason(judgement) -> str:
 def highlights_for(draft: DraftRecord, edited_text: str | None) -> Highlights:
     if edited_text is None or same_text(edited_text, draft.text):
         return confidence_highlights(draft)
-    return replace(facts_highlights(draft.text, edited_text), withheld=draft.withheld)
+    return replace(facts_highlights(draft.text, edited_text), withheld=draft.withheld, added=draft.added)
 
 
 def rescore(db, draft_id: int, edited_text: str | None) -> Highlights:

@@ -114,6 +114,9 @@ def _missed_md(hl: reports.Highlights) -> str:
     # verifier did not find it on this film): not in the draft, shown so it is not lost
     left_out = ("**Left out of the draft** (the model wrote it but did not confirm it on this image): "
                 + " ".join(f"*{s}*" for s in hl.withheld) + "\n\n") if hl.withheld else ""
+    # what the version's finding check stated from its reading of the image where the model's words were silent
+    left_out += ("**Added by the finding check** (read on the image, not written by the model): "
+                 + " ".join(f"*{s}*" for s in hl.added) + "\n\n") if hl.added else ""
     if hl.mode != "facts":
         return (f"{left_out}**Before your edit:** the share of the model's samples that agree with each sentence: "
                 f"{chips}. Edit the report to check the draft against it.")

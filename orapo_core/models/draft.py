@@ -66,6 +66,9 @@ class Draft:
     # the greedy sentences left out of `text`: too few samples asserted their finding (`min_agreement`), or the
     # version's finding verifier did not find it on this film (orapo_core.models.verifier)
     withheld: list[str] = field(default_factory=list)
+    # sentences the version's finding check put in: it read the finding on the film and the draft did not say it
+    # (orapo_core.models.verifier); the model chose each among the sentences its round's reports state it with
+    added: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -159,22 +162,54 @@ class Drafter:
             with self._lock:
                 results = [(greedy, sampled, None) for greedy, sampled in
                            self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)]
-        unsupported = self.unsupported_findings(pictures)
+        unsupported, supported = self.checked_findings(pictures)
+        additions = [self.choose_additions(picture, greedy, vetoed, wanted)
+                     for picture, (greedy, _, _), vetoed, wanted in zip(pictures, results, unsupported, supported,
+                                                                       strict=True)]
         generated_s = time.perf_counter() - started
         # the shared decoding plus each image's own scoring, not the scoring of those before it
         return [self.compose(greedy, sampled, settings, batch_size=len(pictures), generated_s=generated_s,
-                             image_features=features, unsupported=vetoed)
-                for (greedy, sampled, features), vetoed in zip(results, unsupported, strict=True)]
+                             image_features=features, unsupported=vetoed, additions=added)
+                for (greedy, sampled, features), vetoed, added in zip(results, unsupported, additions, strict=True)]
 
-    def unsupported_findings(self, pictures) -> list[set[str]]:
-        """Per picture, the verified findings the model's own state does not support (none without a verifier):
-        one prompt-only forward per batch, beside the decoding."""
+    def checked_findings(self, pictures) -> tuple[list[set[str]], list[set[str]]]:
+        """Per picture, the checked findings the model's own state does not support, and those it reads clearly
+        enough to state (none without a verifier): one prompt-only forward per batch, beside the decoding."""
         if self.verifier is None:
-            return [set() for _ in pictures]
+            return [set() for _ in pictures], [set() for _ in pictures]
         from orapo_core.models.verifier import prompt_states
 
         with self._lock, self.loaded.using() as model:
-            return self.verifier.unsupported(prompt_states(model, self.loaded.processor, self._prompt_text, pictures))
+            states = prompt_states(model, self.loaded.processor, self._prompt_text, pictures)
+        return self.verifier.unsupported(states), self.verifier.supported(states)
+
+    def unsupported_findings(self, pictures) -> list[set[str]]:
+        """Per picture, the verified findings the model's own state does not support (none without a verifier)."""
+        return self.checked_findings(pictures)[0]
+
+    def choose_additions(self, picture, greedy: str, unsupported: set[str], supported: set[str]) -> dict[str, str]:
+        """For each finding the check reads on `picture` and the greedy draft (less what the check withholds) does
+        not state, the sentence to add: the one of the check's sentences the model reads most easily after the
+        draft's findings (`orapo_core.models.scoring.best_continuation`), so side and size come from the film."""
+        from orapo_core.facts.consistency import findings_section_end, split_unsupported, stated_findings
+
+        if not supported:
+            return {}
+        text, _ = split_unsupported(greedy, unsupported)
+        wanted = sorted(supported - unsupported - stated_findings(text))
+        if not wanted:
+            return {}
+        from orapo_core.models.scoring import best_continuation
+
+        prefix = findings_section_end(text)
+        chosen = {}
+        with self._lock, self.loaded.using() as model:
+            for name in wanted:
+                candidates = self.verifier.checks[name].sentences
+                best = best_continuation(model, self.loaded.processor, picture, prefix, candidates,
+                                         prompt_text=self._prompt_text) if len(candidates) > 1 else 0
+                chosen[name] = candidates[best]
+        return chosen
 
     @staticmethod
     def sampling_settings(*, samples: int = 4, max_new_tokens: int = 192, temperature: float = 1.0,
@@ -197,19 +232,23 @@ class Drafter:
 
     def compose(self, greedy: str, sampled: list[str], settings: dict, *, batch_size: int = 1,
                 generated_s: float = 0.0, image_features: list[float] | None = None,
-                unsupported: set[str] | None = None) -> Draft:
+                unsupported: set[str] | None = None, additions: dict[str, str] | None = None) -> Draft:
         """The Draft of a greedy text and its samples: self-consistency scored, provenance recorded.
 
         `settings` are the draft's sampling settings; `batch_size`, the most drafts decoded alongside it
         (recorded when above 1); `generated_s`, the decoding time, to which this scoring's time is added;
         `image_features`, the image's pooled merged tokens when the decoder captured them; `unsupported`, the
-        verified findings the verifier did not find on the image (their sentences are withheld)."""
-        from orapo_core.facts.consistency import split_agreed, split_unsupported
+        verified findings the verifier did not find on the image (their sentences are withheld); `additions`, the
+        sentences the finding check puts in (`choose_additions`; a denial of their finding is withheld)."""
+        from orapo_core.facts.consistency import add_findings, split_agreed, split_unsupported
 
         scoring = time.perf_counter()
         text, withheld = split_agreed(greedy, sampled, self.min_agreement)
         text, vetoed = split_unsupported(text, unsupported or set())
-        withheld = withheld + vetoed
+        before = text
+        text, replaced = add_findings(text, additions or {})
+        added = [s for s in (additions or {}).values() if text != before and s.strip() in text]
+        withheld = withheld + vetoed + replaced
         sentences, flagged = score_self_consistency(text, sampled) if sampled else ([], [])
         sampling = {"samples": settings["samples"], "max_new_tokens": settings["max_new_tokens"],
                     "temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": 0,
@@ -233,6 +272,7 @@ class Drafter:
             latency_ms=round((generated_s + time.perf_counter() - scoring) * 1000, 1),
             image_features=image_features,
             withheld=withheld,
+            added=added,
         )
 
     def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed) -> list[tuple[str, list[str]]]:

@@ -11,6 +11,14 @@ its threshold set on cross-fitted scores to keep `keep` of the positives. When d
 verified finding whose film scores under the threshold is left out of the draft and shown to the reader as
 withheld, as the sample-agreement operating point does (`orapo_core.facts.consistency`).
 
+The same readout also says the finding where the draft is silent (2026-12-05). On the rare-enriched ablation a
+ridge readout of the prompt state found the rare findings at F1 0.50 where the same model's drafts reached 0.10
+(README, Benchmarks): the state carries what the decoder does not yet say. So a check whose cross-fitted AUC
+reaches `add_min_auc` also has an `add_threshold`, the cut that maximises the cross-fitted F1 while calling at most
+`add_max_fpr` of the rows without the finding; a film scoring above it whose draft does not state the finding gets
+a sentence stating it, chosen by the model among the sentences the round's own reports state it with
+(`orapo_core.models.scoring.best_continuation`), and a denial of it is taken out (shown as withheld).
+
 Pure numpy apart from `prompt_states`; saved as JSON beside the adapter (`VERIFIER_FILE`), so a version carries
 the verifier its round fitted, and a model without one drafts as before.
 """
@@ -20,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +50,13 @@ class FindingCheck:
     n_negative: int
     keep: float
     cross_fitted_auc: float | None = None
+    # whether a sentence stating the finding under `threshold` is withheld: only for a readout that reads the
+    # finding at `MIN_AUC` or better (an older verifier's checks all did)
+    withholds: bool = True
+    # the score at or above which a draft silent on the finding gets a sentence stating it; None: never added
+    add_threshold: float | None = None
+    # what is added: sentences of the round's reports stating this finding and no other, most frequent first
+    sentences: list[str] = field(default_factory=list)
 
     def score(self, states: np.ndarray) -> np.ndarray:
         x = (np.asarray(states, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.std)
@@ -57,9 +72,25 @@ class FindingVerifier:
         states = np.atleast_2d(np.asarray(states, dtype=np.float64))
         out: list[set[str]] = [set() for _ in range(len(states))]
         for name, check in self.checks.items():
-            for row in np.flatnonzero(check.score(states) < check.threshold):
-                out[row].add(name)
+            if check.withholds:
+                for row in np.flatnonzero(check.score(states) < check.threshold):
+                    out[row].add(name)
         return out
+
+    def supported(self, states: np.ndarray) -> list[set[str]]:
+        """Per state row, the findings whose check reads them clearly enough to state them (score at or above the
+        check's `add_threshold`); a draft silent on one gets a sentence stating it."""
+        states = np.atleast_2d(np.asarray(states, dtype=np.float64))
+        out: list[set[str]] = [set() for _ in range(len(states))]
+        for name, check in self.checks.items():
+            if check.add_threshold is not None and check.sentences:
+                for row in np.flatnonzero(check.score(states) >= check.add_threshold):
+                    out[row].add(name)
+        return out
+
+    @property
+    def adds(self) -> bool:
+        return any(c.add_threshold is not None and c.sentences for c in self.checks.values())
 
     def save(self, folder: str | Path) -> Path:
         path = Path(folder) / VERIFIER_FILE
@@ -87,11 +118,29 @@ def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(greater / (len(pos) * len(neg)))
 
 
+def add_cut(scores: np.ndarray, present: np.ndarray, max_fpr: float) -> float | None:
+    """The score cut (call the finding at `>= cut`) with the best F1 on `scores` among those calling at most
+    `max_fpr` of the rows without the finding; None when no cut calls any row with it."""
+    scores, present = np.asarray(scores, dtype=np.float64), np.asarray(present, dtype=bool)
+    negatives = np.sort(scores[~present])
+    allowed = int(np.floor(max_fpr * len(negatives)))  # how many rows without it may be called
+    floor = negatives[len(negatives) - allowed - 1] if allowed < len(negatives) else -np.inf
+    best, best_f1 = None, 0.0
+    for cut in np.unique(scores[present & (scores > floor)]):
+        called = scores >= cut
+        tp = float((called & present).sum())
+        f1 = 2 * tp / (called.sum() + present.sum())
+        if f1 > best_f1:
+            best, best_f1 = float(cut), f1
+    return best
+
+
 def fit_check(states: np.ndarray, present: Sequence[bool], finding: str, *, keep: float = 0.9, folds: int = 5,
-              alpha: float = 1.0, seed: int = 0) -> FindingCheck:
+              alpha: float = 1.0, seed: int = 0, add_max_fpr: float | None = None) -> FindingCheck:
     """A ridge readout of `finding` from `states` (rows: films), its threshold keeping `keep` of the positives'
     cross-fitted scores (each scored by a readout fitted on the other folds), so it is not set on scores of films
-    the readout was fitted on."""
+    the readout was fitted on; with `add_max_fpr`, also the cut above which it states the finding (`add_cut` on
+    the same cross-fitted scores)."""
     x, y = np.asarray(states, dtype=np.float64), np.asarray(present, dtype=bool)
     mean, std = x.mean(0), x.std(0) + 1e-6
     z = (x - mean) / std
@@ -105,8 +154,9 @@ def fit_check(states: np.ndarray, present: Sequence[bool], finding: str, *, keep
         held[test] = z[test] @ w[:-1] + w[-1]
     w = _ridge(z, target, alpha)
     threshold = float(np.quantile(held[y], 1.0 - keep))
+    add = add_cut(held, y, add_max_fpr) if add_max_fpr is not None else None
     return FindingCheck(finding, mean.tolist(), std.tolist(), w[:-1].tolist(), float(w[-1]), threshold,
-                        int(y.sum()), int((~y).sum()), keep, round(_auc(held, y), 4))
+                        int(y.sum()), int((~y).sum()), keep, round(_auc(held, y), 4), add_threshold=add)
 
 
 def prompt_states(model, processor, prompt_text: str, pictures: Sequence, *, batch: int = 32) -> np.ndarray:
@@ -144,25 +194,56 @@ def taught_findings(rows: Sequence[dict], *, min_taught: int = 10) -> list[str]:
     return sorted(name for name, n in counts.items() if n >= min_taught)
 
 
-MIN_AUC = 0.9  # a check whose cross-fitted AUC on the round's own rows is lower is not used (see fit_verifier)
+MIN_AUC = 0.9  # a check whose cross-fitted AUC on the round's own rows is lower withholds nothing (see fit_verifier)
+# A check reading its finding at this cross-fitted AUC or better also states it where the draft is silent, calling
+# at most ADD_MAX_FPR of the round's rows without it (chosen on a development set of another seed; README).
+ADD_MIN_AUC = 0.7
+ADD_MAX_FPR = 0.2
+SENTENCES_PER_FINDING = 8
+
+
+def finding_sentences(reports: Sequence[str], finding: str, *, limit: int = SENTENCES_PER_FINDING) -> list[str]:
+    """The sentences of `reports` that state `finding` (present) and mention no other finding, most frequent
+    first, at most `limit`: what a check may add to a draft silent on the finding."""
+    from collections import Counter
+
+    from orapo_core.facts import label_report
+    from orapo_core.facts.text import split_sentences
+
+    counts: Counter[str] = Counter()
+    for report in reports:
+        for sentence in split_sentences(report or ""):
+            said = {k: v for k, v in label_report(sentence.text).items() if v is not None and k != "No Finding"}
+            if said == {finding: 1}:
+                counts[sentence.text.strip()] += 1
+    return [text for text, _ in counts.most_common(limit)]
 
 
 def fit_verifier(states: np.ndarray, oracle_reports: Sequence[str], findings: Sequence[str], *, keep: float = 0.9,
-                 min_each: int = 10, min_auc: float = MIN_AUC) -> FindingVerifier | None:
-    """A check per finding of `findings` with at least `min_each` films with it and without it among the rows, kept
-    where its cross-fitted AUC reaches `min_auc`: a readout that barely tells the finding from its absence on the
-    round's own studies would withhold a tenth of the true statements for few false ones (on the clinic story,
-    atelectasis read at 0.54-0.61, lung opacity at 0.85, the corrected pneumothorax at 0.97-0.99)."""
+                 min_each: int = 10, min_auc: float = MIN_AUC, add_min_auc: float | None = ADD_MIN_AUC,
+                 add_max_fpr: float = ADD_MAX_FPR) -> FindingVerifier | None:
+    """A check per finding of `findings` with at least `min_each` films with it and without it among the rows.
+    It withholds where its cross-fitted AUC reaches `min_auc`: a readout that barely tells the finding from its
+    absence on the round's own studies would withhold a tenth of the true statements for few false ones (on the
+    clinic story, atelectasis read at 0.54-0.61, lung opacity at 0.85, the corrected pneumothorax at 0.97-0.99).
+    It adds where that AUC reaches `add_min_auc` (None: never), at the cut `add_cut` picks with `add_max_fpr`;
+    a check that does neither is dropped."""
     from orapo_core.facts import label_report
 
     labels = [label_report(text or "") for text in oracle_reports]
     checks = {}
     for finding in findings:
         present = [lab.get(finding) in (1, -1) for lab in labels]
-        if min(sum(present), len(present) - sum(present)) >= min_each:
-            check = fit_check(states, present, finding, keep=keep)
-            if check.cross_fitted_auc is not None and check.cross_fitted_auc >= min_auc:
-                checks[finding] = check
+        if min(sum(present), len(present) - sum(present)) < min_each:
+            continue
+        check = fit_check(states, present, finding, keep=keep, add_max_fpr=add_max_fpr)
+        auc = check.cross_fitted_auc if check.cross_fitted_auc is not None else 0.0
+        adds = add_min_auc is not None and auc >= add_min_auc and check.add_threshold is not None
+        sentences = finding_sentences([t for t, p in zip(oracle_reports, present) if p], finding) if adds else []
+        check = replace(check, withholds=auc >= min_auc, add_threshold=check.add_threshold if sentences else None,
+                        sentences=sentences)
+        if check.withholds or check.add_threshold is not None:
+            checks[finding] = check
     return FindingVerifier(checks) if checks else None
 
 
@@ -172,11 +253,12 @@ def describe(verifier: FindingVerifier | None) -> dict:
         return {}
     return {name: {"positives": c.n_positive, "negatives": c.n_negative, "keep": c.keep,
                    "cross_fitted_auc": None if c.cross_fitted_auc is None or math.isnan(c.cross_fitted_auc)
-                   else c.cross_fitted_auc} for name, c in verifier.checks.items()}
+                   else c.cross_fitted_auc, "withholds": c.withholds, "adds": c.add_threshold is not None}
+            for name, c in verifier.checks.items()}
 
 
 def fit_round_verifier(model, processor, dataset, *, keep: float = 0.9, min_taught: int = 10,
-                       prompt: str | None = None) -> FindingVerifier | None:
+                       prompt: str | None = None, add_max_fpr: float = ADD_MAX_FPR) -> FindingVerifier | None:
     """The verifier of a trained round: checks for the findings its corrections taught (`taught_findings`), fitted
     on the prompt states `model` gives the round's own training rows (`dataset`: the trainer's `datasets.Dataset`,
     with ``image``, ``oracle_report`` and the clinician columns), the films prepared as drafting prepares them.
@@ -202,4 +284,5 @@ def fit_round_verifier(model, processor, dataset, *, keep: float = 0.9, min_taug
     finally:
         model.train(was_training)
     return fit_verifier(states, [row["oracle_report"] or row["reference_report"] or "" for row in rows],
-                        findings, keep=keep, min_each=min_taught)
+                        findings, keep=keep, min_each=min_taught,
+                        add_min_auc=ADD_MIN_AUC if add_max_fpr > 0 else None, add_max_fpr=add_max_fpr)

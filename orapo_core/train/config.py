@@ -138,6 +138,14 @@ class OraPOConfig(GRPOConfig):
     )
     finding_verifier_keep: float = field(
         default=0.9, metadata={"help": "Share of the training positives (cross-fitted) each verifier check keeps."})
+    finding_verifier_add_max_fpr: float = field(
+        default=0.2,
+        metadata={
+            "help": "The verifier's checks that read their finding at cross-fitted AUC >= 0.7 also state it where "
+            "a draft is silent, above the cut with the best cross-fitted F1 that calls at most this share of the "
+            "round's rows without the finding; 0 turns adding off (orapo_core.models.verifier)."
+        },
+    )
     metrics_jsonl: str | None = field(
         default=None,
         metadata={"help": "Where every logged step is appended as one JSON line; default: <output_dir>/metrics.jsonl."},
@@ -168,6 +176,8 @@ class OraPOConfig(GRPOConfig):
         if self.finding_probe_weight < 0 or self.finding_probe_lr <= 0:
             problems.append(f"finding_probe_weight must be >= 0 (0: off) and finding_probe_lr > 0, got "
                             f"{self.finding_probe_weight} and {self.finding_probe_lr}")
+        if not 0.0 <= self.finding_verifier_add_max_fpr < 1.0:
+            problems.append(f"finding_verifier_add_max_fpr must lie in [0, 1), got {self.finding_verifier_add_max_fpr}")
         if not 0.0 < self.finding_verifier_keep < 1.0:
             problems.append(f"finding_verifier_keep must lie strictly between 0 and 1, got {self.finding_verifier_keep}")
         if self.max_rejected_per_group is not None and self.max_rejected_per_group < 1:

@@ -92,7 +92,8 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
             from orapo_core.models.verifier import describe, fit_round_verifier
 
             verifier = fit_round_verifier(trainer.model, processor, dataset, keep=training_args.finding_verifier_keep,
-                                          prompt=script_args.prompt_text)
+                                          prompt=script_args.prompt_text,
+                                          add_max_fpr=training_args.finding_verifier_add_max_fpr)
             if verifier is not None:
                 verifier.save(out)
             print(f"finding verifier: {describe(verifier) or 'none (no finding taught by 10 corrections and read at AUC >= 0.9)'}", flush=True)
