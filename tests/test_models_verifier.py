@@ -162,6 +162,15 @@ def test_a_round_with_the_verifier_saves_it_and_its_drafts_withhold_what_it_does
     sentence = "There is a moderate right pneumothorax with a visible pleural line."
     assert sentence not in silent.text and silent.added == []
     assert said.text.endswith(sentence) and said.added == [sentence]
+    # the app's running batch (the reading room's path) applies the same checks as draft_many
+    from app.services.draft_batcher import DraftBatcher
+
+    assert drafter.new_decoder() is not None  # the tiny model decodes in a running batch, so finish() is the path
+    batcher = DraftBatcher(drafter, max_wait_s=0.01)
+    in_batch = batcher.draft(bright, samples=0, max_new_tokens=8)
+    assert in_batch.text == said.text and in_batch.added == [sentence]
+    assert batcher.draft(dark, samples=0, max_new_tokens=8).added == []
+    batcher.close()
 
 
 @pytest.mark.slow

@@ -91,11 +91,12 @@ class DraftBatcher:
                 self._worker.start()
             self._cond.notify_all()
         draft = request.future.result()
-        if request.decoding is not None:  # decoded in the running batch: score and record it here, off the loop
+        if request.decoding is not None:  # decoded in the running batch: check, score and record it here, off the loop
             decoded = request.decoding
-            draft = self.drafter.compose(decoded.texts[0], decoded.texts[1:], dict(request.settings),
-                                         batch_size=decoded.peers,  # its latency is set just below
-                                         image_features=decoded.image_features)
+            # with the version's finding checks, as draft_many drafts (what the gate and the benchmarks measured)
+            draft = self.drafter.finish(request.image, decoded.texts[0], decoded.texts[1:], dict(request.settings),
+                                        batch_size=decoded.peers,  # its latency is set just below
+                                        image_features=decoded.image_features)
         if hasattr(draft, "latency_ms"):
             draft = replace(draft, latency_ms=round((time.perf_counter() - request.submitted) * 1000, 1))
         return draft

@@ -183,6 +183,13 @@ class Drafter:
             states = prompt_states(model, self.loaded.processor, self._prompt_text, pictures)
         return self.verifier.unsupported(states), self.verifier.supported(states)
 
+    def finish(self, picture, greedy: str, sampled: list[str], settings: dict, **kwargs) -> Draft:
+        """The Draft of one picture decoded elsewhere (the app's running batch), the version's finding checks
+        applied to it as `draft_many` applies them: `compose` with what they withhold and add."""
+        (vetoed,), (wanted,) = self.checked_findings([picture])
+        return self.compose(greedy, sampled, settings, unsupported=vetoed,
+                            additions=self.choose_additions(picture, greedy, vetoed, wanted), **kwargs)
+
     def unsupported_findings(self, pictures) -> list[set[str]]:
         """Per picture, the verified findings the model's own state does not support (none without a verifier)."""
         return self.checked_findings(pictures)[0]
