@@ -396,6 +396,8 @@ def rescore_round(args) -> int:
     version = next(v for v in ModelVersionRepository(open_database(settings)).list() if v.round_id == args.rescore_round)
     base = resolve_path(settings, version.base_model_path)
     if args.fit_verifier:
+        from app.services.rounds import parse_settings
+
         add_max_fpr = parse_settings(args.set).get("finding_verifier_add_max_fpr")
         adapter = resolve_path(settings, version.adapter_path)
         print(f"finding verifier: {fit_version_verifier(settings, args.rescore_round, base, adapter, add_max_fpr=add_max_fpr)}")
