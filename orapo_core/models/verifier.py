@@ -88,10 +88,6 @@ class FindingVerifier:
                     out[row].add(name)
         return out
 
-    @property
-    def adds(self) -> bool:
-        return any(c.add_threshold is not None and c.sentences for c in self.checks.values())
-
     def save(self, folder: str | Path) -> Path:
         path = Path(folder) / VERIFIER_FILE
         path.write_text(json.dumps({"checks": [asdict(c) for c in self.checks.values()]}))

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 from trl import GRPOConfig, ModelConfig
 
+from orapo_core.models.verifier import ADD_MAX_FPR
 from orapo_core.train.pairs import FINDING_PAIR_SPANS
 
 ORACLE_MODES = ("dpo", "sft", "none")
@@ -139,7 +140,7 @@ class OraPOConfig(GRPOConfig):
     finding_verifier_keep: float = field(
         default=0.9, metadata={"help": "Share of the training positives (cross-fitted) each verifier check keeps."})
     finding_verifier_add_max_fpr: float = field(
-        default=0.2,
+        default=ADD_MAX_FPR,
         metadata={
             "help": "The verifier's checks that read their finding at cross-fitted AUC >= 0.7 also state it where "
             "a draft is silent, above the cut with the best cross-fitted F1 that calls at most this share of the "
