@@ -265,9 +265,15 @@ def main(argv: list[str] | None = None) -> int:
                              "so that arms can run in separate processes, one per core")
     parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                         help="combine the arms of runs with the same pool, seed and budget into one report (--json)")
+    parser.add_argument("--rescore", action="store_true",
+                        help="in an existing --data-dir with the same --seed and --arms: fit each arm's round verifier "
+                             "again as a round now fits it, and score the arm's candidate again on the same test "
+                             "studies (no drafting of the pool, no new round)")
     args = parser.parse_args(argv)
     if args.merge:
         return merge(args)
+    if args.rescore:
+        return rescore(args)
 
     root = Path(args.data_dir or tempfile.mkdtemp(prefix="orapo-order-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -306,6 +312,33 @@ def main(argv: list[str] | None = None) -> int:
     goal(report, args.budget)
     report["seconds"] = round(time.perf_counter() - started, 1)
     print(f"command: {report['command']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+def rescore(args) -> int:
+    """Each arm's candidate scored again, its finding verifier fitted again by today's `fit_round_verifier` on the
+    round's own train.csv (`bench_round_story.fit_version_verifier`), on the same test studies."""
+    from app.runtime import open_database
+    from app.services.served import resolve_path
+    from benchmarks.bench_round_story import fit_version_verifier
+    from db import ModelVersionRepository
+    from orapo_core.config import Settings
+
+    root = Path(args.data_dir)
+    studies, kinds = test_set(args)
+    report = {"command": "benchmarks/bench_reading_order.py " + " ".join(sys.argv[1:]), "arms": {}}
+    for name in (args.arms or "").split(","):
+        arm = root / name
+        settings = Settings(data_dir=arm)
+        os.environ["ORAPO_DATA_DIR"] = str(arm)
+        version = next(v for v in ModelVersionRepository(open_database(settings)).list() if v.round_id == 1)
+        base, adapter = resolve_path(settings, version.base_model_path), resolve_path(settings, version.adapter_path)
+        verifier = fit_version_verifier(settings, 1, base, adapter)
+        report["arms"][name] = {"verifier": verifier, "outcome": score((str(base), str(adapter)), studies, kinds,
+                                                                      root / "test")}
+        print(f"{name}: {json.dumps(report['arms'][name], default=str)}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
     return 0

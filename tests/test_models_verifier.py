@@ -50,6 +50,9 @@ def test_the_add_cut_has_the_best_f1_within_the_false_positive_cap():
     # no negative at all: only 1.0 (F1 0.4)
     assert add_cut(scores, present, 0.0) == 1.0
     assert add_cut(scores, np.zeros(10, dtype=bool), 0.5) is None  # nothing to find
+    # right at least 3 times in 4: from 0.7 (3 of 4 called, F1 0.75); from 0.5, 4 of 6 called falls short
+    assert add_cut(scores, present, 1.0, min_precision=0.75) == 0.7
+    assert add_cut(scores, present, 1.0, min_precision=1.01) is None
 
 
 def test_a_check_adds_only_what_it_reads_well_enough_and_withholds_only_what_it_reads_very_well():

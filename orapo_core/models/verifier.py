@@ -15,7 +15,8 @@ The same readout also says the finding where the draft is silent (2026-12-05). O
 ridge readout of the prompt state found the rare findings at F1 0.50 where the same model's drafts reached 0.10
 (README, Benchmarks): the state carries what the decoder does not yet say. So a check whose cross-fitted AUC
 reaches `add_min_auc` also has an `add_threshold`, the cut that maximises the cross-fitted F1 while calling at most
-`add_max_fpr` of the rows without the finding; a film scoring above it whose draft does not state the finding gets
+`add_max_fpr` of the rows without the finding and being right on at least `ADD_MIN_PRECISION` of those it calls
+(without that floor, a rare finding at a clinic's prevalence was stated on 18 % of films without it); a film scoring above it whose draft does not state the finding gets
 a sentence stating it, chosen by the model among the sentences the round's own reports state it with
 (`orapo_core.models.scoring.best_continuation`), and a denial of it is taken out (shown as withheld).
 
@@ -114,9 +115,10 @@ def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(greater / (len(pos) * len(neg)))
 
 
-def add_cut(scores: np.ndarray, present: np.ndarray, max_fpr: float) -> float | None:
+def add_cut(scores: np.ndarray, present: np.ndarray, max_fpr: float, min_precision: float = 0.0) -> float | None:
     """The score cut (call the finding at `>= cut`) with the best F1 on `scores` among those calling at most
-    `max_fpr` of the rows without the finding; None when no cut calls any row with it."""
+    `max_fpr` of the rows without the finding and right at least `min_precision` of the time; None when no cut
+    calls any row with it so."""
     scores, present = np.asarray(scores, dtype=np.float64), np.asarray(present, dtype=bool)
     negatives = np.sort(scores[~present])
     allowed = int(np.floor(max_fpr * len(negatives)))  # how many rows without it may be called
@@ -126,7 +128,7 @@ def add_cut(scores: np.ndarray, present: np.ndarray, max_fpr: float) -> float | 
         called = scores >= cut
         tp = float((called & present).sum())
         f1 = 2 * tp / (called.sum() + present.sum())
-        if f1 > best_f1:
+        if f1 > best_f1 and tp >= min_precision * called.sum():
             best, best_f1 = float(cut), f1
     return best
 
@@ -136,7 +138,7 @@ def fit_check(states: np.ndarray, present: Sequence[bool], finding: str, *, keep
     """A ridge readout of `finding` from `states` (rows: films), its threshold keeping `keep` of the positives'
     cross-fitted scores (each scored by a readout fitted on the other folds), so it is not set on scores of films
     the readout was fitted on; with `add_max_fpr`, also the cut above which it states the finding (`add_cut` on
-    the same cross-fitted scores)."""
+    the same cross-fitted scores, right at least `ADD_MIN_PRECISION` of the time)."""
     x, y = np.asarray(states, dtype=np.float64), np.asarray(present, dtype=bool)
     mean, std = x.mean(0), x.std(0) + 1e-6
     z = (x - mean) / std
@@ -150,7 +152,7 @@ def fit_check(states: np.ndarray, present: Sequence[bool], finding: str, *, keep
         held[test] = z[test] @ w[:-1] + w[-1]
     w = _ridge(z, target, alpha)
     threshold = float(np.quantile(held[y], 1.0 - keep))
-    add = add_cut(held, y, add_max_fpr) if add_max_fpr is not None else None
+    add = add_cut(held, y, add_max_fpr, ADD_MIN_PRECISION) if add_max_fpr is not None else None
     return FindingCheck(finding, mean.tolist(), std.tolist(), w[:-1].tolist(), float(w[-1]), threshold,
                         int(y.sum()), int((~y).sum()), keep, round(_auc(held, y), 4), add_threshold=add)
 
@@ -195,6 +197,9 @@ MIN_AUC = 0.9  # a check whose cross-fitted AUC on the round's own rows is lower
 # at most ADD_MAX_FPR of the round's rows without it (chosen on a development set of another seed; README).
 ADD_MIN_AUC = 0.7
 ADD_MAX_FPR = 0.2
+# ... and only where at least this share of the rows it calls have the finding: at a clinic's prevalence (a few %)
+# the best-F1 cut of a readout at AUC 0.75-0.85 states a rare finding on about 1 film in 10 without it (README).
+ADD_MIN_PRECISION = 0.4
 SENTENCES_PER_FINDING = 8
 
 
