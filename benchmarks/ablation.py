@@ -508,17 +508,18 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
 
 
 def merge_results(parts: Sequence[dict]) -> dict:
-    """One ablation from runs of the same plan that each ran some of its methods (say, one process per method on
-    a 2-core machine): their methods side by side, the pooled seed std over all, the wall time the longest part's.
-    Refused (`ablation_mismatch`) when the parts differ in anything but their methods and output folder, or when
-    two parts ran the same method."""
+    """One ablation from runs of the same plan that each ran some of its methods or seeds (say, one process per
+    method and seed on a 2-core machine): their methods side by side, a method's seeds from several parts pooled
+    into one row, the pooled seed std over all, the wall time the longest part's. Refused (`ablation_mismatch`)
+    when the parts differ in anything but their methods, seeds and output folder, or when two parts ran the same
+    method on the same seed."""
     from orapo_core.errors import OrapoError
 
     if not parts:
         raise OrapoError("ablation_mismatch", "Nothing to merge: give the results.json of at least one run.")
 
     def shared(part: dict) -> dict:
-        return {k: v for k, v in part["plan"].items() if k not in ("methods", "out_dir")} | {
+        return {k: v for k, v in part["plan"].items() if k not in ("methods", "out_dir", "seeds")} | {
             "model": part.get("model"), "recipe": part.get("recipe")}
 
     first = shared(parts[0])
@@ -531,9 +532,15 @@ def merge_results(parts: Sequence[dict]) -> dict:
                                                   f"{', '.join(differs)}); only runs of one plan can be merged.")
         for name, row in part["methods"].items():
             if name in merged["methods"]:
-                raise OrapoError("ablation_mismatch", f"Two of the runs trained {name}; keep one of them.")
+                had = {r["seed"] for r in merged["methods"][name]["runs"]}
+                if had & {r["seed"] for r in row["runs"]}:
+                    raise OrapoError("ablation_mismatch", f"Two of the runs trained {name} on the same seed; keep one "
+                                                          "of them.")
+                row = pooled_runs(merged["methods"][name], row)
             merged["methods"][name] = row
-    merged["plan"] = dict(parts[0]["plan"], methods=[m for m in METHODS if m in merged["methods"]])
+    seeds = sorted({r["seed"] for row in merged["methods"].values() for r in row["runs"] if r["seed"] is not None})
+    merged["plan"] = dict(parts[0]["plan"], methods=[m for m in METHODS if m in merged["methods"]],
+                          seeds=seeds or parts[0]["plan"].get("seeds"))
     merged["methods"] = {m: merged["methods"][m] for m in METHODS if m in merged["methods"]}
     trained = {k: v for k, v in merged["methods"].items() if v["reward"] is not None}
     merged["pooled_seed_std"] = {k: pooled_seed_std(trained, k) for k in REPORTED}
@@ -543,6 +550,15 @@ def merge_results(parts: Sequence[dict]) -> dict:
     if corrections is not None:  # the part that ran the corrected method, whichever it is
         merged["corrections"] = corrections
     return merged
+
+
+def pooled_runs(row: dict, other: dict) -> dict:
+    """One method's row from two rows of it on different seeds: the runs together (by seed), mean and std again."""
+    runs = sorted(row["runs"] + other["runs"], key=lambda r: r["seed"])
+    summary = {k: _mean_std([r["metrics"].get(k) for r in runs]) for k in REPORTED}
+    per_class = [r["metrics"]["f1_per_class"] for r in runs if "f1_per_class" in r["metrics"]]
+    return row | {"runs": runs, "mean": {k: v[0] for k, v in summary.items()}, "std": {k: v[1] for k, v in summary.items()},
+                  "f1_per_class": {c: _mean_std([p[c] for p in per_class])[0] for c in per_class[0]} if per_class else {}}
 
 
 def shared_recipe(plan: AblationPlan) -> tuple[dict, dict, dict]:

@@ -115,7 +115,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help="torch threads (1 by default: on a shared 2-core box OpenMP's spinning threads are far slower)")
     parser.add_argument("--merge", nargs="+", metavar="RUN_DIR",
                         help="write one table from the results.json of runs of the same plan that each ran some of "
-                             "the methods (one process per method on 2 cores), into --out; trains nothing")
+                             "the methods or seeds (one process per method and seed on 2 cores; a method's seeds "
+                             "pool into one row), into --out; trains nothing")
     return parser
 
 

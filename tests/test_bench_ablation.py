@@ -134,6 +134,14 @@ def test_runs_of_one_plan_merge_into_one_table_and_others_are_refused():
     assert "corrections" not in merged
     corrected = part({"orapo_corrected": [0.5]}) | {"corrections": {"studies": 6, "corrected": 4}}
     assert merge_results([part({"grpo_facts": [1]}), corrected])["corrections"] == corrected["corrections"]
+    # one method's seeds from separate runs pool into one row: seeds 0-2 and 3-4 of grpo_facts
+    later = part({"grpo_facts": [4, 5]})
+    for i, run in enumerate(later["methods"]["grpo_facts"]["runs"]):
+        run["seed"] = 3 + i
+    pooled = merge_results([part({"grpo_facts": [1, 2, 3], "starter": [0.44]}), later])
+    row = pooled["methods"]["grpo_facts"]
+    assert [r["seed"] for r in row["runs"]] == [0, 1, 2, 3, 4] and pooled["plan"]["seeds"] == [0, 1, 2, 3, 4]
+    assert row["mean"]["macro_f1_14"] == pytest.approx(3.0) and row["std"]["macro_f1_14"] == pytest.approx(2.5 ** 0.5)
     for parts, says in (([part({"grpo_facts": [1]}), part({"orapo_1000": [1]}, steps=100)], "steps"),
                         ([part({"grpo_facts": [1]}), part({"grpo_facts": [2]})], "grpo_facts"), ([], "Nothing")):
         with pytest.raises(OrapoError) as exc:
