@@ -144,7 +144,8 @@ class OraPOConfig(GRPOConfig):
         metadata={
             "help": "The verifier's checks that read their finding at cross-fitted AUC >= 0.7 also state it where "
             "a draft is silent, above the cut with the best cross-fitted F1 that calls at most this share of the "
-            "round's rows without the finding; 0 turns adding off (orapo_core.models.verifier)."
+            "round's rows without the finding and is right on at least 40 % of the rows it calls; 0 turns adding "
+            "off (orapo_core.models.verifier)."
         },
     )
     metrics_jsonl: str | None = field(

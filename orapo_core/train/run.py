@@ -96,7 +96,7 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
                                           add_max_fpr=training_args.finding_verifier_add_max_fpr)
             if verifier is not None:
                 verifier.save(out)
-            print(f"finding verifier: {describe(verifier) or 'none (no finding taught by 10 corrections and read at AUC >= 0.9)'}", flush=True)
+            print(f"finding verifier: {describe(verifier) or 'none (no finding taught by 10 corrections and read at AUC >= 0.7)'}", flush=True)
         resolved = {"script": asdict(script_args), "model": asdict(model_args), "training": training_args.to_dict()}
         (out / "orapo_recipe.json").write_text(json.dumps(resolved, indent=2, default=str))
     return out
