@@ -273,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         return merge(args)
     if args.rescore:
+        if not (args.data_dir and args.arms):
+            parser.error("--rescore needs the --data-dir and --arms of the run it scores again")
         return rescore(args)
 
     root = Path(args.data_dir or tempfile.mkdtemp(prefix="orapo-order-"))
@@ -329,7 +331,7 @@ def rescore(args) -> int:
     root = Path(args.data_dir)
     studies, kinds = test_set(args)
     report = {"command": "benchmarks/bench_reading_order.py " + " ".join(sys.argv[1:]), "arms": {}}
-    for name in (args.arms or "").split(","):
+    for name in args.arms.split(","):
         arm = root / name
         settings = Settings(data_dir=arm)
         os.environ["ORAPO_DATA_DIR"] = str(arm)

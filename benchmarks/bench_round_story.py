@@ -362,11 +362,11 @@ def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, sp
 
 def fit_version_verifier(settings, round_id: int, base, adapter, *, add_max_fpr: float | None = None) -> dict:
     """Fit and save the finding verifier of round `round_id`'s version, from the round's own train.csv and recipe
-    (`add_max_fpr`: the round setting finding_verifier_add_max_fpr, default the verifier's own; 0 adds nothing)."""
+    (`add_max_fpr`: the round setting finding_verifier_add_max_fpr, None the verifier's default; 0 adds nothing)."""
     from types import SimpleNamespace
 
     from orapo_core.models.loading import load_model
-    from orapo_core.models.verifier import describe, fit_round_verifier
+    from orapo_core.models.verifier import ADD_MAX_FPR, describe, fit_round_verifier
     from orapo_core.train.dataset import load_round_dataset
 
     recipe = json.loads((Path(adapter) / "orapo_recipe.json").read_text())["script"]
@@ -374,8 +374,8 @@ def fit_version_verifier(settings, round_id: int, base, adapter, *, add_max_fpr:
     dataset = load_round_dataset(SimpleNamespace(**recipe))
     loaded = load_model(base, adapter)
     with loaded.using() as model:
-        extra = {} if add_max_fpr is None else {"add_max_fpr": float(add_max_fpr)}
-        verifier = fit_round_verifier(model, loaded.processor, dataset, prompt=recipe.get("prompt_text"), **extra)
+        verifier = fit_round_verifier(model, loaded.processor, dataset, prompt=recipe.get("prompt_text"),
+                                      add_max_fpr=ADD_MAX_FPR if add_max_fpr is None else float(add_max_fpr))
     if verifier is not None:
         verifier.save(adapter)
     return describe(verifier)

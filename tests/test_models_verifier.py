@@ -85,13 +85,13 @@ def test_adding_a_finding_puts_its_sentence_in_the_findings_and_takes_its_denial
     from orapo_core.facts.consistency import add_findings
 
     draft = "FINDINGS: Heart size is normal. No pleural effusion or pneumothorax.\n\nIMPRESSION: No acute process."
-    text, dropped = add_findings(draft, {"Pneumothorax": "Small left pneumothorax."})
+    text, added, dropped = add_findings(draft, {"Pneumothorax": "Small left pneumothorax."})
     assert text == "FINDINGS: Heart size is normal. Small left pneumothorax.\n\nIMPRESSION: No acute process."
-    assert dropped == ["No pleural effusion or pneumothorax."]
+    assert added == ["Small left pneumothorax."] and dropped == ["No pleural effusion or pneumothorax."]
     stated = "FINDINGS: Small right pneumothorax."
-    assert add_findings(stated, {"Pneumothorax": "Small left pneumothorax."}) == (stated, [])  # said already
+    assert add_findings(stated, {"Pneumothorax": "Small left pneumothorax."}) == (stated, [], [])  # said already
     assert add_findings("Heart is normal.", {"Fracture": "Healing rib fracture."}) == (
-        "Heart is normal. Healing rib fracture.", [])
+        "Heart is normal. Healing rib fracture.", ["Healing rib fracture."], [])
 
 
 def test_taught_findings_are_those_corrections_added_often_enough():
@@ -155,7 +155,7 @@ def test_a_round_with_the_verifier_saves_it_and_its_drafts_withhold_what_it_does
     drafter = Drafter.from_dir(model_dir)
     assert drafter.verifier is not None
     dark, bright = Image.new("RGB", (56, 56), (20,) * 3), Image.new("RGB", (56, 56), (230,) * 3)
-    assert drafter.unsupported_findings([dark, bright]) == [{"Pneumothorax"}, set()]
+    assert drafter.checked_findings([dark, bright])[0] == [{"Pneumothorax"}, set()]
     draft = drafter.compose(PTX, [], drafter.sampling_settings(samples=0), unsupported={"Pneumothorax"})
     assert draft.text == "No pleural effusion." and draft.withheld == [PTX.split(" No")[0]]
     assert draft.sampling["verified_findings"] == ["Pneumothorax"]

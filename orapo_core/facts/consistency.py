@@ -122,25 +122,25 @@ def findings_section_end(text: str) -> str:
     return f"{report_text(findings, None) if has_sections(text) else findings} "
 
 
-def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str]]:
+def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], list[str]]:
     """(`text` with each sentence of `additions` (CheXpert name -> a sentence stating it) put at the end of its
-    findings, the sentences denying those findings that were taken out): the finding check's additions
-    (`orapo_core.models.verifier`). A finding `text` already states is not added again."""
+    findings, the sentences put in, the sentences denying those findings that were taken out): the finding check's
+    additions (`orapo_core.models.verifier`). A finding `text` already states is not added again."""
     from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
     from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
 
     additions = {name: sentence for name, sentence in additions.items() if name not in stated_findings(text)}
     if not additions or not text:
-        return text, []
+        return text, [], []
     report = extract_facts(text)
     denying = {f.sentence_index for f in report.facts
                if f.polarity == NEGATIVE and CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) in additions}
     kept, dropped = _without(text, [s for s in report.sentences if s.index in denying])
-    added = " ".join(sentence.strip() for sentence in additions.values())
+    added = [sentence.strip() for sentence in additions.values()]
     if has_sections(text):
         findings, impression = split_report(kept)
-        return report_text(normalize_space(f"{findings} {added}"), impression), dropped
-    return normalize_space(f"{kept} {added}"), dropped
+        return report_text(normalize_space(" ".join([findings, *added])), impression), added, dropped
+    return normalize_space(" ".join([kept, *added])), added, dropped
 
 
 def _without(text: str, drop: list) -> tuple[str, list[str]]:

@@ -190,10 +190,6 @@ class Drafter:
         return self.compose(greedy, sampled, settings, unsupported=vetoed,
                             additions=self.choose_additions(picture, greedy, vetoed, wanted), **kwargs)
 
-    def unsupported_findings(self, pictures) -> list[set[str]]:
-        """Per picture, the verified findings the model's own state does not support (none without a verifier)."""
-        return self.checked_findings(pictures)[0]
-
     def choose_additions(self, picture, greedy: str, unsupported: set[str], supported: set[str]) -> dict[str, str]:
         """For each finding the check reads on `picture` and the greedy draft (less what the check withholds) does
         not state, the sentence to add: the one of the check's sentences the model reads most easily after the
@@ -252,9 +248,7 @@ class Drafter:
         scoring = time.perf_counter()
         text, withheld = split_agreed(greedy, sampled, self.min_agreement)
         text, vetoed = split_unsupported(text, unsupported or set())
-        before = text
-        text, replaced = add_findings(text, additions or {})
-        added = [s for s in (additions or {}).values() if text != before and s.strip() in text]
+        text, added, replaced = add_findings(text, additions or {})
         withheld = withheld + vetoed + replaced
         sentences, flagged = score_self_consistency(text, sampled) if sampled else ([], [])
         sampling = {"samples": settings["samples"], "max_new_tokens": settings["max_new_tokens"],
