@@ -218,9 +218,7 @@ class RequireSession:
             book.end(token)
             return None
         stamp = await to_thread.run_sync(self._stamp, username)
-        if stamp is not None and stamp != session.stamp and book.is_changing_password(token):
-            return username  # this session is changing its own password: the new stamp is committed, its own not yet
-        if stamp is None or stamp != session.stamp:  # disabled, gone, or the password changed since sign-in
+        if not book.honours(token, stamp):  # disabled, gone, or the password changed since sign-in
             gradio_internals.revoke_tokens(app, token=token)
             book.end(token)
             return None

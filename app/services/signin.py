@@ -221,6 +221,7 @@ class SignedInSession:
     stamp: str
     address: str
     started: float
+    previous_stamp: str | None = None  # the stamp this session had before it changed its own password
 
 
 class SessionBook:
@@ -261,7 +262,8 @@ class SessionBook:
         with self._lock:
             session = self._sessions.get(token)
             if session is not None:
-                self._sessions[token] = SignedInSession(session.username, stamp, session.address, session.started)
+                self._sessions[token] = SignedInSession(session.username, stamp, session.address, session.started,
+                                                        previous_stamp=session.stamp)
 
     def token_in(self, cookies: Mapping[str, str]) -> str | None:
         """The session token among a request's cookies (Gradio names them after a per-server id)."""
@@ -286,9 +288,19 @@ class SessionBook:
             with self._lock:
                 self._changing.discard(token)
 
-    def is_changing_password(self, token: str | None) -> bool:
+    def honours(self, token: str | None, stamp: str | None) -> bool:
+        """Whether the session `token` goes on, given `stamp`, the account's stamp read from the database just now
+        (None: disabled or gone). One look under the lock, so that a change of this session's own password
+        finishing while the stamp was being read cannot end it: the stamp read may be the old one (read before the
+        commit; the session is restamped by now, and its previous stamp is that one) or the new one (the session is
+        still changing, or restamped with it). Other sessions of the user match neither and end."""
+        if stamp is None or token is None:
+            return False
         with self._lock:
-            return token in self._changing
+            session = self._sessions.get(token)
+            if session is None:
+                return False
+            return token in self._changing or stamp in (session.stamp, session.previous_stamp)
 
     def password_changed(self, username: str, stamp: str | None, *, keep: str | None) -> int:
         """After `username` changed their own password: the session `keep` goes on, every other one ends."""
