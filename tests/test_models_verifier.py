@@ -86,12 +86,33 @@ def test_adding_a_finding_puts_its_sentence_in_the_findings_and_takes_its_denial
 
     draft = "FINDINGS: Heart size is normal. No pleural effusion or pneumothorax.\n\nIMPRESSION: No acute process."
     text, added, dropped = add_findings(draft, {"Pneumothorax": "Small left pneumothorax."})
-    assert text == "FINDINGS: Heart size is normal. Small left pneumothorax.\n\nIMPRESSION: No acute process."
-    assert added == ["Small left pneumothorax."] and dropped == ["No pleural effusion or pneumothorax."]
+    # the impression no longer calls the study normal above a pneumothorax: it states the addition instead
+    assert text == "FINDINGS: Heart size is normal. Small left pneumothorax.\n\nIMPRESSION: Small left pneumothorax."
+    assert added == ["Small left pneumothorax."]
+    assert dropped == ["No pleural effusion or pneumothorax.", "No acute process."]
     stated = "FINDINGS: Small right pneumothorax."
     assert add_findings(stated, {"Pneumothorax": "Small left pneumothorax."}) == (stated, [], [])  # said already
     assert add_findings("Heart is normal.", {"Fracture": "Healing rib fracture."}) == (
         "Heart is normal. Healing rib fracture.", ["Healing rib fracture."], [])
+
+
+def test_an_added_finding_takes_out_what_a_reader_would_see_it_contradict_and_joins_the_impression():
+    from orapo_core.facts.consistency import add_findings
+
+    clear = "FINDINGS: The lungs are clear. Heart size is normal.\n\nIMPRESSION: Normal chest radiograph."
+    text, added, dropped = add_findings(clear, {"Lung Lesion": "A 2 cm nodule in the right upper lobe."})
+    assert text == ("FINDINGS: Heart size is normal. A 2 cm nodule in the right upper lobe.\n\n"
+                    "IMPRESSION: A 2 cm nodule in the right upper lobe.")
+    assert dropped == ["The lungs are clear.", "Normal chest radiograph."]  # a nodule is a lung opacity
+    # clear lungs do not deny a pneumothorax, and an impression that states findings keeps them, numbered on
+    listed = "FINDINGS: The lungs are clear. The heart is enlarged.\n\nIMPRESSION: 1. Cardiomegaly. 2. No effusion."
+    text, _, dropped = add_findings(listed, {"Pneumothorax": "Small left pneumothorax."})
+    assert text == ("FINDINGS: The lungs are clear. The heart is enlarged. Small left pneumothorax.\n\n"
+                    "IMPRESSION: 1. Cardiomegaly. 2. No effusion. 3. Small left pneumothorax.")
+    assert dropped == []
+    # a draft without an impression does not get one
+    assert add_findings("FINDINGS: Heart is normal.", {"Fracture": "Healing rib fracture."})[0] == (
+        "FINDINGS: Heart is normal. Healing rib fracture.")
 
 
 def test_taught_findings_are_those_corrections_added_often_enough():

@@ -9,6 +9,7 @@ CheXpert's blank). Pure: texts in, numbers out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from orapo_core.facts.extract import NEGATIVE, Fact, extract_facts
@@ -122,25 +123,53 @@ def findings_section_end(text: str) -> str:
     return f"{report_text(findings, None) if has_sections(text) else findings} "
 
 
+# CheXpert's hierarchy: these are kinds of lung opacity, so "The lungs are clear." denies them too.
+OPACITY_KINDS = frozenset({"Lung Lesion", "Consolidation", "Pneumonia", "Atelectasis", "Edema"})
+# A sentence calling the whole study normal ("No acute cardiopulmonary process.", "Normal chest radiograph."): FactS
+# gives it no fact, and a reader takes it as denying every finding.
+_NORMAL_STUDY = re.compile(r"^\W*(?:\d+\.\s*)?(?:no acute|no active|normal (?:chest|study|radiograph|exam)|"
+                           r"no (?:radiographic )?evidence of (?:acute|active)|stable chest|"
+                           r"unremarkable (?:chest|study|radiograph|exam))", re.IGNORECASE)
+
+
 def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], list[str]]:
     """(`text` with each sentence of `additions` (CheXpert name -> a sentence stating it) put at the end of its
-    findings, the sentences put in, the sentences denying those findings that were taken out): the finding check's
-    additions (`orapo_core.models.verifier`). A finding `text` already states is not added again."""
+    findings and of its impression, the sentences put in, the sentences taken out): the finding check's additions
+    (`orapo_core.models.verifier`). Taken out is whatever a reader would see the additions contradict: a denial of
+    an added finding, of the lung opacity an added opacity is a kind of, and a sentence calling the study normal.
+    The impression states the additions too, since it is what a referring clinician reads (a report with a
+    pneumothorax in its findings under "IMPRESSION: No acute process." contradicts itself); a report without an
+    impression does not get one. A finding `text` already states is not added again."""
     from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
     from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
 
     additions = {name: sentence for name, sentence in additions.items() if name not in stated_findings(text)}
     if not additions or not text:
         return text, [], []
+    denied = set(additions) | ({"Lung Opacity"} if OPACITY_KINDS & set(additions) else set())
     report = extract_facts(text)
-    denying = {f.sentence_index for f in report.facts
-               if f.polarity == NEGATIVE and CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) in additions}
-    kept, dropped = _without(text, [s for s in report.sentences if s.index in denying])
+    asserting = {f.sentence_index for f in report.facts if f.polarity != NEGATIVE}
+    contradicted = {f.sentence_index for f in report.facts
+                    if f.polarity == NEGATIVE and CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) in denied}
+    contradicted |= {s.index for s in report.sentences if s.index not in asserting and _NORMAL_STUDY.match(s.text)}
+    kept, dropped = _without(text, [s for s in report.sentences if s.index in contradicted])
     added = [sentence.strip() for sentence in additions.values()]
     if has_sections(text):
         findings, impression = split_report(kept)
+        had_impression = bool(split_report(text)[1])
+        impression = _appended(impression, added) if had_impression else impression
         return report_text(normalize_space(" ".join([findings, *added])), impression), added, dropped
     return normalize_space(" ".join([kept, *added])), added, dropped
+
+
+def _appended(impression: str, sentences: list[str]) -> str:
+    """`impression` with `sentences` after it, numbered on where it is a numbered list ("1. ... 2. ...")."""
+    from orapo_core.report_layout import normalize_space
+
+    numbers = [int(n) for n in re.findall(r"(?:^|(?<=\s))(\d+)\.\s", impression)]
+    if numbers[:1] == [1]:
+        sentences = [f"{numbers[-1] + i}. {sentence}" for i, sentence in enumerate(sentences, 1)]
+    return normalize_space(" ".join([impression, *sentences]))
 
 
 def _without(text: str, drop: list) -> tuple[str, list[str]]:
