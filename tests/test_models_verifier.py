@@ -87,7 +87,8 @@ def test_adding_a_finding_puts_its_sentence_in_the_findings_and_takes_its_denial
     draft = "FINDINGS: Heart size is normal. No pleural effusion or pneumothorax.\n\nIMPRESSION: No acute process."
     text, added, dropped = add_findings(draft, {"Pneumothorax": "Small left pneumothorax."})
     # the impression no longer calls the study normal above a pneumothorax: it states the addition instead
-    assert text == "FINDINGS: Heart size is normal. Small left pneumothorax.\n\nIMPRESSION: Small left pneumothorax."
+    assert text == ("FINDINGS: Heart size is normal. No pleural effusion. Small left pneumothorax.\n\n"
+                    "IMPRESSION: Small left pneumothorax.")
     assert added == ["Small left pneumothorax."]
     assert dropped == ["No pleural effusion or pneumothorax.", "No acute process."]
     stated = "FINDINGS: Small right pneumothorax."
@@ -110,6 +111,11 @@ def test_an_added_finding_takes_out_what_a_reader_would_see_it_contradict_and_jo
     assert text == ("FINDINGS: The lungs are clear. The heart is enlarged. Small left pneumothorax.\n\n"
                     "IMPRESSION: 1. Cardiomegaly. 2. No effusion. 3. Small left pneumothorax.")
     assert dropped == []
+    # a list of denials keeps the others
+    text, _, dropped = add_findings("FINDINGS: No focal consolidation, pleural effusion, or pneumothorax.",
+                                    {"Pneumothorax": "Small left pneumothorax."})
+    assert text == "FINDINGS: No consolidation or pleural effusion. Small left pneumothorax."
+    assert dropped == ["No focal consolidation, pleural effusion, or pneumothorax."]
     # a draft without an impression does not get one
     assert add_findings("FINDINGS: Heart is normal.", {"Fracture": "Healing rib fracture."})[0] == (
         "FINDINGS: Heart is normal. Healing rib fracture.")

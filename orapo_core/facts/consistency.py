@@ -152,7 +152,8 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
     contradicted = {f.sentence_index for f in report.facts
                     if f.polarity == NEGATIVE and CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) in denied}
     contradicted |= {s.index for s in report.sentences if s.index not in asserting and _NORMAL_STUDY.match(s.text)}
-    kept, dropped = _without(text, [s for s in report.sentences if s.index in contradicted])
+    kept, dropped = _without(text, [s for s in report.sentences if s.index in contradicted],
+                             _denials_kept(report, contradicted, denied))
     added = [sentence.strip() for sentence in additions.values()]
     if has_sections(text):
         findings, impression = split_report(kept)
@@ -160,6 +161,24 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
         impression = _appended(impression, added) if had_impression else impression
         return report_text(normalize_space(" ".join([findings, *added])), impression), added, dropped
     return normalize_space(" ".join([kept, *added])), added, dropped
+
+
+def _denials_kept(report, contradicted: set[int], denied: set[str]) -> dict[int, str]:
+    """For each contradicted sentence that is a plain list of denials ("No pleural effusion or pneumothorax."), the
+    same list without the denied findings ("No pleural effusion."), so the other denials stay in the report."""
+    from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
+
+    kept = {}
+    for sentence in report.sentences:
+        facts = [f for f in report.facts if f.sentence_index == sentence.index]
+        if sentence.index not in contradicted or not re.match(r"\s*no\s", sentence.text, re.IGNORECASE) or any(
+                f.polarity != NEGATIVE for f in facts):
+            continue
+        others = list(dict.fromkeys(f.mention.lower() for f in facts
+                                    if CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) not in denied))
+        if others:
+            kept[sentence.index] = "No " + (", ".join(others[:-1]) + " or " if len(others) > 1 else "") + others[-1] + "."
+    return kept
 
 
 def _appended(impression: str, sentences: list[str]) -> str:
@@ -172,8 +191,9 @@ def _appended(impression: str, sentences: list[str]) -> str:
     return normalize_space(" ".join([impression, *sentences]))
 
 
-def _without(text: str, drop: list) -> tuple[str, list[str]]:
-    """`text` without the sentences `drop` (anything with start, end and text, in order), laid out again."""
+def _without(text: str, drop: list, instead: dict[int, str] | None = None) -> tuple[str, list[str]]:
+    """`text` without the sentences `drop` (anything with start, end, text and index, in order), each replaced by
+    `instead[index]` where given, laid out again; and the texts of the sentences dropped."""
     from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
 
     if not drop:
@@ -181,6 +201,7 @@ def _without(text: str, drop: list) -> tuple[str, list[str]]:
     kept, cursor = [], 0
     for s in drop:
         kept.append(text[cursor:s.start])
+        kept.append((instead or {}).get(s.index, ""))
         cursor = s.end
     kept.append(text[cursor:])
     out = "".join(kept)
