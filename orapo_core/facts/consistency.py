@@ -138,7 +138,7 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
     (`orapo_core.models.verifier`). Taken out is whatever a reader would see the additions contradict: a denial of
     an added finding, of the lung opacity an added opacity is a kind of, and a sentence calling the study normal.
     The impression states the additions too, since it is what a referring clinician reads (a report with a
-    pneumothorax in its findings under "IMPRESSION: No acute process." contradicts itself); a report without an
+    pneumothorax in its findings and "No acute process." as its impression contradicts itself); a report without an
     impression does not get one. A finding `text` already states is not added again."""
     from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
     from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
