@@ -111,8 +111,10 @@ def _missed_md(hl: reports.Highlights) -> str:
     chips = " ".join(f'<span class="orapo-chip" style="background:{color}">{label}</span> {meaning}'
                      for label, color, meaning in hl.legend())
     # what the model said greedily but did not confirm (too few samples repeated it, or the version's finding
-    # verifier did not find it on this film): not in the draft, shown so it is not lost
-    left_out = ("**Left out of the draft** (the model wrote it but did not confirm it on this image): "
+    # verifier did not find it on this film), or what a finding the check added contradicts: not in the draft,
+    # shown so it is not lost
+    left_out = ("**Left out of the draft** (the model wrote it but did not confirm it on this image, or it "
+                "contradicts a finding the check added): "
                 + " ".join(f"*{s}*" for s in hl.withheld) + "\n\n") if hl.withheld else ""
     # what the version's finding check stated from its reading of the image where the model's words were silent
     left_out += ("**Added by the finding check** (read on the image, not written by the model): "
