@@ -111,6 +111,9 @@ def test_an_added_finding_takes_out_what_a_reader_would_see_it_contradict_and_jo
     assert text == ("FINDINGS: The lungs are clear. The heart is enlarged. Small left pneumothorax.\n\n"
                     "IMPRESSION: 1. Cardiomegaly. 2. No effusion. 3. Small left pneumothorax.")
     assert dropped == []
+    # a sentence about one part of the film is not one calling the study normal
+    bones = "FINDINGS: Heart size is normal. No acute osseous abnormality.\n\nIMPRESSION: No acute disease."
+    assert add_findings(bones, {"Pneumothorax": "Small left pneumothorax."})[2] == ["No acute disease."]
     # a list of denials keeps the others
     text, _, dropped = add_findings("FINDINGS: No focal consolidation, pleural effusion, or pneumothorax.",
                                     {"Pneumothorax": "Small left pneumothorax."})

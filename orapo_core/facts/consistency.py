@@ -127,8 +127,10 @@ def findings_section_end(text: str) -> str:
 OPACITY_KINDS = frozenset({"Lung Lesion", "Consolidation", "Pneumonia", "Atelectasis", "Edema"})
 # A sentence calling the whole study normal ("No acute cardiopulmonary process.", "Normal chest radiograph."): FactS
 # gives it no fact, and a reader takes it as denying every finding.
-_NORMAL_STUDY = re.compile(r"^\W*(?:\d+\.\s*)?(?:no acute|no active|normal (?:chest|study|radiograph|exam)|"
-                           r"no (?:radiographic )?evidence of (?:acute|active)|stable chest|"
+# ("No acute osseous abnormality." is about the bones, and stays.)
+_NORMAL_STUDY = re.compile(r"^\W*(?:\d+\.\s*)?(?:no (?:radiographic )?(?:evidence of )?(?:acute|active) "
+                           r"(?:cardiopulmonary|intrathoracic|thoracic|chest|disease|process|findings?|abnormalit)|"
+                           r"no acute$|normal (?:chest|study|radiograph|exam)|stable chest|"
                            r"unremarkable (?:chest|study|radiograph|exam))", re.IGNORECASE)
 
 
@@ -148,10 +150,10 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
         return text, [], []
     denied = set(additions) | ({"Lung Opacity"} if OPACITY_KINDS & set(additions) else set())
     report = extract_facts(text)
-    asserting = {f.sentence_index for f in report.facts if f.polarity != NEGATIVE}
     contradicted = {f.sentence_index for f in report.facts
                     if f.polarity == NEGATIVE and CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) in denied}
-    contradicted |= {s.index for s in report.sentences if s.index not in asserting and _NORMAL_STUDY.match(s.text)}
+    with_facts = {f.sentence_index for f in report.facts}
+    contradicted |= {s.index for s in report.sentences if s.index not in with_facts and _NORMAL_STUDY.match(s.text)}
     kept, dropped = _without(text, [s for s in report.sentences if s.index in contradicted],
                              _denials_kept(report, contradicted, denied))
     added = [sentence.strip() for sentence in additions.values()]
@@ -177,7 +179,8 @@ def _denials_kept(report, contradicted: set[int], denied: set[str]) -> dict[int,
         others = list(dict.fromkeys(f.mention.lower() for f in facts
                                     if CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) not in denied))
         if others:
-            kept[sentence.index] = "No " + (", ".join(others[:-1]) + " or " if len(others) > 1 else "") + others[-1] + "."
+            listed = ", ".join(others[:-1]) + " or " + others[-1] if len(others) > 1 else others[0]
+            kept[sentence.index] = f"No {listed}."
     return kept
 
 
