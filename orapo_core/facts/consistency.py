@@ -95,13 +95,11 @@ def split_agreed(greedy_text: str, sample_texts: list[str], min_agreement: float
 def split_unsupported(text: str, unsupported: set[str]) -> tuple[str, list[str]]:
     """(`text` without the sentences stating or hedging a finding of `unsupported` (CheXpert names), those
     sentences): the finding verifier's veto (`orapo_core.models.verifier`); denials are kept."""
-    from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
-
     if not unsupported or not text:
         return text, []
     report = extract_facts(text)
     vetoed = {f.sentence_index for f in report.facts
-              if f.polarity != NEGATIVE and CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) in unsupported}
+              if f.polarity != NEGATIVE and _finding(f) in unsupported}
     return _without(text, [s for s in report.sentences if s.index in vetoed])
 
 
@@ -130,7 +128,7 @@ OPACITY_KINDS = frozenset({"Lung Lesion", "Consolidation", "Pneumonia", "Atelect
 # ("No acute osseous abnormality." is about the bones, and stays.)
 _NORMAL_STUDY = re.compile(r"^\W*(?:\d+\.\s*)?(?:no (?:radiographic )?(?:evidence of )?(?:acute|active) "
                            r"(?:cardiopulmonary|intrathoracic|thoracic|chest|disease|process|findings?|abnormalit)|"
-                           r"no acute$|normal (?:chest|study|radiograph|exam)|stable chest|"
+                           r"normal (?:chest|study|radiograph|exam)|stable chest|"
                            r"unremarkable (?:chest|study|radiograph|exam))", re.IGNORECASE)
 
 
@@ -142,7 +140,6 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
     The impression states the additions too, since it is what a referring clinician reads (a report with a
     pneumothorax in its findings and "No acute process." as its impression contradicts itself); a report without an
     impression does not get one. A finding `text` already states is not added again."""
-    from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
     from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
 
     additions = {name: sentence for name, sentence in additions.items() if name not in stated_findings(text)}
@@ -151,7 +148,7 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
     denied = set(additions) | ({"Lung Opacity"} if OPACITY_KINDS & set(additions) else set())
     report = extract_facts(text)
     contradicted = {f.sentence_index for f in report.facts
-                    if f.polarity == NEGATIVE and CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) in denied}
+                    if f.polarity == NEGATIVE and _finding(f) in denied}
     with_facts = {f.sentence_index for f in report.facts}
     contradicted |= {s.index for s in report.sentences if s.index not in with_facts and _NORMAL_STUDY.match(s.text)}
     kept, dropped = _without(text, [s for s in report.sentences if s.index in contradicted],
@@ -168,8 +165,6 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
 def _denials_kept(report, contradicted: set[int], denied: set[str]) -> dict[int, str]:
     """For each contradicted sentence that is a plain list of denials ("No pleural effusion or pneumothorax."), the
     same list without the denied findings ("No pleural effusion."), so the other denials stay in the report."""
-    from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
-
     kept = {}
     for sentence in report.sentences:
         facts = [f for f in report.facts if f.sentence_index == sentence.index]
@@ -177,7 +172,7 @@ def _denials_kept(report, contradicted: set[int], denied: set[str]) -> dict[int,
                 f.polarity != NEGATIVE for f in facts):
             continue
         others = list(dict.fromkeys(f.mention.lower() for f in facts
-                                    if CONCEPT_TO_CHEXPERT.get(f.observation, f.observation) not in denied))
+                                    if _finding(f) not in denied))
         if others:
             listed = ", ".join(others[:-1]) + " or " + others[-1] if len(others) > 1 else others[0]
             kept[sentence.index] = f"No {listed}."
@@ -192,6 +187,13 @@ def _appended(impression: str, sentences: list[str]) -> str:
     if numbers[:1] == [1]:
         sentences = [f"{numbers[-1] + i}. {sentence}" for i, sentence in enumerate(sentences, 1)]
     return normalize_space(" ".join([impression, *sentences]))
+
+
+def _finding(fact: Fact) -> str | None:
+    """The CheXpert finding a fact is about, as the ontology maps its concept (None: none of the 14)."""
+    from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
+
+    return CONCEPT_TO_CHEXPERT.get(fact.observation, fact.observation)
 
 
 def _without(text: str, drop: list, instead: dict[int, str] | None = None) -> tuple[str, list[str]]:

@@ -16,9 +16,11 @@ ridge readout of the prompt state found the rare findings at F1 0.50 where the s
 (README, Benchmarks): the state carries what the decoder does not yet say. So a check whose cross-fitted AUC
 reaches `add_min_auc` also has an `add_threshold`, the cut that maximises the cross-fitted F1 while calling at most
 `add_max_fpr` of the rows without the finding and being right on at least `ADD_MIN_PRECISION` of those it calls
-(without that floor, a rare finding at a clinic's prevalence was stated on 18 % of films without it); a film scoring above it whose draft does not state the finding gets
-a sentence stating it, chosen by the model among the sentences the round's own reports state it with
-(`orapo_core.models.scoring.best_continuation`), and a denial of it is taken out (shown as withheld).
+(without that floor, a rare finding at a clinic's prevalence was stated on 18 % of films without it); a film
+scoring above it whose draft does not state the finding gets a sentence stating it, chosen by the model among the
+sentences the round's own reports state it with (`orapo_core.models.scoring.best_continuation`), in its findings
+and impression, and what the sentence contradicts is taken out (shown as withheld;
+`orapo_core.facts.consistency.add_findings`).
 
 Pure numpy apart from `prompt_states`; saved as JSON beside the adapter (`VERIFIER_FILE`), so a version carries
 the verifier its round fitted, and a model without one drafts as before.

@@ -40,7 +40,6 @@ loaded = load_model(a.model, a.adapter)
 proc = loaded.processor
 pt = render_prompt(proc)
 drafter = Drafter(loaded)
-NAMES = {"pneumothorax": "Pneumothorax", "fracture": "Fracture", "lung_lesion": "Lung Lesion", "pleural_other": "Pleural Other"}
 rare = list(RARE_FINDINGS)
 pool_sub = pool[: a.n_pool]
 reports = [r.report for r in pool]
