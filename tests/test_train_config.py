@@ -43,6 +43,13 @@ def test_paper_defaults_and_metrics_path(tmp_path):
         ({"use_clinician_pairs": True, "oracle_mode": "sft"}, "use_clinician_pairs needs oracle_mode='dpo'"),
         ({"reward_name": "facts", "reward_funcs": ["rouge_l"]}, "reward_name ('facts') is an alias of reward_funcs"),
         ({"reward_funcs": ["facts", "rouge_l"], "reward_weights": [1.0]}, "give one weight per name in reward_funcs"),
+        ({"loss_type": "grpo2"}, "loss_type must be one of grpo, bnpo, dr_grpo"),
+        ({"importance_sampling_level": "study"}, "importance_sampling_level must be token or sequence"),
+        ({"temperature": 0.0}, "temperature must be > 0"),
+        ({"top_p": 1.5}, "top_p must lie in (0, 1]"),
+        ({"epsilon": -0.2}, "epsilon and epsilon_high (the clipping range) must be >= 0"),
+        ({"max_completion_length": 0}, "max_completion_length must be at least 1 token"),
+        ({"greedy_rollout": True, "num_generations": 1, "per_device_train_batch_size": 2}, "greedy_rollout needs"),
     ],
 )
 def test_bad_combinations_are_refused_with_a_fix(tmp_path, kwargs, fix):
@@ -115,3 +122,14 @@ def test_recipes_parse_in_parallel_threads():
                                 range(16)))
     assert {r[1].learning_rate for r in results} == {results[0][1].learning_rate}
     assert results[0][1].num_train_epochs == 3
+
+
+@pytest.mark.parametrize("value, expected", [("false", "none"), ("False", "none"), ("true", "group"), ("batch", "batch")])
+def test_scale_rewards_given_as_text_is_read_before_training(tmp_path, value, expected):
+    _, args, _ = parse_recipe(RECIPES / "round-cpu.yaml", ["--output_dir", str(tmp_path), "--scale_rewards", value])
+    assert args.scale_rewards == expected
+
+
+def test_a_bad_scale_rewards_is_refused_before_a_round_starts(tmp_path):
+    with pytest.raises(ValueError, match="scale_rewards must be group, batch or none"):
+        parse_recipe(RECIPES / "round-cpu.yaml", ["--output_dir", str(tmp_path), "--scale_rewards", "sometimes"])

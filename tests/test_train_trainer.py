@@ -249,3 +249,50 @@ def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(
     logged = sft._metrics["train"]
     assert logged["orapo/oracle_logp"][-1] < 0
     assert logged["orapo/oracle_logp"][-1] == pytest.approx(-logged["orapo/sft_loss"][-1], rel=1e-5)
+
+
+def test_greedy_rollout_makes_the_first_rollout_of_each_group_the_greedy_draft(tiny_model, dataset, tmp_path):
+    from trl import GRPOTrainer
+
+    trainer = make_trainer(tiny_model, dataset, tmp_path / "run", greedy_rollout=True, num_generations=4,
+                           per_device_train_batch_size=8, max_completion_length=8)
+    trainer.model.train()
+    inputs = [dataset[i] for i in (0, 0, 0, 0, 1, 1, 1, 1)]
+    prompt_ids, images, fields = trainer._tokenize_prompts([x["prompt"] for x in inputs])
+    assert trainer.greedy_rows(len(prompt_ids), 4) == [0, 4]
+
+    draws = []
+    for seed in (1, 2, 3):
+        torch.manual_seed(seed)
+        draws.append(trainer._generate_single_turn(prompt_ids, images, fields, 4)[0])
+    trainer.generation_config.do_sample = False
+    try:
+        greedy = GRPOTrainer._generate_single_turn(trainer, prompt_ids, images, fields, 4)[0]
+    finally:
+        trainer.generation_config.do_sample = True
+    for completions in draws:
+        assert completions[0] == greedy[0] and completions[4] == greedy[4]
+    # the other rollouts are still sampled: on the tiny random model they differ from the greedy draft and by seed
+    others = [tuple(map(tuple, (c[i] for i in (1, 2, 3, 5, 6, 7)))) for c in draws]
+    assert len(set(others)) > 1
+    assert any(c[i] != greedy[i] for c in draws for i in (1, 2, 3, 5, 6, 7))
+    assert "generate" not in vars(trainer.accelerator.unwrap_model(trainer.model_wrapped))  # the patch is undone
+
+    trainer.model.eval()  # evaluation draws samples only, as TRL does
+    assert trainer.greedy_rows(len(prompt_ids), 4) == []
+
+
+def test_greedy_rollout_logs_the_greedy_drafts_reward(tiny_model, dataset, tmp_path):
+    trainer = make_trainer(tiny_model, dataset, tmp_path / "run", greedy_rollout=True, max_steps=1)
+    trainer.train()
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    logged = [line["orapo/greedy_reward"] for line in lines if "orapo/greedy_reward" in line]
+    assert logged and all(0.0 <= r <= 1.0 for r in logged)
+
+
+def test_greedy_rollout_is_refused_with_one_generation():
+    from orapo_core.train.config import OraPOConfig
+
+    with pytest.raises(ValueError, match="greedy_rollout"):
+        OraPOConfig(output_dir="unused", greedy_rollout=True, num_generations=1, per_device_train_batch_size=2,
+                    reward_name="tests.unused:reward")

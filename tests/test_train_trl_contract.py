@@ -11,6 +11,7 @@ here against the installed TRL, on a tiny model where a trainer is needed.
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 
@@ -23,6 +24,7 @@ trl = pytest.importorskip("trl")
 HOOKS = {
     "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
     "_generate_and_score_completions": ("inputs",),
+    "_generate_single_turn": ("prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"),
     "_compute_loss": ("model", "inputs"),
     "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"),
     "_save_checkpoint": ("model", "trial"),
@@ -32,7 +34,7 @@ HOOKS = {
 }
 # What the trainer reads off a constructed GRPOTrainer.
 ATTRIBUTES = ("num_generations", "num_generations_eval", "reward_weights", "ref_model", "_metrics", "temperature",
-              "eos_token_ids", "max_completion_length", "_tokenizer", "accelerator", "reward_funcs")
+              "eos_token_ids", "max_completion_length", "_tokenizer", "accelerator", "reward_funcs", "model_wrapped")
 
 
 def _parameters(function) -> list[str]:
@@ -120,3 +122,13 @@ def test_trls_fused_head_is_an_instance_forward_a_copy_must_drop(tiny_model):
     assert "forward" not in vars(model)
     add_fused_lm_head(model)
     assert "forward" in vars(model), "TRL's fused head no longer patches the instance: revisit OraPOTrainer._frozen_copy"
+
+
+def test_the_loss_types_the_config_accepts_are_the_ones_trl_computes():
+    from trl import GRPOTrainer
+
+    from orapo_core.train.config import TRL_LOSS_TYPES
+
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    named = {name for line in source.splitlines() if "self.loss_type" in line for name in re.findall(r'"([a-z_]+)"', line)}
+    assert named == set(TRL_LOSS_TYPES), f"TRL computes {sorted(named)}, the config accepts {sorted(TRL_LOSS_TYPES)}"

@@ -22,6 +22,8 @@ from orapo_core.models.verifier import ADD_MAX_FPR
 from orapo_core.train.pairs import FINDING_PAIR_SPANS
 
 ORACLE_MODES = ("dpo", "sft", "none")
+# The loss aggregations TRL 1.16's GRPOTrainer computes (`_compute_loss`); any other name fails at the first step.
+TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 
 
 @dataclass
@@ -121,6 +123,15 @@ class OraPOConfig(GRPOConfig):
             "the false positives of OraPO's rounds. A well-formed report is unchanged."
         },
     )
+    greedy_rollout: bool = field(
+        default=False,
+        metadata={
+            "help": "One of each study's K rollouts is its greedy decode instead of a sample (the self-critical "
+            "baseline of SCST, inside the GRPO group): a sample that beats the draft the app would show raises it "
+            "and lowers that draft, so GRPO trains the greedy draft it is scored on, not only its samples. Needs "
+            "TRL's own transformers generation (not vLLM) and num_generations >= 2."
+        },
+    )
     finding_probe_weight: float = field(
         default=0.0,
         metadata={
@@ -186,6 +197,31 @@ class OraPOConfig(GRPOConfig):
             problems.append(
                 f"max_rejected_per_group must be >= 1 or None (all failed rollouts), got {self.max_rejected_per_group}"
             )
+        # A recipe or the admin form passes booleans through the command line as text ("False"), which TRL maps only
+        # as bools, and refuses only at the first step: read them here, and refuse a bad value before a round starts.
+        scale = self.scale_rewards
+        if isinstance(scale, str) and scale.strip().lower() in ("true", "false"):
+            scale = scale.strip().lower() == "true"
+        self.scale_rewards = {True: "group", False: "none"}.get(scale, scale)
+        if self.scale_rewards not in ("group", "batch", "none"):
+            problems.append(f"scale_rewards must be group, batch or none (true: group, false: none), got {scale!r}")
+        # TRL refuses these only inside training (after a round has drafted its first rollouts), or not at all.
+        if self.loss_type not in TRL_LOSS_TYPES:
+            problems.append(f"loss_type must be one of {', '.join(TRL_LOSS_TYPES)}, got {self.loss_type!r}")
+        if self.importance_sampling_level not in ("token", "sequence"):
+            problems.append(f"importance_sampling_level must be token or sequence, got {self.importance_sampling_level!r}")
+        if not self.temperature > 0:
+            problems.append(f"temperature must be > 0 (1.0 samples the model as it is), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p must lie in (0, 1] (1.0: no nucleus cut), got {self.top_p}")
+        if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
+            problems.append(f"epsilon and epsilon_high (the clipping range) must be >= 0, got {self.epsilon} and {self.epsilon_high}")
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            problems.append(f"max_completion_length must be at least 1 token, got {self.max_completion_length}")
+        if self.greedy_rollout and (self.use_vllm or self.use_transformers_continuous_batching
+                                    or (self.num_generations or 0) < 2):
+            problems.append("greedy_rollout needs TRL's transformers generation (not vLLM or continuous batching) and "
+                            f"num_generations >= 2, got num_generations={self.num_generations}")
         if self.finding_pair_span not in FINDING_PAIR_SPANS:
             problems.append(f"finding_pair_span must be one of {', '.join(FINDING_PAIR_SPANS)}, got {self.finding_pair_span!r}")
         if self.finding_pairs and self.oracle_mode != "dpo":
