@@ -10,7 +10,7 @@ import pytest
 from orapo_core.data.phantom import resolve_prevalence, sample_findings
 from orapo_core.data.phantom_reports import write_report
 from orapo_core.facts import extract_facts, label_report, make_facts_reward
-from orapo_core.facts.form import is_fragment, report_form
+from orapo_core.facts.form import has_stutter, is_fragment, report_form
 from orapo_core.report_layout import report_text
 from orapo_core.train.config import OraPOConfig
 from orapo_core.train.rewards import RewardSettings, get_reward
@@ -90,6 +90,12 @@ def test_each_defect_and_its_charge():
     assert report_form(no_impression, required_sections=("findings",)).factor == 1.0
     assert is_fragment("Small bilateral.") and is_fragment("Right upper lobe.") and is_fragment("Moderate, left-sided.")
     assert not is_fragment("Stable.") and not is_fragment("No change.") and not is_fragment("Small right pneumothorax.")
+    # what GRPO's drafts on the general pool degenerated into (bench_learning, 2026-12-05)
+    stuttered = report_form(extract_facts("FINDINGS: Patchy Patchy The heart is normal in size. No pulmonary edema. "
+                                          "Left left ventricle.\n\nIMPRESSION: No acute process."))
+    assert stuttered.stutters == [0, 2] and stuttered.factor == pytest.approx(1 - 2 / 4)
+    assert "2 stuttering sentence(s)" in stuttered.defects
+    assert not has_stutter("No pneumothorax or pleural effusion.") and has_stutter("The heart is is normal.")
 
 
 def test_sections_are_charged_only_when_the_reference_has_them():

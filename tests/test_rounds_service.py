@@ -231,9 +231,13 @@ def test_a_bad_setting_is_refused_before_any_round_exists(env):
     from db import RoundRepository
 
     rounds = service(env)
-    with pytest.raises(OrapoError) as exc:
-        rounds.request_round(settings={"max_steps": "lots"})
-    assert exc.value.code == "invalid_setting" and "max_steps" in exc.value.message
+    # the first is refused by argparse; the others parse and used to crash a round at its first step (TRL checks them
+    # only in training)
+    for settings, named in (({"max_steps": "lots"}, "max_steps"), ({"loss_type": "grpo2"}, "loss_type"),
+                            ({"scale_rewards": "sometimes"}, "scale_rewards"), ({"temperature": 0}, "temperature")):
+        with pytest.raises(OrapoError) as exc:
+            rounds.request_round(settings=settings)
+        assert exc.value.code == "invalid_setting" and named in exc.value.message
     assert RoundRepository(env.db).list() == []
 
 

@@ -49,7 +49,6 @@ def test_paper_defaults_and_metrics_path(tmp_path):
         ({"top_p": 1.5}, "top_p must lie in (0, 1]"),
         ({"epsilon": -0.2}, "epsilon and epsilon_high (the clipping range) must be >= 0"),
         ({"max_completion_length": 0}, "max_completion_length must be at least 1 token"),
-        ({"greedy_rollout": True, "num_generations": 1, "per_device_train_batch_size": 2}, "greedy_rollout needs"),
     ],
 )
 def test_bad_combinations_are_refused_with_a_fix(tmp_path, kwargs, fix):

@@ -24,7 +24,6 @@ trl = pytest.importorskip("trl")
 HOOKS = {
     "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
     "_generate_and_score_completions": ("inputs",),
-    "_generate_single_turn": ("prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"),
     "_compute_loss": ("model", "inputs"),
     "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"),
     "_save_checkpoint": ("model", "trial"),
@@ -34,7 +33,7 @@ HOOKS = {
 }
 # What the trainer reads off a constructed GRPOTrainer.
 ATTRIBUTES = ("num_generations", "num_generations_eval", "reward_weights", "ref_model", "_metrics", "temperature",
-              "eos_token_ids", "max_completion_length", "_tokenizer", "accelerator", "reward_funcs", "model_wrapped")
+              "eos_token_ids", "max_completion_length", "_tokenizer", "accelerator", "reward_funcs")
 
 
 def _parameters(function) -> list[str]:

@@ -14,12 +14,15 @@ that the reward multiplies FactS by (`make_facts_reward(form_guard=True)`):
   case and punctuation aside; an impression restating a finding is no repeat);
 - a fragment: a sentence with no finding whose words are only sides, sizes,
   locations and function words ("Small bilateral.");
+- a stutter: a sentence with a word written twice back to back ("left left
+  ventricle", "Patchy Patchy Patchy The heart ...": what GRPO's drafts
+  degenerated into on the general pool, README, Benchmarks, 2026-12-05);
 - a self-contradiction: one finding both asserted and denied in the report
   ("No pneumothorax." in the findings, "Moderate right pneumothorax." in the
   impression), unless the two name different sides;
 - a section the reference report has (findings, impression) and this one lacks.
 
-    factor = (1 − share of sentences repeated or fragments)
+    factor = (1 − share of sentences repeated, fragments or stuttering)
              × 0.5 ** (findings contradicted in themselves)
              × 0.5 ** (sections missing)
 
@@ -56,6 +59,7 @@ class ReportForm:
     fragments: list[int] = field(default_factory=list)  # indices of sentences that are only qualifiers
     contradictions: list[str] = field(default_factory=list)  # findings the report both asserts and denies
     missing_sections: list[str] = field(default_factory=list)
+    stutters: list[int] = field(default_factory=list)  # indices of sentences with a word written twice back to back
 
     @property
     def defects(self) -> list[str]:
@@ -65,6 +69,8 @@ class ReportForm:
             out.append(f"{len(self.repeated)} repeated sentence(s)")
         if self.fragments:
             out.append(f"{len(self.fragments)} fragment(s)")
+        if self.stutters:
+            out.append(f"{len(self.stutters)} stuttering sentence(s)")
         out += [f"{name} both stated and denied" for name in self.contradictions]
         out += [f"no {name} section" for name in self.missing_sections]
         return out
@@ -78,6 +84,12 @@ def is_fragment(text: str) -> bool:
     """A sentence of nothing but sides, sizes, locations and function words ("Small bilateral.", "Right upper lobe.")."""
     words = _normalized(text)
     return bool(words) and _FRAGMENT_RE.fullmatch(words + " ") is not None
+
+
+def has_stutter(text: str) -> bool:
+    """A word written twice in a row, case aside ("left left ventricle"); no report sentence means one."""
+    words = _WORDS_RE.findall(text.lower())
+    return any(a == b for a, b in zip(words, words[1:]))
 
 
 def _sides(facts) -> set[str]:
@@ -109,7 +121,7 @@ def report_form(report: ReportFacts, *, required_sections=REQUIRED_SECTIONS) -> 
     `required_sections` are the sections charged when missing: pass those the reference report has.
     """
     seen: set[tuple[str, str]] = set()
-    repeated, fragments = [], []
+    repeated, fragments, stuttering = [], [], []
     with_facts = {f.sentence_index for f in report.facts}
     for s in report.sentences:
         if s.section in V.NON_FINDING_SECTIONS:
@@ -119,11 +131,13 @@ def report_form(report: ReportFacts, *, required_sections=REQUIRED_SECTIONS) -> 
             repeated.append(s.index)
         elif s.index not in with_facts and is_fragment(s.text):
             fragments.append(s.index)
+        elif has_stutter(s.text):
+            stuttering.append(s.index)
         seen.add(key)
     contradictions = _contradicted(report)
     present = {s.section for s in report.sentences}
     missing = [name for name in required_sections if name not in present]
     n = len(report.sentences)
-    factor = (1.0 - (len(repeated) + len(fragments)) / n) if n else 1.0
+    factor = (1.0 - (len(repeated) + len(fragments) + len(stuttering)) / n) if n else 1.0
     factor *= CONTRADICTION_FACTOR ** len(contradictions) * MISSING_SECTION_FACTOR ** len(missing)
-    return ReportForm(max(0.0, min(1.0, factor)), n, repeated, fragments, contradictions, missing)
+    return ReportForm(max(0.0, min(1.0, factor)), n, repeated, fragments, contradictions, missing, stuttering)

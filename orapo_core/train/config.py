@@ -123,15 +123,6 @@ class OraPOConfig(GRPOConfig):
             "the false positives of OraPO's rounds. A well-formed report is unchanged."
         },
     )
-    greedy_rollout: bool = field(
-        default=False,
-        metadata={
-            "help": "One of each study's K rollouts is its greedy decode instead of a sample (the self-critical "
-            "baseline of SCST, inside the GRPO group): a sample that beats the draft the app would show raises it "
-            "and lowers that draft, so GRPO trains the greedy draft it is scored on, not only its samples. Needs "
-            "TRL's own transformers generation (not vLLM) and num_generations >= 2."
-        },
-    )
     finding_probe_weight: float = field(
         default=0.0,
         metadata={
@@ -218,10 +209,6 @@ class OraPOConfig(GRPOConfig):
             problems.append(f"epsilon and epsilon_high (the clipping range) must be >= 0, got {self.epsilon} and {self.epsilon_high}")
         if self.max_completion_length is not None and self.max_completion_length < 1:
             problems.append(f"max_completion_length must be at least 1 token, got {self.max_completion_length}")
-        if self.greedy_rollout and (self.use_vllm or self.use_transformers_continuous_batching
-                                    or (self.num_generations or 0) < 2):
-            problems.append("greedy_rollout needs TRL's transformers generation (not vLLM or continuous batching) and "
-                            f"num_generations >= 2, got num_generations={self.num_generations}")
         if self.finding_pair_span not in FINDING_PAIR_SPANS:
             problems.append(f"finding_pair_span must be one of {', '.join(FINDING_PAIR_SPANS)}, got {self.finding_pair_span!r}")
         if self.finding_pairs and self.oracle_mode != "dpo":

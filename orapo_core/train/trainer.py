@@ -16,9 +16,6 @@ Where it hooks into TRL 1.16, and why there:
   does for its KL term (``ref_model``, or the PEFT model with adapters disabled):
   each study's prompt and image run once and all its answers continue from that
   prompt's cache (`shared_prompt`), for the families where that is checked.
-- `_generate_single_turn` (wrapped, with ``greedy_rollout``): the first rollout
-  of each study's group decodes greedily, by a logits processor handed to the
-  policy's ``generate`` for that call; TRL's own generation does the rest.
 - `_compute_loss` (extended): TRL's GRPO loss plus `oracle_loss` on the same
   micro-batch, through the same forward helper TRL uses
   (`_get_per_token_logps_and_entropies`, images included for VLMs).
@@ -44,7 +41,6 @@ import zlib
 
 import torch
 from accelerate.utils import gather_object, is_peft_model
-from transformers import LogitsProcessor, LogitsProcessorList
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, split_pixel_values_by_grid, unsplit_pixel_values_by_grid, use_adapter
@@ -84,25 +80,6 @@ _ORACLE_KEYS = (
     "orapo_ref_chosen_logps",
     "orapo_ref_rejected_logps",
 )
-
-
-class _GreedyRows(LogitsProcessor):
-    """Keeps only the most likely token on the given rows, so they decode greedily inside a sampled batch.
-
-    The argmax survives temperature, top-k and top-p alike, so the rows' tokens are the greedy decode whatever
-    else the generation config warps, and the other rows are untouched.
-    """
-
-    def __init__(self, rows: torch.Tensor):
-        self.rows = rows
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        rows = self.rows.to(scores.device)
-        best = scores[rows].argmax(dim=-1, keepdim=True)
-        only_best = torch.full_like(scores[rows], float("-inf")).scatter_(1, best, 0.0)
-        scores = scores.clone()
-        scores[rows] = only_best
-        return scores
 
 
 class OraPOTrainer(GRPOTrainer):
@@ -169,40 +146,6 @@ class OraPOTrainer(GRPOTrainer):
         self._last_completions = ([completion_text(c) for c in completions]
                                   if getattr(self.miner, "finding_pairs", False) else None)
         return rewards_per_func
-
-    def greedy_rows(self, n_local: int, k: int) -> list[int]:
-        """Local rows that decode greedily with ``greedy_rollout``: the first rollout of every study's group.
-
-        Rows are numbered across processes as `_rollout_groups` reads them (each process a contiguous slice of the
-        generation batch, each study's K rollouts contiguous), so a group has one greedy row wherever it lies.
-        """
-        if not (self.args.greedy_rollout and self.model.training):
-            return []
-        start = self.accelerator.process_index * n_local
-        return [i for i in range(n_local) if (start + i) % k == 0]
-
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        rows = self.greedy_rows(len(prompt_ids), num_generations)
-        if not rows:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-        # TRL builds the generate call inside; its model is the unwrapped policy, whose `generate` gets the greedy
-        # rows' processor for this one call (an instance attribute over the class's method, removed after).
-        model = self.accelerator.unwrap_model(self.model_wrapped)
-        original = model.generate
-        greedy = _GreedyRows(torch.tensor(rows, dtype=torch.long))
-
-        def generate(*gen_args, logits_processor=None, **gen_kwargs):
-            return original(*gen_args, logits_processor=LogitsProcessorList([*(logits_processor or []), greedy]), **gen_kwargs)
-
-        shadowed = vars(model).get("generate")
-        model.generate = generate
-        try:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-        finally:
-            if shadowed is None:
-                del model.generate
-            else:
-                model.generate = shadowed
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -621,11 +564,6 @@ class OraPOTrainer(GRPOTrainer):
         metrics["orapo/pairs"].append(float(sum(len(g.pairs) for g in mined)) if self.args.oracle_mode != "none" else 0.0)
         if getattr(self.miner, "finding_pairs", False):
             metrics["orapo/finding_pairs"].append(float(sum(p.finding is not None for g in mined for p in g.pairs)))
-        if mode == "train" and self.args.greedy_rollout:
-            k = len(rewards) // n if n else 0
-            greedy = [r for r in rewards[::k] if r is not None] if k else []
-            if greedy:  # the reward of the draft the app would show, at this step's weights
-                metrics["orapo/greedy_reward"].append(sum(greedy) / len(greedy))
         if scored:
             mean = sum(scored) / len(scored)
             std = math.sqrt(sum((r - mean) ** 2 for r in scored) / max(len(scored) - 1, 1))
