@@ -87,7 +87,7 @@ def is_fragment(text: str) -> bool:
 
 
 def has_stutter(text: str) -> bool:
-    """A word written twice in a row, case aside ("left left ventricle"); no report sentence means one."""
+    """A word written twice in a row, case aside ("left left ventricle"): a slip no signed report keeps."""
     words = _WORDS_RE.findall(text.lower())
     return any(a == b for a, b in zip(words, words[1:]))
 
