@@ -249,4 +249,3 @@ def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(
     logged = sft._metrics["train"]
     assert logged["orapo/oracle_logp"][-1] < 0
     assert logged["orapo/oracle_logp"][-1] == pytest.approx(-logged["orapo/sft_loss"][-1], rel=1e-5)
-

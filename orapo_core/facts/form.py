@@ -88,7 +88,7 @@ def is_fragment(text: str) -> bool:
 
 def has_stutter(text: str) -> bool:
     """A word written twice in a row, case aside ("left left ventricle"): a slip no signed report keeps."""
-    words = _WORDS_RE.findall(text.lower())
+    words = _normalized(text).split()
     return any(a == b for a, b in zip(words, words[1:]))
 
 

@@ -188,14 +188,13 @@ class OraPOConfig(GRPOConfig):
             problems.append(
                 f"max_rejected_per_group must be >= 1 or None (all failed rollouts), got {self.max_rejected_per_group}"
             )
-        # A recipe or the admin form passes booleans through the command line as text ("False"), which TRL maps only
-        # as bools, and refuses only at the first step: read them here, and refuse a bad value before a round starts.
-        scale = self.scale_rewards
-        if isinstance(scale, str) and scale.strip().lower() in ("true", "false"):
-            scale = scale.strip().lower() == "true"
-        self.scale_rewards = {True: "group", False: "none"}.get(scale, scale)
-        if self.scale_rewards not in ("group", "batch", "none"):
-            problems.append(f"scale_rewards must be group, batch or none (true: group, false: none), got {scale!r}")
+        # A recipe or the admin form passes booleans through the command line as text ("False"), which TRL's own
+        # __post_init__ maps to group / none only as bools, and refuses only at the first step: read the text as a
+        # bool here, and refuse a bad value before a round starts.
+        if isinstance(self.scale_rewards, str) and self.scale_rewards.strip().lower() in ("true", "false"):
+            self.scale_rewards = self.scale_rewards.strip().lower() == "true"
+        if self.scale_rewards not in (True, False, "group", "batch", "none"):
+            problems.append(f"scale_rewards must be group, batch or none (true: group, false: none), got {self.scale_rewards!r}")
         # TRL refuses these only inside training (after a round has drafted its first rollouts), or not at all.
         if self.loss_type not in TRL_LOSS_TYPES:
             problems.append(f"loss_type must be one of {', '.join(TRL_LOSS_TYPES)}, got {self.loss_type!r}")
