@@ -121,6 +121,9 @@ class AblationPlan:
     eval_batch: int = 32
     eval_max_new_tokens: int = 128
     keep_weights: bool = False  # keep each run's saved model or adapter (off: only its metrics stay)
+    # a diagnostic: the methods that train on FactS train on this reward of the registry instead (a name or a dotted
+    # path, `orapo_core.train.rewards.get_reward`); None: FactS, as the paper's table has it
+    reward: str | None = None
 
     def checkpoint_steps(self) -> list[int]:
         n = max(1, min(self.checkpoints, self.steps))
@@ -241,7 +244,55 @@ def evaluate(drafter, held_out: HeldOut, *, n: int | None = None, batch: int = 3
     for kind in ("f1", "precision", "recall"):
         metrics[f"rare_{kind}"] = rare[f"macro_{kind}_14"]  # "_14" is the suffix of "all the observations given"
     metrics["example_draft"] = result.predictions[0]["draft"] if result.predictions else ""
+    # per study, which of the 14 the draft and the reference call positive: for paired comparisons (paired_delta)
+    metrics["positives"] = [positives_of(p["labels"]) for p in result.predictions]
+    metrics["reference_positives"] = [positives_of(p["reference"]) for p in result.predictions]
     return metrics
+
+
+def positives_of(labels: dict) -> str:
+    """The 14 observations as '0'/'1' (positive or uncertain, as the clinical-efficacy metrics count them)."""
+    from orapo_core.facts.metrics import _positive
+    from orapo_core.facts.ontology import CHEXPERT_14
+
+    return "".join("1" if _positive(labels, name) else "0" for name in CHEXPERT_14)
+
+
+def _as_array(positives: Sequence[str]):
+    import numpy as np
+
+    return np.array([[c == "1" for c in row] for row in positives], dtype=bool)
+
+
+def _macro_f1_of(predicted, reference, index) -> float:
+    """Macro-F1 over the 14 of the studies `index` (repeats allowed); arrays from `_as_array`. A class with no
+    true positive scores 0, as `clinical_efficacy` scores it."""
+    import numpy as np
+
+    p, r = predicted[index], reference[index]
+    tp, fp, fn = (p & r).sum(0), (p & ~r).sum(0), (~p & r).sum(0)
+    f1 = np.where(tp > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
+    return float(f1.mean())
+
+
+def paired_delta(runs: Sequence[Sequence[str]], baseline: Sequence[str], reference: Sequence[str], *,
+                 resamples: int = 1000, seed: int = 0) -> dict:
+    """A method's macro-F1 minus the baseline's on the same held-out studies, averaged over its seeds' runs, with a
+    95 % interval from resampling the studies (the same resample for every run and the baseline): the held-out
+    set's own noise, which the seed std does not show. Arguments are `positives_of` strings, one per study."""
+    import numpy as np
+
+    ref, base, preds = _as_array(reference), _as_array(baseline), [_as_array(r) for r in runs]
+    n = len(ref)
+
+    def delta(index) -> float:
+        b = _macro_f1_of(base, ref, index)
+        return statistics.fmean(_macro_f1_of(p, ref, index) - b for p in preds)
+
+    rng = np.random.default_rng(seed)
+    draws = sorted(delta(rng.integers(0, n, n)) for _ in range(resamples))
+    return {"delta": delta(np.arange(n)), "low": draws[int(0.025 * resamples)],
+            "high": draws[int(0.975 * resamples) - 1], "studies": n, "runs": len(runs)}
 
 
 def drafter_for(model, processor, model_dir: str | Path):
@@ -294,7 +345,8 @@ def method_recipe(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pa
     settings.update(
         model_name_or_path=model_dir, train_csv=str(pool_csv), dataset_kind="phantom",
         max_studies=method.train_studies, class_balanced=True, selection_seed=0,
-        reward_name=method.reward_name, oracle_mode=method.oracle_mode, output_dir=str(run_dir),
+        reward_name=plan.reward if plan.reward and method.reward_name == "facts" else method.reward_name,
+        oracle_mode=method.oracle_mode, output_dir=str(run_dir),
         save_strategy="no", logging_steps=1, report_to="none",
     )
     if method.oracle_mode != "dpo":
@@ -307,6 +359,13 @@ def method_recipe(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pa
 def studies_per_step(training_args) -> int:
     per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
     return max(1, per_step // max(1, training_args.num_generations))
+
+
+def method_label(plan: AblationPlan, method: Method) -> str:
+    """The method's row name: FactS named as the reward it trained on when the plan replaced it (`plan.reward`)."""
+    if plan.reward and method.reward_name == "facts":
+        return method.label.replace("FactS", f"`{plan.reward}`")
+    return method.label
 
 
 def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Path, pool_size: int, model_dir: str,
@@ -433,6 +492,10 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
     if unknown:
         raise OrapoError("unknown_method", f"Unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}.")
     _, recipe_args, _ = shared_recipe(plan)  # a bad recipe or override fails here, before any work
+    if plan.reward:
+        from orapo_core.train.rewards import get_reward
+
+        get_reward(plan.reward)  # ... and so does an unknown reward
     out = Path(plan.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -469,19 +532,23 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
 
     results: dict = {"plan": plan.to_dict(), "model": model_dir, "checkpoint_steps": plan.checkpoint_steps(),
                      "recipe": {k: recipe_args[k] for k in RECIPE_KEYS if k in recipe_args}, "methods": {}}
+    results["reference_positives"] = start_eval[plan.n_eval]["reference_positives"]
+    results["starter_positives"] = start_eval[plan.n_eval]["positives"]
     if corrected is not None:
         results["corrections"] = corrected[1]
+
     def record_method(name: str, method: Method, runs: list[dict]) -> None:
         summary = {k: _mean_std([r["metrics"][k] for r in runs]) for k in REPORTED}
         results["methods"][name] = {
-            "label": method.label, "reward": method.reward_name,
+            "label": method_label(plan, method), "reward": method.reward_name,
             "oracle_mode": method.oracle_mode if method.reward_name else None,
             "train_studies": min(method.train_studies, len(pool)) if method.reward_name else 0,
             "mean": {k: v[0] for k, v in summary.items()}, "std": {k: v[1] for k, v in summary.items()},
             "f1_per_class": {c: _mean_std([r["metrics"]["f1_per_class"][c] for r in runs])[0]
                              for c in runs[0]["metrics"]["f1_per_class"]},
             "runs": [{k: v for k, v in r.items() if k != "metrics"}
-                     | {"metrics": {k: r["metrics"][k] for k in (*REPORTED, "f1_per_class", "example_draft")}}
+                     | {"metrics": {k: r["metrics"][k] for k in (*REPORTED, "f1_per_class", "example_draft", "positives")
+                                  if k in r["metrics"]}}
                      for r in runs],
         }
         trained = {k: v for k, v in results["methods"].items() if v["reward"] is not None}
@@ -588,7 +655,9 @@ def markdown_table(results: dict) -> str:
         f"every trained method: {plan['steps']} optimizer steps x {per_step} studies x K={recipe.get('num_generations')} "
         f"rollouts, trained by `train_round`"
         + (f", with {', '.join(f'{k}={v}' for k, v in plan['overrides'].items())} for every method"
-           if plan.get("overrides") else "") +
+           if plan.get("overrides") else "")
+        + (f"; the FactS methods trained on the reward `{plan['reward']}` instead of FactS (a diagnostic, not the "
+           f"paper's table)" if plan.get("reward") else "") +
         f". Held-out: {plan['n_eval']} PhantomCXR studies (seed {plan['eval_seed']}"
         + ("" if plan["eval_seed"] == AblationPlan.eval_seed else ", a development set, not the evaluation set") + "), "
         + (f"with PhantomCXR's prevalence set to {', '.join(f'{k} {v:g}' for k, v in plan['prevalence'].items())} "
@@ -619,6 +688,9 @@ def markdown_table(results: dict) -> str:
                       "A difference between two methods smaller than about twice this is seed noise."]
     else:
         lines += ["", "Pooled seed std: needs at least two seeds."]
+    paired = paired_lines(results)
+    if paired:
+        lines += ["", *paired]
     lines += ["", "Rare findings, F1 per class (mean over seeds):", "",
               "| Method | " + " | ".join(RARE_FINDINGS) + " |", "|---|" + "---|" * len(RARE_FINDINGS)]
     for row in results["methods"].values():
@@ -632,6 +704,27 @@ def markdown_table(results: dict) -> str:
                       f"they added {added}. Its final scores draft with the finding verifier its round fitted, if any."]
     lines += ["", f"Wall time: {results.get('wall_seconds', 0) / 60:.1f} min."]
     return "\n".join(lines) + "\n"
+
+
+def paired_lines(results: dict) -> list[str]:
+    """Each trained method's macro-F1 against the starting model's on the same held-out studies (`paired_delta`),
+    for the runs that kept their per-study labels (results from before 2026-12-05 did not)."""
+    reference, baseline = results.get("reference_positives"), results.get("starter_positives")
+    if not reference or not baseline:
+        return []
+    rows = []
+    for row in results["methods"].values():
+        runs = [r["metrics"]["positives"] for r in row["runs"]
+                if r["seed"] is not None and len(r["metrics"].get("positives") or ()) == len(reference)]
+        if runs:
+            d = paired_delta(runs, baseline, reference)
+            rows.append(f"| {row['label']} | {d['delta']:+.4f} | [{d['low']:+.4f}, {d['high']:+.4f}] | {d['runs']} |")
+    if not rows:
+        return []
+    return [f"Macro-F1 (14) minus the starting model's on the same {len(reference)} held-out studies, averaged over "
+            "the seeds, with a 95 % interval from resampling the studies (1,000 resamples): the held-out set's noise, "
+            "which the seed std above does not include. An interval that holds 0 is no difference.", "",
+            "| Method | Δ macro-F1 vs starter | 95 % interval | seeds |", "|---|---|---|---|", *rows]
 
 
 def _by_step(rows: list[list[dict]], key: str) -> tuple[list[int], list[float]]:

@@ -78,7 +78,7 @@ def build_plan(opts: argparse.Namespace):
         plan = quick_plan(plan)
     changes = {"seeds": tuple(opts.seeds) if opts.seeds else None, "methods": tuple(opts.methods) if opts.methods else None,
                "steps": opts.steps, "n_eval": opts.n_eval, "eval_seed": opts.eval_seed, "learning_rate": opts.learning_rate,
-               "conspicuity": opts.conspicuity, "keep_weights": opts.keep_weights or None}
+               "conspicuity": opts.conspicuity, "keep_weights": opts.keep_weights or None, "reward": opts.reward}
     return model, replace(plan, **{k: v for k, v in changes.items() if v is not None})
 
 
@@ -109,6 +109,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prevalence", nargs="+", default=[], metavar="FINDING=P",
                         help="PhantomCXR prevalence overrides of the pool and the held-out studies, e.g. "
                              "pneumothorax=0.5 (default: PhantomCXR's own; --quick: pneumothorax=0.5)")
+    parser.add_argument("--reward", metavar="NAME",
+                        help="a diagnostic: train the methods that use FactS on this reward instead (a name in the "
+                             "reward registry or 'package.module:function'); the table says so")
     parser.add_argument("--keep-weights", action="store_true",
                         help="keep each run's trained adapter in <out>/runs/METHOD/seedS (default: only its metrics)")
     parser.add_argument("--threads", type=int, default=1,

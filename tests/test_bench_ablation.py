@@ -88,6 +88,10 @@ def test_the_table_reports_rare_findings_precision_recall_and_seed_noise(ablatio
     assert set(saved["pooled_seed_std"]) == set(REPORTED) and saved["pooled_seed_std"]["macro_f1_14"] is None  # 1 seed
     table = (out / "results.md").read_text()
     assert "| OraPO + FactS (400 studies) |" in table and "Rare-finding F1 | Rare precision | Rare recall" in table
+    # per-study labels are kept, so each trained method is compared with the starter on the same studies
+    assert len(saved["reference_positives"]) == len(saved["starter_positives"]) == plan.n_eval
+    assert all(len(r["metrics"]["positives"]) == plan.n_eval for r in saved["methods"]["grpo_facts"]["runs"])
+    assert "| Δ macro-F1 vs starter | 95 % interval | seeds |" in table and "| GRPO + FactS | " in table
     assert all(name in table for name in RARE_FINDINGS) and "Pooled seed std" in table
     for plot in ("macro_f1_vs_studies.html", "all_zero_groups.html", "oracle_logp.html"):
         assert (out / plot).stat().st_size > 0
@@ -111,6 +115,35 @@ def test_pooled_seed_std_is_the_root_mean_of_the_methods_variances():
     # variances 1.0 and 4.0 (sample variance of [1, 2, 3] and [2, 4, 6]) -> sqrt(2.5)
     assert pooled_seed_std({"a": row([1, 2, 3]), "b": row([2, 4, 6])}, "macro_f1_14") == pytest.approx(2.5 ** 0.5)
     assert pooled_seed_std({"a": row([0.5])}, "macro_f1_14") is None
+
+
+def test_the_paired_comparison_is_macro_f1_on_the_same_studies_with_a_resampled_interval():
+    import random
+
+    from benchmarks.ablation import paired_delta, positives_of
+    from orapo_core.facts.metrics import clinical_efficacy
+    from orapo_core.facts.ontology import CHEXPERT_14
+
+    rng = random.Random(3)
+
+    def labels():
+        return {name: rng.choice([1, 0, None, -1]) for name in CHEXPERT_14}
+
+    reference = [labels() for _ in range(60)]
+    baseline = [labels() for _ in range(60)]
+    better = [dict(r) for r in reference[:30]] + [labels() for _ in range(30)]  # right on half the studies
+    as_bits = [positives_of(x) for x in reference]
+    d = paired_delta([[positives_of(x) for x in better]], [positives_of(x) for x in baseline], as_bits, resamples=200)
+    # the point estimate is exactly the difference of the evaluator's macro-F1s
+    expected = clinical_efficacy(better, reference)["macro_f1_14"] - clinical_efficacy(baseline, reference)["macro_f1_14"]
+    assert d["delta"] == pytest.approx(expected) and d["studies"] == 60 and d["runs"] == 1
+    assert 0 < d["low"] < d["delta"] < d["high"]  # a real gain: the interval excludes 0
+    same = paired_delta([[positives_of(x) for x in baseline]], [positives_of(x) for x in baseline], as_bits, resamples=50)
+    assert same["delta"] == same["low"] == same["high"] == 0.0
+    # seeds average: one run as good as the baseline and one better give half the gain
+    two = paired_delta([[positives_of(x) for x in baseline], [positives_of(x) for x in better]],
+                       [positives_of(x) for x in baseline], as_bits, resamples=50)
+    assert two["delta"] == pytest.approx(expected / 2) and two["runs"] == 2
 
 
 def test_runs_of_one_plan_merge_into_one_table_and_others_are_refused():
@@ -183,3 +216,31 @@ def test_settings_are_chosen_on_a_development_seed_and_the_table_says_so(tmp_pat
     assert "development set" not in tables[0] and "(seed 202)" in tables[0]
     assert "(seed 303, a development set, not the evaluation set)" in tables[1]
     assert "with beta=0.04 for every method" in tables[1]
+
+
+def test_a_diagnostic_reward_replaces_facts_for_the_facts_methods_only_and_the_table_says_so(tmp_path):
+    from benchmarks.ablation import METHODS, markdown_table, method_label, method_recipe, run_ablation
+    from benchmarks.bench_learning import build_plan, make_parser
+    from orapo_core.errors import OrapoError
+
+    reward = "benchmarks.bench_reward_alignment:label_f1_seen"
+    parser = make_parser()
+    _, plan = build_plan(parser.parse_args(["--model", str(tmp_path), "--out", str(tmp_path), "--reward", reward]))
+    trained = {}
+    for name in ("grpo_facts", "orapo_1000", "grpo_accuracy"):
+        _, training, _ = method_recipe(plan, METHODS[name], 0, pool_csv=tmp_path / "pool.csv", model_dir=str(tmp_path),
+                                       run_dir=tmp_path / name)
+        trained[name] = (training.reward_funcs, training.oracle_mode)
+    assert trained == {"grpo_facts": ([reward], "none"), "orapo_1000": ([reward], "dpo"),
+                       "grpo_accuracy": (["rouge_l"], "none")}  # ROUGE-L is its own row's reward
+    assert method_label(plan, METHODS["orapo_1000"]) == f"OraPO + `{reward}` (1,000 studies)"
+    assert method_label(plan, METHODS["grpo_accuracy"]) == METHODS["grpo_accuracy"].label
+    assert f"trained on the reward `{reward}` instead of FactS (a diagnostic" in markdown_table(
+        {"plan": plan.to_dict(), "methods": {}})
+    _, usual = build_plan(parser.parse_args(["--model", str(tmp_path), "--out", str(tmp_path)]))
+    assert usual.reward is None and "instead of FactS" not in markdown_table({"plan": usual.to_dict(), "methods": {}})
+    _, unknown = build_plan(parser.parse_args(["--model", str(tmp_path), "--out", str(tmp_path / "x"),
+                                               "--reward", "no_such_reward"]))
+    with pytest.raises(OrapoError) as refused:  # before any data is written or model loaded
+        run_ablation(unknown, log=lambda line: None)
+    assert refused.value.code == "unknown_reward" and not (tmp_path / "x" / "data").exists()
