@@ -53,7 +53,6 @@ def label_f1(completions, observations, *, labels=None) -> list[float | None]:
     """Per completion, its F1 over `observations` against its study's labels, read as the evaluator reads a draft
     (`label_report`; uncertain counts as positive); 1.0 when neither side states any of them; None without labels."""
     from orapo_core.facts import label_report
-    from orapo_core.facts.metrics import _positive
     from orapo_core.facts.reward import completion_text
 
     labels = list(labels) if labels is not None else [None] * len(completions)
@@ -63,12 +62,19 @@ def label_f1(completions, observations, *, labels=None) -> list[float | None]:
             scores.append(None)
             continue
         reference = json.loads(reference) if isinstance(reference, str) else reference
-        said = label_report(completion_text(completion))
-        tp = sum(_positive(said, n) and _positive(reference, n) for n in observations)
-        fp = sum(_positive(said, n) and not _positive(reference, n) for n in observations)
-        fn = sum(_positive(reference, n) and not _positive(said, n) for n in observations)
-        scores.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0)
+        scores.append(study_f1(label_report(completion_text(completion)), reference, observations))
     return scores
+
+
+def study_f1(said: dict, reference: dict, observations) -> float:
+    """One report's F1 over `observations` against its study's labels (uncertain counts as positive); 1.0 when
+    neither side states any of them."""
+    from orapo_core.facts.metrics import _positive
+
+    tp = sum(_positive(said, n) and _positive(reference, n) for n in observations)
+    fp = sum(_positive(said, n) and not _positive(reference, n) for n in observations)
+    fn = sum(_positive(reference, n) and not _positive(said, n) for n in observations)
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
 
 
 def label_f1_all(completions, *, labels=None, **kwargs) -> list[float | None]:
@@ -170,13 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import yaml
 
-    from benchmarks.ablation import phantom_split
+    from benchmarks.ablation import DEFAULT_RECIPE, phantom_split
     from orapo_core.facts import label_report
-    from orapo_core.facts.metrics import _positive
     from orapo_core.facts.ontology import CHEXPERT_14
     from orapo_core.models.draft import Drafter
     from orapo_core.models.evaluate import load_study_image
-    from benchmarks.ablation import DEFAULT_RECIPE
 
     torch.manual_seed(0)
     recipe = yaml.safe_load(Path(DEFAULT_RECIPE).read_text())
@@ -237,15 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = table_for(rows)
         print(f"{name}: " + ", ".join(f"{k} {v:+.4f}" for k, v in results[name].items() if k.startswith("delta")), flush=True)
 
-    # the ceiling of a per-study reward: each sample's own F1 over the 14 observations against its study's labels
-    def study_f1(labels: dict, reference: dict) -> float:
-        tp = sum(_positive(labels, n) and _positive(reference, n) for n in names)
-        fp = sum(_positive(labels, n) and not _positive(reference, n) for n in names)
-        fn = sum(_positive(reference, n) and not _positive(labels, n) for n in names)
-        return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
-
+    # the label-only reward closest to macro-F1: each sample's own F1 over the 14 against its study's labels
     results["per-study F1 over the 14 (a label-only reward)"] = table_for(
-        [[study_f1(lab, references[i]) for lab in sample_labels[i]] for i in range(len(records))])
+        [[study_f1(lab, references[i], names) for lab in sample_labels[i]] for i in range(len(records))])
     greedy_counts = [per_study_counts([label_report(greedy[i])], references[i], [1.0], names) for i in range(len(records))]
     # what the samples hold for the greedy draft itself: the greedy draft, replaced by the best sample wherever the
     # recipe's FactS ranks that sample above it (SCST's target), and how often that happens
