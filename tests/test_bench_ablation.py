@@ -7,6 +7,7 @@ It must train through `train_round` on a recipe with the method's overrides and 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,10 @@ def test_the_table_reports_rare_findings_precision_recall_and_seed_noise(ablatio
     # per-study labels are kept, so each trained method is compared with the starter on the same studies
     assert len(saved["reference_positives"]) == len(saved["starter_positives"]) == plan.n_eval
     assert all(len(r["metrics"]["positives"]) == plan.n_eval for r in saved["methods"]["grpo_facts"]["runs"])
-    assert "| Δ macro-F1 vs starter | 95 % interval | seeds |" in table and "| GRPO + FactS | " in table
+    paired = table.split("| Δ macro-F1 vs starter | 95 % interval | seeds |")[1].split("Rare findings")[0]
+    number = r"[+-]\d\.\d{4}"
+    assert re.search(rf"\| GRPO \+ FactS \| {number} \| \[{number}, {number}\] \| 1 \|", paired)
+    assert "Starting model" not in paired  # the baseline is not compared with itself
     assert all(name in table for name in RARE_FINDINGS) and "Pooled seed std" in table
     for plot in ("macro_f1_vs_studies.html", "all_zero_groups.html", "oracle_logp.html"):
         assert (out / plot).stat().st_size > 0
