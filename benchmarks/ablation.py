@@ -264,15 +264,21 @@ def _as_array(positives: Sequence[str]):
     return np.array([[c == "1" for c in row] for row in positives], dtype=bool)
 
 
-def _macro_f1_of(predicted, reference, index) -> float:
-    """Macro-F1 over the 14 of the studies `index` (repeats allowed); arrays from `_as_array`. A class with no
-    true positive scores 0, as `clinical_efficacy` scores it."""
+def macro_f1_from_counts(tp, fp, fn) -> float:
+    """Mean over observations of F1 from per-observation (possibly weighted, expected) counts; an observation with
+    no true positive scores 0, as `clinical_efficacy` scores it. The one formula of the benchmarks' paired and
+    reweighted comparisons."""
     import numpy as np
 
-    p, r = predicted[index], reference[index]
-    tp, fp, fn = (p & r).sum(0), (p & ~r).sum(0), (~p & r).sum(0)
-    f1 = np.where(tp > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
+    tp, fp, fn = (np.asarray(x, dtype=float) for x in (tp, fp, fn))
+    f1 = np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros_like(tp), where=tp > 0)
     return float(f1.mean())
+
+
+def _macro_f1_of(predicted, reference, index) -> float:
+    """Macro-F1 over the 14 of the studies `index` (repeats allowed); arrays from `_as_array`."""
+    p, r = predicted[index], reference[index]
+    return macro_f1_from_counts((p & r).sum(0), (p & ~r).sum(0), (~p & r).sum(0))
 
 
 def paired_delta(runs: Sequence[Sequence[str]], baseline: Sequence[str], reference: Sequence[str], *,

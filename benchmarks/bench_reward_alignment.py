@@ -125,13 +125,10 @@ def weights(rewards: list[float], eta: float) -> list[float]:
 
 
 def macro_f1(counts: list[list[float]]) -> float:
-    """Mean over observations of F1 from expected (tp, fp, fn); an observation with none of them scores 0,
-    as `clinical_efficacy`'s `_prf` does."""
-    f1s = []
-    for tp, fp, fn in counts:
-        denom = 2 * tp + fp + fn
-        f1s.append(2 * tp / denom if denom > 0 else 0.0)
-    return sum(f1s) / len(f1s)
+    """Macro-F1 from one (tp, fp, fn) of expected counts per observation (`ablation.macro_f1_from_counts`)."""
+    from benchmarks.ablation import macro_f1_from_counts
+
+    return macro_f1_from_counts(*zip(*counts, strict=True))
 
 
 def per_study_counts(sample_labels: list[dict], reference: dict, sample_weights: list[float], names) -> list[list[float]]:
