@@ -157,3 +157,45 @@ def test_finding_pairs_take_the_rows_of_the_least_failed_rollouts_and_never_the_
                                                                  completions=(MISSED, MISSED))])[0].pairs)
     with pytest.raises(ValueError, match="finding_pair_span"):
         OraclePairMiner(finding_pair_span="sentence")
+
+
+def test_a_counterfactual_pair_puts_a_banked_finding_sentence_into_an_oracle_that_does_not_state_it():
+    from orapo_core.train.pairs import counterfactual_pair, finding_sentences
+
+    assert finding_sentences(ORACLE, {"Pleural Other", "Pneumothorax"}) == {
+        "Pleural Other": ("Pleural thickening along the left lateral chest wall.", 0)}  # "No pneumothorax." is a denial
+    put = counterfactual_pair(MISSED, "Pleural Other", "Pleural thickening along the left lateral chest wall.", 0)
+    assert put == ORACLE
+    assert counterfactual_pair(MISSED, "Pleural Other", "Pleural thickening.", 9) == (
+        "FINDINGS: The heart is normal in size. No pneumothorax. Pleural thickening.\n\nIMPRESSION: No acute process.")
+    assert counterfactual_pair(ORACLE, "Pleural Other", "Pleural thickening.", 0) is None  # the oracle states it
+
+
+def test_counterfactual_pairs_balance_taught_findings_on_oracles_without_them():
+    miner = OraclePairMiner(finding_pairs=True, finding_pair_negatives=True, threshold=0.99, finding_pair_span="report")
+    (first,) = miner.mine([RolloutGroup("neg", [0.2, 0.5], oracle=MISSED, completions=(MISSED, MISSED))])
+    assert all(p.finding is None for p in first.pairs)  # nothing taught yet: no counterfactual
+    (taught,) = miner.mine([RolloutGroup("pos", [0.2, 0.5], oracle=ORACLE, completions=(MISSED, MISSED))])
+    assert [p.finding for p in taught.pairs] == [None, "Pleural Other"]  # the omission pair; it fills the bank
+    assert miner.sentence_bank == {"Pleural Other": ("Pleural thickening along the left lateral chest wall.", 0)}
+    (neg,) = miner.mine([RolloutGroup("neg", [0.2, 0.5], oracle=MISSED, completions=(MISSED, MISSED))])
+    assert neg.pairs[-1] == MinedPair(MISSED, rejected_text=ORACLE, finding="Pleural Other")  # told not to say it
+    (again,) = miner.mine([RolloutGroup("pos", [0.2, 0.5], oracle=ORACLE, completions=(MISSED, MISSED))])
+    assert [p.finding for p in again.pairs] == [None, "Pleural Other"]  # no counterfactual where the oracle states it
+    # decision span: cut at the first word the two differ in
+    cut = OraclePairMiner(finding_pairs=True, finding_pair_negatives=True, threshold=0.99)
+    cut.load_state_dict(miner.state_dict())  # the bank survives a resume
+    (neg,) = cut.mine([RolloutGroup("neg", [0.2, 0.5], oracle=MISSED, completions=(MISSED, MISSED))])
+    assert neg.pairs[-1] == MinedPair("FINDINGS: The", rejected_text="FINDINGS: Pleural", finding="Pleural Other", eos=False)
+    # off: no counterfactual even with a bank
+    plain = OraclePairMiner(finding_pairs=True, threshold=0.99)
+    plain.load_state_dict(miner.state_dict())
+    (neg,) = plain.mine([RolloutGroup("neg", [0.2, 0.5], oracle=MISSED, completions=(MISSED, MISSED))])
+    assert all(p.finding is None for p in neg.pairs)
+
+
+def test_counterfactual_pairs_need_finding_pairs():
+    from orapo_core.train.config import OraPOConfig
+
+    with pytest.raises(ValueError, match="finding_pair_negatives"):
+        OraPOConfig(output_dir="/tmp/x", finding_pair_negatives=True, use_cpu=True, report_to="none")
