@@ -214,28 +214,6 @@ def test_finding_pairs_put_the_oracle_less_the_missed_finding_on_a_row(tiny_mode
     assert rejected.count(less) == 1
 
 
-def test_counterfactual_finding_pairs_reach_a_row_of_a_study_without_the_finding(tiny_model, dataset, tmp_path):
-    from orapo_core.train.dataset import build_training_dataset
-
-    taught = "FINDINGS: Pleural thickening along the left lateral chest wall. No pneumothorax."
-    without = "FINDINGS: No pneumothorax."
-    studies = build_training_dataset([{"study_id": sid, "image": dataset[0]["image"], "labels": {},
-                                       "reference_report": text} for sid, text in (("t1", taught), ("n1", without))])
-    trainer = make_trainer(tiny_model, studies, tmp_path / "run", finding_pairs=True, finding_pair_negatives=True,
-                           zero_reward_threshold=0.99, max_completion_length=24)
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    trainer._generate_and_score_completions([studies[0]] * K)  # its omission pair banks the sentence
-    batch = trainer._generate_and_score_completions([studies[1]] * K)
-    encode = lambda text: trainer._tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    rejected = [ids[m.bool()].tolist() for ids, m in zip(batch["orapo_rejected_ids"], batch["orapo_rejected_mask"])]
-    chosen = [ids[m.bool()].tolist() for ids, m in zip(batch["orapo_chosen_ids"], batch["orapo_chosen_mask"])]
-    row = rejected.index(encode("FINDINGS: Pleural"))  # the study without it: told not to begin that sentence
-    assert chosen[row] == encode("FINDINGS: No")
-    assert trainer._metrics["train"]["orapo/finding_pairs"][-1] == 1.0
-    assert torch.isfinite(trainer._compute_loss(trainer.model, batch))
-
-
 def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(tiny_model, dataset, tmp_path):
     from orapo_core.train.dataset import build_training_dataset
 

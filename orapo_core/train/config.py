@@ -82,15 +82,6 @@ class OraPOConfig(GRPOConfig):
             "orapo/oracle_logp and orapo/dpo_loss then count the cut answers with the oracle's."
         },
     )
-    finding_pair_negatives: bool = field(
-        default=False,
-        metadata={
-            "help": "With finding_pairs: give each study whose oracle does not state a finding that an omission pair "
-            "has taught in this run one counterfactual pair, the oracle over the oracle with that finding's sentence "
-            "put in (orapo_core.train.pairs), so the oracle step teaches when not to say a finding as well as when "
-            "to say it."
-        },
-    )
     oracle_mode: str = field(
         default="dpo",
         metadata={
@@ -221,8 +212,6 @@ class OraPOConfig(GRPOConfig):
             problems.append(f"finding_pair_span must be one of {', '.join(FINDING_PAIR_SPANS)}, got {self.finding_pair_span!r}")
         if self.finding_pairs and self.oracle_mode != "dpo":
             problems.append("finding_pairs needs oracle_mode='dpo' (a pair is a DPO signal): set one or the other")
-        if self.finding_pair_negatives and not self.finding_pairs:
-            problems.append("finding_pair_negatives balances finding pairs: set finding_pairs as well")
         if self.use_clinician_pairs and self.oracle_mode != "dpo":
             problems.append("use_clinician_pairs needs oracle_mode='dpo' (a pair is a DPO signal): set one or the other")
         if self.reward_name and self.reward_funcs is not None and list(self.reward_funcs) != [self.reward_name]:

@@ -42,23 +42,12 @@ Choices the paper leaves open, made here:
   Benchmarks): neither span moved rare-finding F1 or the first token of a rare
   finding's sentence beyond seed noise, because the text model's states carry
   those findings only at AUC 0.5-0.8 there; hence off by default.
-- Counterfactual finding pairs (``finding_pair_negatives``, with finding pairs;
-  ours): omission pairs only ever raise a finding's sentence, on the films that
-  have it, so a model whose state reads the finding weakly learns to say it on
-  every film alike; commission pairs need every rollout to say it first. For
-  balance, each group whose oracle does not state a finding that an omission
-  pair has taught so far in the run gets one pair the other way: the oracle over
-  the oracle with that finding's banked sentence (the last oracle sentence an
-  omission pair was about) put in where it stood there
-  (`counterfactual_pairs`). One per group, the finding drawn from the bank by a
-  hash of the study and its visit, so a resumed run draws alike.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,36 +174,6 @@ def commission_pairs(oracle: str, completions: Sequence[str]) -> list[tuple[str,
     return out
 
 
-def finding_sentences(oracle: str, findings: set[str]) -> dict[str, tuple[str, int]]:
-    """{finding: (the first sentence of the oracle's findings section stating or hedging it, its index)}."""
-    from orapo_core.facts import label_report
-    from orapo_core.facts.text import split_sentences
-    from orapo_core.report_layout import split_report
-
-    out: dict[str, tuple[str, int]] = {}
-    for i, sentence in enumerate(split_sentences(split_report(oracle)[0])):
-        for name in _stated(label_report(sentence.text)) & findings:
-            out.setdefault(name, (sentence.text, i))
-    return out
-
-
-def counterfactual_pair(oracle: str, finding: str, sentence: str, index: int) -> str | None:
-    """The oracle with `sentence` (stating `finding`) put in before its findings sentence `index` (at the end when
-    it has fewer); None when the oracle itself states or hedges the finding, or has no findings sentence."""
-    from orapo_core.facts import label_report
-    from orapo_core.facts.text import split_sentences
-    from orapo_core.report_layout import report_text, split_report
-
-    if not oracle or finding in _stated(label_report(oracle)):
-        return None
-    findings, impression = split_report(oracle)
-    mine = [x.text for x in split_sentences(findings)]
-    if not mine:
-        return None
-    at = min(index, len(mine))
-    return report_text(" ".join([*mine[:at], sentence, *mine[at:]]), impression)
-
-
 def decision_point(chosen: str, rejected: str) -> tuple[str, str] | None:
     """Both texts cut just after the first word in which they differ (their shared start backed off to a word
     boundary, so the start tokenises alike in both), or None when one is the other or a prefix of it."""
@@ -285,7 +244,6 @@ class OraclePairMiner:
         use_clinician_pairs: bool = False,
         finding_pairs: bool = False,
         finding_pair_span: str = "decision",
-        finding_pair_negatives: bool = False,
     ):
         if finding_pair_span not in FINDING_PAIR_SPANS:
             raise ValueError(f"finding_pair_span must be one of {', '.join(FINDING_PAIR_SPANS)}, got {finding_pair_span!r}")
@@ -295,10 +253,7 @@ class OraclePairMiner:
         self.max_rejected_per_group = max_rejected_per_group
         self.use_clinician_pairs = use_clinician_pairs
         self.finding_pairs = finding_pairs
-        self.finding_pair_negatives = finding_pair_negatives
         self.ema = ZeroRewardEMA(ema_alpha)
-        # {finding: (sentence, index)}: the last oracle sentence an omission pair was about (counterfactual pairs)
-        self.sentence_bank: dict[str, tuple[str, int]] = {}
 
     @classmethod
     def from_config(cls, args) -> OraclePairMiner:
@@ -312,7 +267,6 @@ class OraclePairMiner:
             use_clinician_pairs=args.use_clinician_pairs,
             finding_pairs=args.finding_pairs,
             finding_pair_span=args.finding_pair_span,
-            finding_pair_negatives=getattr(args, "finding_pair_negatives", False),
         )
 
     def failed_rollouts(self, rewards: Sequence[float | None]) -> list[int]:
@@ -342,12 +296,7 @@ class OraclePairMiner:
                     pairs = pairs[:-1]
                 pairs.append(MinedPair(chosen=chosen, rejected_text=rejected))
         if self.finding_pairs and oracle is not None:
-            omitted = omission_pairs(oracle, group.completions)
-            found = omitted + commission_pairs(oracle, group.completions)
-            if self.finding_pair_negatives and group.completions:
-                found += self._counterfactual(group.study_id, oracle)
-                if update_state:
-                    self.sentence_bank.update(finding_sentences(oracle, {f for f, _ in omitted}))
+            found = omission_pairs(oracle, group.completions) + commission_pairs(oracle, group.completions)
             for finding, rejected in found:
                 pair = MinedPair(chosen=oracle, rejected_text=rejected, finding=finding)
                 if self.finding_pair_span == "decision":
@@ -363,28 +312,14 @@ class OraclePairMiner:
                 pairs.append(pair)
         return MinedGroup(group.study_id, z, smoothed, weight, tuple(pairs))
 
-    def _counterfactual(self, study_id: str, oracle: str) -> list[tuple[str, str]]:
-        """At most one (finding, rejected) pair: a banked finding the oracle does not state, put into the oracle."""
-        from orapo_core.facts import label_report
-
-        stated = _stated(label_report(oracle))
-        candidates = sorted(f for f in self.sentence_bank if f not in stated)
-        if not candidates:
-            return []
-        visits = self.ema._state.get(study_id, (0.0, 0))[1]
-        finding = candidates[zlib.crc32(f"{study_id}:{visits}".encode()) % len(candidates)]
-        rejected = counterfactual_pair(oracle, finding, *self.sentence_bank[finding])
-        return [] if rejected is None else [(finding, rejected)]
-
     def mine(self, groups: Sequence[RolloutGroup], *, update_state: bool = True) -> list[MinedGroup]:
         return [self.mine_group(g, update_state=update_state) for g in groups]
 
     def state_dict(self) -> dict:
-        return {"ema": self.ema.state_dict(), "sentence_bank": {k: list(v) for k, v in self.sentence_bank.items()}}
+        return {"ema": self.ema.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.ema.load_state_dict(state.get("ema", {}))
-        self.sentence_bank = {str(k): (str(v[0]), int(v[1])) for k, v in state.get("sentence_bank", {}).items()}
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.state_dict()))
