@@ -134,6 +134,8 @@ def test_orapo_starter_refuses_bad_options_and_a_missing_model(data_dir, capsys)
     assert "--vision-steps must be above 0" in capsys.readouterr().err
     assert main(["starter", "build", "--perception-batch", "0"]) == 2
     assert "--perception-batch must be above 0" in capsys.readouterr().err
+    assert main(["starter", "build", "--rare-fraction", "1.5"]) == 2
+    assert "--rare-fraction must lie in (0, 1]" in capsys.readouterr().err
     assert main(["starter", "build", "--image-side", "100", "--patch-size", "24"]) == 2  # 100 is not 2 x 2 x 24
     assert "multiple of twice --patch-size" in capsys.readouterr().err
     assert main(["starter", "info"]) == 2
@@ -176,3 +178,20 @@ def test_perception_batches_train_the_answer_state_on_the_films_and_the_card_say
     mine, plain = load_file(out / "model.safetensors"), load_file(built / "model.safetensors")
     assert mine.keys() == plain.keys()
     assert any(not (mine[k] == plain[k]).all() for k in mine if k.startswith("model.layers."))
+
+
+def test_the_rare_fraction_option_reaches_the_plan(data_dir, tmp_path, monkeypatch):
+    import orapo_core.models.starter as starter_pkg
+    from app.cli import main
+
+    seen = {}
+
+    def fake_build(out, plan, arch, *, show_progress):
+        seen["plan"] = plan
+        return out
+
+    monkeypatch.setattr(starter_pkg, "build_starter", fake_build)
+    assert main(["starter", "build", "--rare-fraction", "0.5", "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    assert seen["plan"].rare_fraction == 0.5
+    assert main(["starter", "build", "--out", str(tmp_path / "n"), "--quiet"]) == 0
+    assert seen["plan"].rare_fraction == 0.25  # the shipped build's

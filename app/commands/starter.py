@@ -33,6 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--perception-batch", type=int, default=None, metavar="N",
                        help="films (every finding at 0.3) read through the prompt at each report step, to train "
                             "the answer state to carry the rare findings (default 0: off, the shipped build)")
+    build.add_argument("--rare-fraction", type=float, default=None, metavar="F",
+                       help="the rare findings' share of their PhantomCXR prevalence in the report studies, in (0, 1] "
+                            "(default 0.25: scarce, so the starter rarely says them)")
     build.add_argument("--if-missing", action="store_true",
                        help="do nothing if the folder holds a model; copy the shipped one if it matches")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -64,6 +67,10 @@ def _build(args: argparse.Namespace) -> int:
             if value <= 0:
                 raise OrapoError("bad_option", f"--{name.replace('_', '-')} must be above 0, not {value}.")
             plan = replace(plan, **{name: value})
+    if args.rare_fraction is not None:
+        if not 0 < args.rare_fraction <= 1:
+            raise OrapoError("bad_option", f"--rare-fraction must lie in (0, 1], not {args.rare_fraction}.")
+        plan = replace(plan, rare_fraction=args.rare_fraction)
     if args.if_missing and arch is None:
         if (out / "config.json").is_file():
             print(f"starter: {out} already holds a model; nothing to do.", file=sys.stderr)

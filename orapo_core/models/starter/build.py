@@ -92,7 +92,7 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
             "name": "orapo-starter",
             "command": f"orapo starter build --seed {plan.seed} --n-train {plan.n_train} --steps {plan.steps}"
                        + "".join(f" --{name.replace('_', '-')} {getattr(plan, name)}"
-                                 for name in ("vision_n_train", "vision_steps", "perception_batch")
+                                 for name in ("vision_n_train", "vision_steps", "perception_batch", "rare_fraction")
                                  if getattr(plan, name) != getattr(_DEFAULT_PLAN, name))
                        + ("" if arch == StarterArchitecture() else
                           f" --image-side {arch.image_side} --patch-size {arch.patch_size}"),
