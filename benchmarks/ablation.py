@@ -351,7 +351,7 @@ def method_recipe(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pa
     settings.update(
         model_name_or_path=model_dir, train_csv=str(pool_csv), dataset_kind="phantom",
         max_studies=method.train_studies, class_balanced=True, selection_seed=0,
-        reward_name=plan.reward if plan.reward and method.reward_name == "facts" else method.reward_name,
+        reward_name=trained_reward(plan, method),
         oracle_mode=method.oracle_mode, output_dir=str(run_dir),
         save_strategy="no", logging_steps=1, report_to="none",
     )
@@ -367,11 +367,15 @@ def studies_per_step(training_args) -> int:
     return max(1, per_step // max(1, training_args.num_generations))
 
 
+def trained_reward(plan: AblationPlan, method: Method) -> str | None:
+    """The reward the method trains on: its own, or the plan's diagnostic `reward` where its own is FactS."""
+    return plan.reward if plan.reward and method.reward_name == "facts" else method.reward_name
+
+
 def method_label(plan: AblationPlan, method: Method) -> str:
     """The method's row name: FactS named as the reward it trained on when the plan replaced it (`plan.reward`)."""
-    if plan.reward and method.reward_name == "facts":
-        return method.label.replace("FactS", f"`{plan.reward}`")
-    return method.label
+    reward = trained_reward(plan, method)
+    return method.label if reward == method.reward_name else method.label.replace("FactS", f"`{reward}`")
 
 
 def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Path, pool_size: int, model_dir: str,
