@@ -81,11 +81,11 @@ METHODS: dict[str, Method] = {
         Method("grpo_facts_sft", "GRPO + FactS + SFT on oracle", "facts", "sft", 1000),
         Method("orapo_400", "OraPO + FactS (400 studies)", "facts", "dpo", 400),
         Method("orapo_1000", "OraPO + FactS (1,000 studies)", "facts", "dpo", 1000),
-        Method("orapo_corrected", "OraPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "dpo", 1000,
-               corrections=True),
-        # GRPO on the same corrected pool, at the same budget: its round fits the same finding checks from the
+        # GRPO on the corrected pool OraPO (below) trains on, at the same budget: its round fits the same finding checks from the
         # same rows (train_round fits them whatever the oracle mode), so the two differ only by the oracle term
         Method("grpo_corrected", "GRPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "none", 1000,
+               corrections=True),
+        Method("orapo_corrected", "OraPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "dpo", 1000,
                corrections=True),
     )
 }
@@ -275,30 +275,44 @@ def macro_f1_from_counts(tp, fp, fn) -> float:
     return float(f1.mean())
 
 
-def _macro_f1_of(predicted, reference, index) -> float:
-    """Macro-F1 over the 14 of the studies `index` (repeats allowed); arrays from `_as_array`."""
+def _macro_f1_of(predicted, reference, index, columns=None) -> float:
+    """Macro-F1 over the 14 (or the observations at `columns`) of the studies `index` (repeats allowed); arrays from
+    `_as_array`."""
     p, r = predicted[index], reference[index]
+    if columns is not None:
+        p, r = p[:, columns], r[:, columns]
     return macro_f1_from_counts((p & r).sum(0), (p & ~r).sum(0), (~p & r).sum(0))
 
 
-def paired_delta(runs: Sequence[Sequence[str]], baseline: Sequence[str], reference: Sequence[str], *,
-                 resamples: int = 1000, seed: int = 0) -> dict:
-    """A method's macro-F1 minus the baseline's on the same held-out studies, averaged over its seeds' runs, with a
-    95 % interval from resampling the studies (the same resample for every run and the baseline): the held-out
-    set's own noise, which the seed std does not show. Arguments are `positives_of` strings, one per study."""
+def observation_columns(observations: Sequence[str]) -> list[int]:
+    """The columns of `positives_of` strings that hold these observations."""
+    from orapo_core.facts.ontology import CHEXPERT_14
+
+    return [list(CHEXPERT_14).index(name) for name in observations]
+
+
+def paired_delta(runs: Sequence[Sequence[str]], baselines: Sequence[Sequence[str]], reference: Sequence[str], *,
+                 observations: Sequence[str] | None = None, resamples: int = 1000, seed: int = 0) -> dict:
+    """A method's macro-F1 minus a baseline's on the same held-out studies, each averaged over its seeds' runs, with
+    a 95 % interval from resampling the studies (the same resample for every run of both): the held-out set's own
+    noise, which the seed std does not show. `baselines` is the baseline's runs: the starting model's one, or
+    another method's seeds. `observations` narrows the macro-F1 to those (say, the rare findings). Arguments are
+    `positives_of` strings, one per study."""
     import numpy as np
 
-    ref, base, preds = _as_array(reference), _as_array(baseline), [_as_array(r) for r in runs]
+    ref = _as_array(reference)
+    preds, bases = [_as_array(r) for r in runs], [_as_array(b) for b in baselines]
+    columns = observation_columns(observations) if observations else None
     n = len(ref)
 
     def delta(index) -> float:
-        b = _macro_f1_of(base, ref, index)
-        return statistics.fmean(_macro_f1_of(p, ref, index) - b for p in preds)
+        return (statistics.fmean(_macro_f1_of(p, ref, index, columns) for p in preds)
+                - statistics.fmean(_macro_f1_of(b, ref, index, columns) for b in bases))
 
     rng = np.random.default_rng(seed)
     draws = sorted(delta(rng.integers(0, n, n)) for _ in range(resamples))
     return {"delta": delta(np.arange(n)), "low": draws[int(0.025 * resamples)],
-            "high": draws[int(0.975 * resamples) - 1], "studies": n, "runs": len(runs)}
+            "high": draws[int(0.975 * resamples) - 1], "studies": n, "runs": len(runs), "baseline_runs": len(bases)}
 
 
 def drafter_for(model, processor, model_dir: str | Path):
@@ -716,25 +730,43 @@ def markdown_table(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def paired_lines(results: dict) -> list[str]:
-    """Each trained method's macro-F1 against the starting model's on the same held-out studies (`paired_delta`),
+def paired_lines(results: dict, *, resamples: int = 1000) -> list[str]:
+    """Each trained method's macro-F1 and rare-finding F1 against the starting model's on the same held-out studies,
+    then each trained method's against each one above it in the table (seeds averaged on both sides; `paired_delta`),
     for the runs that kept their per-study labels (results from before 2026-12-05 did not)."""
-    reference, baseline = results.get("reference_positives"), results.get("starter_positives")
-    if not reference or not baseline:
+    reference, starter = results.get("reference_positives"), results.get("starter_positives")
+    if not reference or not starter:
         return []
-    rows = []
+    trained = []
     for row in results["methods"].values():
         runs = [r["metrics"]["positives"] for r in row["runs"]
                 if r["seed"] is not None and len(r["metrics"].get("positives") or ()) == len(reference)]
         if runs:
-            d = paired_delta(runs, baseline, reference)
-            rows.append(f"| {row['label']} | {d['delta']:+.4f} | [{d['low']:+.4f}, {d['high']:+.4f}] | {d['runs']} |")
-    if not rows:
+            trained.append((row["label"], runs))
+
+    def cells(runs, baselines) -> str:
+        out = []
+        for observations in (None, RARE_FINDINGS):
+            d = paired_delta(runs, baselines, reference, observations=observations, resamples=resamples)
+            out.append(f"{d['delta']:+.4f} | [{d['low']:+.4f}, {d['high']:+.4f}]")
+        return " | ".join(out)
+
+    if not trained:
         return []
-    return [f"Macro-F1 (14) minus the starting model's on the same {len(reference)} held-out studies, averaged over "
-            "the seeds, with a 95 % interval from resampling the studies (1,000 resamples): the held-out set's noise, "
-            "which the seed std above does not include. An interval that holds 0 is no difference.", "",
-            "| Method | Δ macro-F1 vs starter | 95 % interval | seeds |", "|---|---|---|---|", *rows]
+    lines = [f"Minus the starting model's, on the same {len(reference)} held-out studies, averaged over the seeds, "
+             "with a 95 % interval from resampling the studies (1,000 resamples): the held-out set's noise, which the "
+             "seed std above does not include. An interval that holds 0 is no difference.", "",
+             "| Method | Δ macro-F1 vs starter | 95 % interval | Δ rare-finding F1 | 95 % interval | seeds |",
+             "|---|---|---|---|---|---|",
+             *(f"| {label} | {cells(runs, [starter])} | {len(runs)} |" for label, runs in trained)]
+    pairs = [(trained[j], trained[i]) for i in range(len(trained)) for j in range(i)]
+    if pairs:
+        lines += ["", "Between the trained methods, each minus one above it in the table, on the same studies (both "
+                      "sides averaged over their seeds, the same resamples):", "",
+                  "| Method | minus | Δ macro-F1 | 95 % interval | Δ rare-finding F1 | 95 % interval | seeds |",
+                  "|---|---|---|---|---|---|---|",
+                  *(f"| {b[0]} | {a[0]} | {cells(b[1], a[1])} | {len(b[1])} vs {len(a[1])} |" for a, b in pairs)]
+    return lines
 
 
 def _by_step(rows: list[list[dict]], key: str) -> tuple[list[int], list[float]]:

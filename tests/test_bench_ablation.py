@@ -92,10 +92,15 @@ def test_the_table_reports_rare_findings_precision_recall_and_seed_noise(ablatio
     # per-study labels are kept, so each trained method is compared with the starter on the same studies
     assert len(saved["reference_positives"]) == len(saved["starter_positives"]) == plan.n_eval
     assert all(len(r["metrics"]["positives"]) == plan.n_eval for r in saved["methods"]["grpo_facts"]["runs"])
-    paired = table.split("| Δ macro-F1 vs starter | 95 % interval | seeds |")[1].split("Rare findings")[0]
+    paired = table.split("| Δ macro-F1 vs starter | 95 % interval | Δ rare-finding F1 | 95 % interval | seeds |")[1]
+    versus_starter, between = paired.split("Between the trained methods")[0], paired.split("Rare findings")[0]
     number = r"[+-]\d\.\d{4}"
-    assert re.search(rf"\| GRPO \+ FactS \| {number} \| \[{number}, {number}\] \| 1 \|", paired)
-    assert "Starting model" not in paired  # the baseline is not compared with itself
+    interval = rf"{number} \| \[{number}, {number}\]"
+    assert re.search(rf"\| GRPO \+ FactS \| {interval} \| {interval} \| 1 \|", versus_starter)
+    assert "Starting model" not in versus_starter  # the baseline is not compared with itself
+    # each trained method against each one above it: OraPO (400) minus GRPO + FactS, on the same studies
+    assert re.search(rf"\| OraPO \+ FactS \(400 studies\) \| GRPO \+ FactS \| {interval} \| {interval} \| 1 vs 1 \|",
+                     between)
     assert all(name in table for name in RARE_FINDINGS) and "Pooled seed std" in table
     for plot in ("macro_f1_vs_studies.html", "all_zero_groups.html", "oracle_logp.html"):
         assert (out / plot).stat().st_size > 0
@@ -137,17 +142,28 @@ def test_the_paired_comparison_is_macro_f1_on_the_same_studies_with_a_resampled_
     baseline = [labels() for _ in range(60)]
     better = [dict(r) for r in reference[:30]] + [labels() for _ in range(30)]  # right on half the studies
     as_bits = [positives_of(x) for x in reference]
-    d = paired_delta([[positives_of(x) for x in better]], [positives_of(x) for x in baseline], as_bits, resamples=200)
+    d = paired_delta([[positives_of(x) for x in better]], [[positives_of(x) for x in baseline]], as_bits, resamples=200)
     # the point estimate is exactly the difference of the evaluator's macro-F1s
     expected = clinical_efficacy(better, reference)["macro_f1_14"] - clinical_efficacy(baseline, reference)["macro_f1_14"]
-    assert d["delta"] == pytest.approx(expected) and d["studies"] == 60 and d["runs"] == 1
+    assert d["delta"] == pytest.approx(expected) and d["studies"] == 60 and d["runs"] == d["baseline_runs"] == 1
     assert 0 < d["low"] < d["delta"] < d["high"]  # a real gain: the interval excludes 0
-    same = paired_delta([[positives_of(x) for x in baseline]], [positives_of(x) for x in baseline], as_bits, resamples=50)
+    same = paired_delta([[positives_of(x) for x in baseline]], [[positives_of(x) for x in baseline]], as_bits, resamples=50)
     assert same["delta"] == same["low"] == same["high"] == 0.0
     # seeds average: one run as good as the baseline and one better give half the gain
     two = paired_delta([[positives_of(x) for x in baseline], [positives_of(x) for x in better]],
-                       [positives_of(x) for x in baseline], as_bits, resamples=50)
+                       [[positives_of(x) for x in baseline]], as_bits, resamples=50)
     assert two["delta"] == pytest.approx(expected / 2) and two["runs"] == 2
+    # ... on both sides: a baseline method's two seeds (one as good as `better`) average too
+    method = paired_delta([[positives_of(x) for x in better]],
+                          [[positives_of(x) for x in baseline], [positives_of(x) for x in better]], as_bits, resamples=50)
+    assert method["delta"] == pytest.approx(expected / 2) and method["baseline_runs"] == 2
+    # narrowed to some observations, it is the difference of the evaluator's macro-F1 over those
+    rare = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
+    narrowed = paired_delta([[positives_of(x) for x in better]], [[positives_of(x) for x in baseline]], as_bits,
+                            observations=rare, resamples=50)
+    assert narrowed["delta"] == pytest.approx(clinical_efficacy(better, reference, observations=rare)["macro_f1_14"]
+                                              - clinical_efficacy(baseline, reference, observations=rare)["macro_f1_14"])
+    assert narrowed["delta"] != pytest.approx(expected)
 
 
 def test_runs_of_one_plan_merge_into_one_table_and_others_are_refused():
