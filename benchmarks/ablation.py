@@ -81,8 +81,9 @@ METHODS: dict[str, Method] = {
         Method("grpo_facts_sft", "GRPO + FactS + SFT on oracle", "facts", "sft", 1000),
         Method("orapo_400", "OraPO + FactS (400 studies)", "facts", "dpo", 400),
         Method("orapo_1000", "OraPO + FactS (1,000 studies)", "facts", "dpo", 1000),
-        # GRPO on the corrected pool OraPO (below) trains on, at the same budget: its round fits the same finding checks from the
-        # same rows (train_round fits them whatever the oracle mode), so the two differ only by the oracle term
+        # GRPO on the corrected pool OraPO (below) trains on, at the same budget: its round fits the same finding
+        # checks from the same rows (train_round fits them whatever the oracle mode), so the two differ only by the
+        # oracle term
         Method("grpo_corrected", "GRPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "none", 1000,
                corrections=True),
         Method("orapo_corrected", "OraPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "dpo", 1000,
@@ -754,7 +755,7 @@ def paired_lines(results: dict, *, resamples: int = 1000) -> list[str]:
     if not trained:
         return []
     lines = [f"Minus the starting model's, on the same {len(reference)} held-out studies, averaged over the seeds, "
-             "with a 95 % interval from resampling the studies (1,000 resamples): the held-out set's noise, which the "
+             f"with a 95 % interval from resampling the studies ({resamples:,} resamples): the held-out set's noise, which the "
              "seed std above does not include. An interval that holds 0 is no difference.", "",
              "| Method | Δ macro-F1 vs starter | 95 % interval | Δ rare-finding F1 | 95 % interval | seeds |",
              "|---|---|---|---|---|---|",
