@@ -129,7 +129,7 @@ def test_pooled_seed_std_is_the_root_mean_of_the_methods_variances():
 def test_the_paired_comparison_is_macro_f1_on_the_same_studies_with_a_resampled_interval():
     import random
 
-    from benchmarks.ablation import paired_delta, positives_of
+    from benchmarks.ablation import RARE_FINDINGS, paired_delta, positives_of
     from orapo_core.facts.metrics import clinical_efficacy
     from orapo_core.facts.ontology import CHEXPERT_14
 
@@ -158,7 +158,7 @@ def test_the_paired_comparison_is_macro_f1_on_the_same_studies_with_a_resampled_
                           [[positives_of(x) for x in baseline], [positives_of(x) for x in better]], as_bits, resamples=50)
     assert method["delta"] == pytest.approx(expected / 2) and method["baseline_runs"] == 2
     # narrowed to some observations, it is the difference of the evaluator's macro-F1 over those
-    rare = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
+    rare = RARE_FINDINGS
     narrowed = paired_delta([[positives_of(x) for x in better]], [[positives_of(x) for x in baseline]], as_bits,
                             observations=rare, resamples=50)
     assert narrowed["delta"] == pytest.approx(clinical_efficacy(better, reference, observations=rare)["macro_f1_14"]
