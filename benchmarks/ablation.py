@@ -637,7 +637,9 @@ def merge_results(parts: Sequence[dict]) -> dict:
     trained = {k: v for k, v in merged["methods"].items() if v["reward"] is not None}
     merged["pooled_seed_std"] = {k: pooled_seed_std(trained, k) for k in REPORTED}
     merged["wall_seconds"] = max(part.get("wall_seconds", 0.0) for part in parts)
-    merged["merged_from"] = [part.get("command", part["plan"].get("out_dir")) for part in parts]
+    # A part that is itself a merge brings its own runs' commands, so merging again keeps every command.
+    merged["merged_from"] = [command for part in parts
+                             for command in part.get("merged_from") or [part.get("command", part["plan"].get("out_dir"))]]
     corrections = next((part["corrections"] for part in parts if part.get("corrections")), None)
     if corrections is not None:  # the part that ran the corrected method, whichever it is
         merged["corrections"] = corrections

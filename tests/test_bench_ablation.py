@@ -195,6 +195,10 @@ def test_runs_of_one_plan_merge_into_one_table_and_others_are_refused():
     row = pooled["methods"]["grpo_facts"]
     assert [r["seed"] for r in row["runs"]] == [0, 1, 2, 3, 4] and pooled["plan"]["seeds"] == [0, 1, 2, 3, 4]
     assert row["mean"]["macro_f1_14"] == pytest.approx(3.0) and row["std"]["macro_f1_14"] == pytest.approx(2.5 ** 0.5)
+    # merging a merge again (a method run later) keeps the commands of every run behind it, in order
+    first, second, third = (part({m: [1]}) | {"command": f"run {m}"} for m in ("grpo_facts", "orapo_1000", "starter"))
+    again = merge_results([merge_results([first, second]), third])
+    assert again["merged_from"] == ["run grpo_facts", "run orapo_1000", "run starter"]
     for parts, says in (([part({"grpo_facts": [1]}), part({"orapo_1000": [1]}, steps=100)], "steps"),
                         ([part({"grpo_facts": [1]}), part({"grpo_facts": [2]})], "grpo_facts"), ([], "Nothing")):
         with pytest.raises(OrapoError) as exc:
