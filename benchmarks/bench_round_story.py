@@ -95,8 +95,11 @@ def phantom_test_records(studies, folder: Path, tag: str) -> list:
 AGREEMENT = (0.25, 0.5, 0.75, 1.0)  # operating points read from the same drafts: 1 to 4 of the app's 4 samples
 
 
-def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path, *, agreement: bool = False) -> dict:
+def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path, *, agreement: bool = False,
+            checks: bool = True) -> dict:
     """Greedy drafts of the one evaluator on PNGs of the test studies: recall, FPR and macro-F1.
+
+    `checks=False` sets the version's finding checks aside (orapo_core.models.verifier): what the model writes alone.
 
     With `agreement`, the same drafts are also drawn with the app's 4 samples each, and scored again at each
     operating point of `AGREEMENT`: a finding's sentence kept only where at least that share of the samples
@@ -107,7 +110,10 @@ def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path
     from orapo_core.models.evaluate import evaluate_drafter, rescore
 
     records = phantom_test_records(positives, folder, "pos") + phantom_test_records(negatives, folder, "neg")
-    result = evaluate_drafter(Drafter.from_dir(model_dir, adapter), records, samples=4 if agreement else 0)
+    drafter = Drafter.from_dir(model_dir, adapter)
+    if not checks:
+        drafter.verifier = None
+    result = evaluate_drafter(drafter, records, samples=4 if agreement else 0)
     out = _rates(result, len(positives), finding)
     if agreement:
         out["agreement"] = {
@@ -176,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --rescore-round: also how well a linear probe tells the test films with the finding "
                              "from those without, from each model's merged visual token and from its text model's "
                              "last prompt state (where the report begins), beside the drafts' own d'")
+    parser.add_argument("--drafts-alone", action="store_true",
+                        help="with --rescore-round: score the drafts with the versions' finding checks set aside (what "
+                             "each model writes by itself); the GRPO twin of --grpo-from-round, when the folder has it, "
+                             "is scored the same way beside the candidate")
     parser.add_argument("--agreement", action="store_true",
                         help="also score both models' drafts at operating points of sample agreement (the app's 4 "
                              "samples; a finding's sentence kept where at least 1-4 of them assert it too)")
@@ -404,10 +414,14 @@ def rescore_round(args) -> int:
     positives = draw(args.n_positive, args.seed + 1, args.finding, True, args.size)
     negatives = draw(args.n_negative, args.seed + 2, args.finding, False, args.size)
     test_dir = data_dir.parent / f"{data_dir.name}-test"
+    models = {"before": None, "candidate": resolve_path(settings, version.adapter_path)}
+    twin = data_dir / f"grpo-from-round-{args.rescore_round}"  # what --grpo-from-round trained on the same rows
+    if args.drafts_alone and (twin / "adapter_config.json").is_file():
+        models["grpo"] = twin
     result = {"command": "benchmarks/bench_round_story.py " + " ".join(sys.argv[1:]), "round": args.rescore_round,
-              "before": outcome(base, None, positives, negatives, args.finding, test_dir, agreement=args.agreement),
-              "candidate": outcome(base, resolve_path(settings, version.adapter_path), positives, negatives,
-                                   args.finding, test_dir, agreement=args.agreement)}
+              "checks": not args.drafts_alone,
+              **{name: outcome(base, adapter, positives, negatives, args.finding, test_dir, agreement=args.agreement,
+                               checks=not args.drafts_alone) for name, adapter in models.items()}}
     if args.state_probes:
         pictures = [r.image_paths[0] for r in phantom_test_records(positives, test_dir, "pos")
                     + phantom_test_records(negatives, test_dir, "neg")]
@@ -417,7 +431,7 @@ def rescore_round(args) -> int:
             result[name]["state_probes"]["drafts_d_prime"] = d_prime(result[name]["recall"],
                                                                      result[name]["false_positive_rate"])
             print(f"{name:10s} probe AUC, finding vs not: {result[name]['state_probes']}")
-    for name in ("before", "candidate"):
+    for name in models:
         r = result[name]
         worst = sorted(r["false_positives_by_finding"].items(), key=lambda kv: -kv[1][0] / kv[1][1])[:4]
         print(f"{name:10s} recall {r['recall']:.3f}, false-positive rate {r['false_positive_rate']:.3f} "
