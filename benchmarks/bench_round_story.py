@@ -92,6 +92,11 @@ def phantom_test_records(studies, folder: Path, tag: str) -> list:
     return records
 
 
+def grpo_twin_dir(data_dir: Path, round_id: int) -> Path:
+    """Where `--grpo-from-round ID` keeps GRPO trained on that round's own rows, recipe and steps."""
+    return data_dir / f"grpo-from-round-{round_id}"
+
+
 AGREEMENT = (0.25, 0.5, 0.75, 1.0)  # operating points read from the same drafts: 1 to 4 of the app's 4 samples
 
 
@@ -311,7 +316,7 @@ def grpo_comparison(args) -> int:
     folder = data_dir / "rounds" / str(record.id)
     version = next(v for v in ModelVersionRepository(database).list() if v.round_id == record.id)
     base = resolve_path(settings, version.base_model_path)
-    out = data_dir / f"grpo-from-round-{record.id}"
+    out = grpo_twin_dir(data_dir, record.id)
     overrides = {**record.config.get("overrides", {}), "model_name_or_path": base, "train_csv": str(folder / "train.csv"),
                  "output_dir": str(out), "oracle_mode": "none", "use_clinician_pairs": False}
     started = time.perf_counter()
@@ -415,7 +420,7 @@ def rescore_round(args) -> int:
     negatives = draw(args.n_negative, args.seed + 2, args.finding, False, args.size)
     test_dir = data_dir.parent / f"{data_dir.name}-test"
     models = {"before": None, "candidate": resolve_path(settings, version.adapter_path)}
-    twin = data_dir / f"grpo-from-round-{args.rescore_round}"  # what --grpo-from-round trained on the same rows
+    twin = grpo_twin_dir(data_dir, args.rescore_round)
     if args.drafts_alone and (twin / "adapter_config.json").is_file():
         models["grpo"] = twin
     result = {"command": "benchmarks/bench_round_story.py " + " ".join(sys.argv[1:]), "round": args.rescore_round,
@@ -426,7 +431,7 @@ def rescore_round(args) -> int:
         pictures = [r.image_paths[0] for r in phantom_test_records(positives, test_dir, "pos")
                     + phantom_test_records(negatives, test_dir, "neg")]
         truth = np.array([1.0] * len(positives) + [0.0] * len(negatives))
-        for name, adapter in (("before", None), ("candidate", resolve_path(settings, version.adapter_path))):
+        for name, adapter in models.items():
             result[name]["state_probes"] = state_separability(base, adapter, pictures, truth)
             result[name]["state_probes"]["drafts_d_prime"] = d_prime(result[name]["recall"],
                                                                      result[name]["false_positive_rate"])
