@@ -10,7 +10,12 @@ for these, each a detail of Gradio 6.31 (`PINNED_GRADIO`) read from its source:
   routes from the cookie `access-token-<cookie_id>` (or `access-token-unsecure-...`);
 - the names of its HTTP routes the middleware treats specially;
 - `File` / `UploadButton._process_single_file`, replaced to stop a stray temp file per upload;
-- the uvicorn server `launch` keeps as `Blocks.server`.
+- the uvicorn server `launch` keeps as `Blocks.server`;
+- `launch` adds its CORS middleware (`CustomCORSMiddleware`, which echoes
+  localhost origins with credentials) outside the app's own middleware, and
+  Starlette builds the middleware stack from `user_middleware` when it is first
+  called (the lifespan): `outside_cors` moves the session middleware out of it,
+  so that it strips the CORS headers from every answer.
 - its page closes its server connection in a window `beforeunload` listener that
   its own modules add, before the `head` scripts run; the unsaved-changes guard
   (`app.page_scripts.EARLY_HEAD`) is therefore put first in the page's `<head>`
@@ -153,3 +158,23 @@ def _path_without_placeholder(component, f):
 def bound_graceful_shutdown(blocks, seconds: float) -> None:
     """How long closing the launched server waits for open requests before uvicorn runs the lifespan's shutdown."""
     blocks.server.config.timeout_graceful_shutdown = seconds
+
+
+#: Gradio's CORS middleware, by class name (gradio.route_utils.CustomCORSMiddleware).
+CORS_MIDDLEWARE = "CustomCORSMiddleware"
+
+
+def outside_cors(app, cls) -> bool:
+    """Put the middleware `cls` just outside Gradio's CORS middleware in `app`'s stack (Brotli stays outermost, so
+    `cls` still sees uncompressed pages), and rebuild the stack; True if it moved. Called from the server's
+    lifespan, before the first request is served."""
+    entries = list(getattr(app, "user_middleware", None) or [])
+    ours = [m for m in entries if m.cls is cls]
+    cors = [i for i, m in enumerate(entries) if getattr(m.cls, "__name__", "") == CORS_MIDDLEWARE]
+    if not ours or not cors or entries.index(ours[0]) < cors[0]:
+        return False
+    rest = [m for m in entries if m.cls is not cls]
+    at = next(i for i, m in enumerate(rest) if getattr(m.cls, "__name__", "") == CORS_MIDDLEWARE)
+    app.user_middleware = rest[:at] + ours + rest[at:]
+    app.middleware_stack = app.build_middleware_stack()
+    return True

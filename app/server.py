@@ -155,6 +155,8 @@ async def server_lifespan(app):
     model starts loading (in the background) as the server starts, when the app was built to warm it."""
     from anyio import to_thread
 
+    # the session middleware answers before Gradio's CORS middleware does, and strips its headers (app.web_security)
+    gradio_internals.outside_cors(app, RequireSession)
     ctx = gradio_internals.context_of(app)
     registry = getattr(ctx, "registry", None)
     if gradio_internals.warms_model(app) and hasattr(registry, "warm_in_background"):

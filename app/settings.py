@@ -30,6 +30,7 @@ class WebSettings(Settings):
     host: str = Field(default="127.0.0.1", description="Address `orapo serve` binds to.")
     port: int = Field(default=7860, description="Port `orapo serve` listens on.")
     max_upload_mb: int = Field(default=100, ge=1, description="Uploaded files larger than this many MiB are refused.")
+    public_url: str | None = Field(default=None, description="The address users open the app at when a proxy serves it (e.g. https://orapo.example-hospital.org); a request that changes state must come from this origin. Unset: the host and port the request was sent to.")
     secure_cookies: bool = Field(default=False, description="Mark the session cookie Secure and send HSTS; set it when a TLS proxy serves the app over HTTPS (a request that arrives as https gets both anyway).")
     leader_lease_s: float = Field(default=15.0, ge=1.0, description="Several servers on one database: the one holding the leader lease runs scheduled rounds, recovery and sweeps; another takes over at most this long plus a third of it after the leader dies (app.services.leader).")
     round_check_s: float = Field(default=60.0, gt=0, description="How often the leading server checks the corrections threshold, picks up schedule changes saved elsewhere and fails rounds whose server is gone.")

@@ -41,6 +41,12 @@ def pixels_url(study_id: int, image_id: int) -> str:
     return f"{PREFIX}/studies/{int(study_id)}/pixels?image={int(image_id)}"
 
 
+def render_url(study_id: int, preset: str = "default") -> str:
+    """The study's first image windowed on the server (a PNG of at most FALLBACK_MAX_SIDE): the no-script view and
+    the thumbnail a confirmation shows."""
+    return f"{PREFIX}/studies/{int(study_id)}/render.png?preset={preset}"
+
+
 def routes(settings, database) -> list[Route]:
     """The routes, bound to this app's settings and database (no module state: one app, one set)."""
     from app.services import viewer

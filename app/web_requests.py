@@ -1,9 +1,11 @@
 """What the session middleware reads from a request and adds to every response.
 
-A request's origin (`cross_site`, `same_origin`: `Sec-Fetch-Site` first, then
+A request's origin (`from_own_page` for a request that changes state: the
+browser's `Sec-Fetch-Site` and `Origin` must both name the app's own origin;
+`cross_site`, `same_origin` for signing in and out: `Sec-Fetch-Site` first, then
 `Origin`, then `Referer`), its address, the route templates it may reach and
 where a path parameter resolves to; and the headers every response carries
-(no framing, no sniffing, HSTS with secure cookies), with a plain message for
+(no framing, no sniffing, HSTS with secure cookies, no CORS headers), with a plain message for
 an upload refused for its size; and the script put first in an HTML page's
 `<head>` (`with_early_script`).
 """
@@ -89,6 +91,50 @@ def cross_site(scope) -> bool:
     return referer is not None and not _same_host(referer, scope)
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def _origin_key(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin or URL, default ports filled in; None if it is not one."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if scheme not in _DEFAULT_PORTS or not host:
+        return None
+    return ("https" if scheme == "wss" else "http" if scheme == "ws" else scheme, host,
+            port if port is not None else _DEFAULT_PORTS[scheme])
+
+
+def own_origin(origin: str, scope, public_url: str | None) -> bool:
+    """Whether `origin` (an Origin header's value) is the app's own: `public_url`'s origin when the app is served
+    behind a proxy under that address (ORAPO_PUBLIC_URL), else the scheme-less host and port the request was sent to
+    (its Host header). "null" (a sandboxed page, a file, a redirect across sites) is never the app's."""
+    if origin.strip().lower() == "null":
+        return False
+    if public_url:
+        mine = _origin_key(public_url)
+        return mine is not None and _origin_key(origin) == mine
+    return _same_host(origin, scope)
+
+
+def from_own_page(scope, public_url: str | None = None) -> bool:
+    """Positive evidence that the app's own page made this request, for a request that changes state: a browser's
+    `Sec-Fetch-Site: same-origin` (a header no page can set), and an `Origin` that is the app's own when one is sent.
+    A request with neither header is refused too: every browser the app supports sends `Origin` with a POST and a
+    WebSocket handshake, and a script (gradio_client) sends the app's address as its Origin (`Client(...,
+    headers={"Origin": url})`)."""
+    site = _header(scope, b"sec-fetch-site")
+    if site is not None and site.strip().lower() != "same-origin":
+        return False
+    origin = _header(scope, b"origin")
+    if origin is None:
+        return site is not None
+    return own_origin(origin, scope, public_url)
+
+
 def same_origin(scope) -> bool:
     """Positive evidence that the app's own page (or the user typing the address) made this request."""
     site = _header(scope, b"sec-fetch-site")
@@ -131,6 +177,11 @@ def _add_headers(message, secure: bool) -> None:
     headers = MutableHeaders(scope=message)
     for name, value in SECURITY_HEADERS.items():
         headers[name] = value
+    # Gradio's CORS middleware echoes localhost origins (and, under a host name, any origin) with credentials; the
+    # app's pages are its own origin and need no CORS at all, so no answer lets another origin read it or send
+    # credentials (a preflight from another origin then fails in the browser).
+    for name in [key for key in headers.keys() if key.lower().startswith("access-control-")]:
+        del headers[name]
     csp = headers.get("content-security-policy")
     if csp is None:
         headers["Content-Security-Policy"] = FRAME_ANCESTORS

@@ -5,6 +5,14 @@ forever; its routes check only that a token exists, serve any cached file by
 path to any session, and key each tab's state by a session hash the browser
 chooses. So this middleware, in front of every route:
 
+- refuses every request that changes state (every method but GET, HEAD and
+  OPTIONS, every WebSocket) unless the browser shows it came from the app's own
+  page: `Sec-Fetch-Site: same-origin` and an `Origin` that is the app's own
+  (`ORAPO_PUBLIC_URL` behind a proxy, else the host and port it was sent to), so
+  a page of another origin (another port of the same host, a sibling subdomain,
+  a sandboxed `null` origin) cannot act with a signed-in user's cookie; and
+  strips every CORS header from every answer, so no other origin may read one
+  with credentials (Gradio's own middleware would echo localhost origins);
 - answers `POST /login` itself (`SignInGuard`: throttled, audited, hashed in a
   thread) and refuses a sign-in posted from another site (login CSRF);
   `/logout` signs out only a request that comes from the app's own pages;
@@ -49,8 +57,8 @@ from starlette.routing import compile_path
 from app import gradio_internals
 from app.gradio_internals import DEEP_LINK_PATH, STARTUP_EVENTS_PATH, TOKEN_PATHS, UPLOAD_PATHS
 from app.page_scripts import EARLY_HEAD
-from app.web_requests import (client_address, cross_site, inside, route_templates, same_origin, with_early_script,
-                              with_headers)
+from app.web_requests import (client_address, cross_site, from_own_page, inside, route_templates, same_origin,
+                              with_early_script, with_headers)
 
 # What a browser needs before it has a session: the sign-in page and its assets.
 PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/theme.css", "/gradio_api/theme.css", "/manifest.json", "/robots.txt",
@@ -65,6 +73,10 @@ OFF_PATHS = frozenset({DEEP_LINK_PATH, *TOKEN_PATHS})
 MAX_SIGN_IN_BODY = 16 * 1024
 MAX_JSON_BODY = 10 * 1024 * 1024  # event payloads carry text and file references, never file bytes
 SESSION_USER = "orapo.username"  # the scope key naming the user of a request that passed the session check
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Routes that answer GET with a study's pixels: read only by the app's own page (a same-site page on another port
+# shares the cookie, as SameSite counts no ports).
+DATA_PREFIXES = ("/orapo/viewer/studies/",)
 
 
 class RequireSession:
@@ -95,6 +107,9 @@ class RequireSession:
             return
         exports = self._reaches_admin_files(scope)
         if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+            if self._foreign(scope, path):
+                await _refuse_foreign(scope, receive, send)
+                return
             if exports:
                 await _refuse(scope, receive, send, 403, "Forbidden", "Exports are for administrators.")
                 return
@@ -105,6 +120,9 @@ class RequireSession:
         username = await self._session_user(scope, ctx)
         if username is None:
             await _refuse(scope, receive, send, 401, "Not authenticated", "Sign in first.", auth=True)
+            return
+        if self._foreign(scope, path):
+            await _refuse_foreign(scope, receive, send)
             return
         if path in OFF_PATHS:
             await _refuse(scope, receive, send, 404, "Not found", "This route is turned off in this app.")
@@ -124,6 +142,18 @@ class RequireSession:
         if _page(scope):
             send = with_early_script(send, EARLY_HEAD)
         await self.app(scope, receive, send)
+
+    def _foreign(self, scope, path: str) -> bool:
+        """A request that changes state (any method but GET, HEAD and OPTIONS; every WebSocket) or reads a study's
+        pixels, not shown to come from the app's own page (`from_own_page`). Signing in and out check their own."""
+        if path in SIGN_IN_PATHS or path in SIGN_OUT_PATHS:
+            return False
+        public_url = getattr(self.settings, "public_url", None)
+        if scope["type"] == "websocket" or scope.get("method", "GET").upper() not in SAFE_METHODS:
+            return not from_own_page(scope, public_url)
+        if path.startswith(DATA_PREFIXES):
+            return cross_site(scope)
+        return False
 
     # -- sign-in and sign-out ----------------------------------------------------------------------------------
 
@@ -325,6 +355,11 @@ def _page(scope) -> bool:
 
 def _token(scope) -> str | None:
     return gradio_internals.session_token(scope.get("app"), HTTPConnection(scope).cookies)
+
+
+async def _refuse_foreign(scope, receive, send) -> None:
+    await _refuse(scope, receive, send, 403, "Forbidden",
+                  "A request from another site (or without its Origin) is refused; use the app's own page.")
 
 
 async def _refuse(scope, receive, send, status: int, error: str, message: str, *, auth: bool = False) -> None:

@@ -193,6 +193,23 @@ class Correction(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class ReportAutosave(Base):
+    """A reader's unsaved text of a study's report, kept when the page switched away from it (another upload, a
+    worklist study, a resumed one) or as it was typed, and offered back when that reader opens the study again.
+    One row per reader and study; storing a report, or replacing the edit with a new draft, deletes it."""
+
+    __tablename__ = "report_autosaves"
+    __table_args__ = (UniqueConstraint("user_id", "study_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    text: Mapped[str] = mapped_column(Text)
+    # the report version the text was edited from, so a version stored since by someone else is noticed
+    base_version: Mapped[int] = mapped_column(Integer, default=0)
+    saved_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class PreferencePair(Base):
     __tablename__ = "preference_pairs"
     __table_args__ = (_one_of("source", PAIR_SOURCES),)

@@ -126,6 +126,17 @@ class CorrectionRecord:
 
 
 @dataclass(frozen=True)
+class AutosaveRecord:
+    """A reader's unsaved report text for a study (`db.models.ReportAutosave`)."""
+
+    user_id: int
+    study_id: int
+    text: str
+    base_version: int
+    saved_at: datetime
+
+
+@dataclass(frozen=True)
 class StudyOverview:
     """One row of a worklist: the study with its images and its latest draft and correction."""
 

@@ -118,6 +118,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "report_changed": "The report on screen is not the text that was confirmed; nothing was saved.",
         "not_your_session": "The page's session belongs to another user; reload the page.",
         "nothing_to_confirm": "Nothing is waiting to be stored; save or sign the report again.",
+        "study_not_open": "The page now shows another study than the report being stored; nothing was stored. Check the image and the report, then save or sign again.",
         "no_study": "No study is selected; choose one in the worklist first.",
         "invalid_scope": "The dashboard scope is not one of the known ones.",
         "invalid_bucket": "The dashboard's acceptance grouping is not one of the known ones.",

@@ -82,6 +82,31 @@ def test_no_phi_string_survives_in_the_written_file():
     assert [text for text in PHI if text in repr(image.meta)] == []
 
 
+def test_preamble_and_file_meta_are_written_fresh():
+    """Bytes 0-127 of a Part 10 file and the meta's free-text elements are the sender's to fill:
+    some modalities write the patient there, so none of them reaches the stored file."""
+    ds = phi_dataset()
+    ds.file_meta.ImplementationVersionName = "JOHNDOE_1931"
+    ds.file_meta.PrivateInformationCreatorUID = "1.2.826.0.1.3680043.8.498.777"
+    ds.file_meta.PrivateInformation = b"MRN 123-45-6789 JOHN^DOE"
+    ds.file_meta.SourceApplicationEntityTitle = "ROOM7AE"
+    sent = bytearray(dicom_bytes(ds))
+    preamble = b"JOHN^DOE 123-45-6789 born 1931-07-17".ljust(128, b" ")
+    sent[:128] = preamble
+
+    written = ingest_bytes(bytes(sent), "chest.dcm", secret=SECRET).to_dicom_bytes()
+
+    assert written[:128] == b"\x00" * 128 and written[128:132] == b"DICM"
+    for text in (b"JOHN^DOE", b"123-45-6789", b"1931", b"JOHNDOE_1931", b"ROOM7AE", b"1.2.826.0.1.3680043.8.498.777"):
+        assert text not in written, text
+    meta = pydicom.dcmread(io.BytesIO(written)).file_meta
+    assert {elem.keyword for elem in meta} <= {
+        "FileMetaInformationGroupLength", "FileMetaInformationVersion", "MediaStorageSOPClassUID",
+        "MediaStorageSOPInstanceUID", "TransferSyntaxUID", "ImplementationClassUID", "ImplementationVersionName",
+    }
+    assert meta.ImplementationVersionName != "JOHNDOE_1931"
+
+
 def test_marks_pseudonym_and_what_is_kept():
     image = ingest_bytes(dicom_bytes(phi_dataset()), "chest.dcm", secret=SECRET)
     back = pydicom.dcmread(io.BytesIO(image.to_dicom_bytes()))

@@ -136,7 +136,7 @@ def served(tmp_path):
 def signed_in(url: str, user: str = "rita", password: str = "rita-pass-1"):
     import httpx
 
-    http = httpx.Client(base_url=url, timeout=30)
+    http = httpx.Client(base_url=url, timeout=30, headers={"Origin": url})
     assert http.post("/login", data={"username": user, "password": password}).status_code == 200
     return http
 
@@ -173,7 +173,7 @@ class HalfUpload:
         import httpx
 
         try:
-            with httpx.Client(base_url=self.url, cookies=self.cookies, timeout=90) as http:
+            with httpx.Client(base_url=self.url, cookies=self.cookies, timeout=90, headers={"Origin": self.url}) as http:
                 http.post("/gradio_api/upload", content=self._body(), headers=self.headers)
         except BaseException as exc:  # noqa: BLE001 - the server goes away under it: expected
             self.error = exc
@@ -222,7 +222,7 @@ def test_a_killed_server_leaves_no_original_after_its_restart(served, tmp_path):
     cache = upload_cache_dir(settings)
     url = server.start()
 
-    rita = Client(url, auth=("rita", "rita-pass-1"), verbose=False, download_files=False)
+    rita = Client(url, auth=("rita", "rita-pass-1"), verbose=False, download_files=False, headers={"Origin": url})
     summary = rita.predict([handle_file(str(batch[0]))], api_name="/upload_studies")[1]
     assert "Stored **batch-0.dcm**: study" in summary
     # The ingested original is gone, and so is the empty temporary file Gradio makes per upload; the viewer

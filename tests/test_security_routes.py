@@ -46,7 +46,7 @@ def signed_in(url: str, username: str, password: str) -> httpx.Client:
     with httpx.Client(base_url=url, timeout=30) as login:
         response = login.post("/login", data={"username": username, "password": password})
     assert response.status_code == 200, response.text
-    http = httpx.Client(base_url=url, timeout=30)
+    http = httpx.Client(base_url=url, timeout=30, headers={"Origin": url})  # as the app's own page sends
     for name, value in response.cookies.items():
         http.cookies.set(name, value)
     return http

@@ -216,7 +216,8 @@ def test_a_disabled_account_gets_nothing_at_all(server, tmp_path):
     http = signed_in(url, "dana", "dana-pass-1", "192.0.2.50")
     note = tmp_path / "note.txt"
     note.write_bytes(b"cached for dana")
-    uploaded = http.post("/gradio_api/upload", files={"files": ("note.txt", note.read_bytes(), "text/plain")})
+    uploaded = http.post("/gradio_api/upload", files={"files": ("note.txt", note.read_bytes(), "text/plain")},
+                         headers={"Origin": url})
     assert uploaded.status_code == 200, uploaded.text
     cached = f"/gradio_api/file={uploaded.json()[0]}"
     routes = ["/config", "/gradio_api/info", cached]

@@ -233,6 +233,7 @@ class SessionBook:
     def __init__(self):
         self._sessions: dict[str, SignedInSession] = {}
         self._hash_owners: dict[str, tuple[str, float]] = {}
+        self._open_studies: dict[str, tuple[int, float]] = {}  # session hash -> the study its Read tab has open
         self._changing: set[str] = set()  # tokens whose session is changing its own password right now
         self._lock = threading.Lock()
 
@@ -319,4 +320,23 @@ class SessionBook:
             if len(self._hash_owners) > 10_000:
                 for key in [k for k, (_, seen) in self._hash_owners.items() if now - seen > self.HASHES_KEPT_S]:
                     del self._hash_owners[key]
+                    self._open_studies.pop(key, None)
         return True
+
+    def note_open(self, session_hash: str, study_id: int) -> None:
+        """The page whose session hash this is now has `study_id` open in its Read tab (an upload, the worklist,
+        a resumed or reloaded study): results computed for any other study no longer belong on that page."""
+        now = time.time()
+        with self._lock:
+            self._open_studies[session_hash] = (int(study_id), now)
+            if len(self._open_studies) > 10_000:
+                for key in [k for k, (_, seen) in self._open_studies.items() if now - seen > self.HASHES_KEPT_S]:
+                    del self._open_studies[key]
+
+    def open_study(self, session_hash: str | None) -> int | None:
+        """The study the page with this session hash has open (None: none opened through this server)."""
+        if not session_hash:
+            return None
+        with self._lock:
+            entry = self._open_studies.get(session_hash)
+        return None if entry is None else entry[0]

@@ -21,8 +21,8 @@ from typing import Any
 import gradio as gr
 
 from app.context import AppContext
-from app.services import drafting
-from app.tabs import read_actions, read_report, read_upload, viewer
+from app.services import autosave, drafting
+from app.tabs import read_actions, read_guard, read_report, read_upload, viewer
 
 
 @dataclass
@@ -32,12 +32,16 @@ class ReadUI:
     column: read_report.ReportColumn
 
 
-def load_study(ctx: AppContext, user, study_id: int) -> tuple:
-    """Every output of the tab for one study (`ReadUI.study_outputs`): viewer, header, latest draft and report."""
+def load_study(ctx: AppContext, user, study_id: int, request=None) -> tuple:
+    """Every output of the tab for one study (`ReadUI.study_outputs`): viewer, header, latest draft and report, with
+    the reader's unsaved edit of it, if any. The page that sent `request` has this study open from now on."""
     overview = drafting.open_study(ctx.database, user, study_id)
     image = drafting.first_image(overview)
     header = [[k, str(v)] for k, v in sorted(image.header.items())]
-    return (viewer.value_for(overview.study.id, image), header, *read_report.opened(user, overview, image))
+    stored = overview.latest_correction or overview.latest_draft
+    unsaved = autosave.unsaved(ctx.database, user, overview.study.id, stored=stored.text if stored else None)
+    read_guard.note_open(ctx, request, overview.study.id)
+    return (viewer.value_for(overview.study.id, image), header, *read_report.opened(user, overview, image, unsaved))
 
 
 def build(ctx: AppContext) -> ReadUI:
@@ -52,7 +56,7 @@ def build(ctx: AppContext) -> ReadUI:
 
     study_outputs = [image_viewer, header, *column.opened_outputs]
 
-    read_upload.wire(ctx, drop_zone, load_study, study_outputs)
+    read_upload.wire(ctx, drop_zone, load_study, study_outputs, leaving=[column.report, column.state])
     read_actions.wire(ctx, column, load_study, study_outputs)
     return ReadUI(state=column.state, study_outputs=study_outputs, column=column)
 

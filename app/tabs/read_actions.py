@@ -14,15 +14,13 @@ import gradio as gr
 
 from app.messages import in_page, status_line, title_of
 from app.context import AppContext
-from app.services import drafting, reports
+from app.services import autosave, drafting, reports
 from app.services.draft_batcher import DRAFT_MAX_BATCH
-from app.tabs.read_report import (ReportColumn, _accept_allowed, _edited, _editing, _highlighted, _missed_md,
-                                  _study_info, mine, model_note)
+from app.tabs import read_guard
+from app.tabs.read_guard import current, edited, require_current
+from app.tabs.read_report import (ReportColumn, _accept_allowed, _editing, _highlighted, _missed_md, _quoted,
+                                  _study_info, confirm_heading, mine, model_note)
 from orapo_core.errors import OrapoError
-
-
-def _quoted(text: str) -> str:
-    return "\n".join(f"> {line}" if line.strip() else ">" for line in (text or "").strip().splitlines())
 
 
 def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs: list) -> None:
@@ -42,10 +40,18 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
             began = time.perf_counter()  # what the reader waits for: loading the model included
             user = ctx.user(request)
             session = _study(session, user)
-            if not force and _edited(text, session):
+            if not force and edited(text, session):
                 return {c.draft_panel: gr.Column(visible=True)}  # ask before a draft replaces an edit
             record = drafting.draft_study(ctx.database, ctx.settings, ctx.registry, user, session["study_id"],
                                           progress=progress)
+            if not current(ctx, request, session):
+                # the page opened another study while this one was drafted: the draft stays with its study (it
+                # shows when that study is opened again) and nothing on the page changes
+                gr.Info(f"The draft of study {session['study_id']} is ready and stored with it; it shows when you "
+                        f"open study {session['study_id']} again.", title="Draft stored")
+                return tuple(gr.skip() for _ in drafted)
+            if force:
+                autosave.discard(ctx.database, user, session["study_id"])  # the reader chose the draft over the edit
             # with no report stored yet, the stored draft is what a reload brings back
             saved = session.get("saved_text") if session.get("report_version") else record.text
             session = {**session, "draft_id": record.id, "draft_text": record.text, "saved_text": saved}
@@ -70,6 +76,8 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
     @in_page()
     def rescore(text, session, request: gr.Request):
         session = mine(session, ctx.user(request))
+        if not current(ctx, request, session):
+            return gr.skip(), gr.skip()
         if not session.get("draft_text"):
             return [], ""
         hl = reports.rescore(ctx.database, session["draft_id"], text)
@@ -82,14 +90,33 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
     # the button follows the text; the server still refuses an accept whose text is not the draft
     @in_page()
     def accept_allowed(text, session, request: gr.Request):
-        return _accept_allowed(text, mine(session, ctx.user(request)))
+        session = mine(session, ctx.user(request))
+        return _accept_allowed(text, session) if current(ctx, request, session) else gr.skip()
 
     c.report.change(accept_allowed, inputs=[c.report, c.state], outputs=c.accept_btn, api_visibility="private",
                     trigger_mode="always_last", show_progress="hidden")
 
     @in_page()
+    def keep_typing(text, session, request: gr.Request):
+        """As the reader types: an edit never stored is kept on the server (app.services.autosave), for this reader
+        and study; back at the stored report or the draft, there is nothing to keep."""
+        user = ctx.user(request)
+        session = mine(session, user)
+        if not session.get("study_id") or not current(ctx, request, session):
+            return
+        if edited(text, session):
+            autosave.keep(ctx.database, user, session["study_id"], text, base_version=session.get("report_version") or 0)
+        elif (text or "").strip():
+            autosave.discard(ctx.database, user, session["study_id"])
+
+    c.report.change(keep_typing, inputs=[c.report, c.state], outputs=None, api_visibility="private",
+                    trigger_mode="always_last", show_progress="hidden")
+
+    @in_page()
     def show_facts(index, text, session, request: gr.Request):
         session = mine(session, ctx.user(request))
+        if not current(ctx, request, session):
+            return gr.skip()
         if index is None or not session.get("draft_text"):
             return []
         edited = None if reports.same_text(text, session["draft_text"]) else text
@@ -113,6 +140,7 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
         if record.previous_id is not None:
             amended = f" (an amendment of {'signed ' if ahead.base_signed else ''}version {record.version - 1})"
         session = {**session, "report_version": record.version, "saved_text": record.text}
+        autosave.discard(ctx.database, user, record.study_id)
         return (*_editing(), gr.Textbox(value=record.text, interactive=True),
                 f"Report version {record.version}{amended} {what} and {signed} by {user.username}.",
                 _study_info(ctx, user, session), session, record.text, gr.Button(visible=False))
@@ -128,6 +156,7 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
         def handler(text, session, request: gr.Request):
             user = ctx.user(request)
             session = _study(session, user)
+            require_current(ctx, request, session)
             try:
                 ahead = reports.prepare_report(ctx.database, user, session["study_id"], session.get("draft_id"), text,
                                                sign=kind != "save", accept=kind == "accept",
@@ -141,7 +170,7 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
                 return stale(exc)
             # the report is locked while the confirmation shows the exact text to be stored
             return (ahead, gr.Column(visible=True), gr.Row(visible=False), gr.Textbox(interactive=False),
-                    gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), f"**{ahead.question()}**", ahead.text,
+                    gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip(), confirm_heading(ctx, user, ahead), ahead.text,
                     gr.Button(value="Sign" if ahead.sign else "Save amendment"))
         return handler
 
@@ -158,6 +187,7 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
         if ahead is None or ahead.study_id != session.get("study_id"):
             raise OrapoError("nothing_to_confirm",
                              "There is nothing waiting to be stored; save or sign the report again.")
+        require_current(ctx, request, session)
         try:
             return stored(reports.store_report(ctx.database, user, ahead, text, settings=ctx.settings), ahead, user, session)
         except OrapoError as exc:
@@ -176,8 +206,9 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
         """The study's latest version, with the text that was refused quoted under it, to copy from."""
         user = ctx.user(request)
         session = _study(session, user)
-        values = list(load_study(ctx, user, session["study_id"]))
-        if (text or "").strip() and not reports.same_text(text, values[study_outputs.index(c.state)]["saved_text"]):
+        values = list(load_study(ctx, user, session["study_id"], request))
+        if ((text or "").strip() and not reports.same_text(text, values[study_outputs.index(c.state)]["saved_text"])
+                and _quoted(text) not in str(values[status_at])):
             values[status_at] += f"\n\n**Your text, not saved** (copy what you need from it):\n\n{_quoted(text)}"
         return tuple(values)
 
@@ -229,11 +260,14 @@ def wire_page_load(ctx: AppContext, col: ReportColumn, demo: gr.Blocks, load_stu
                        show_progress="hidden")
 
     @in_page(status=c.status)
-    def resume(last, request: gr.Request):
+    def resume(last, text, session, request: gr.Request):
         user = ctx.user(request)
+        session = mine(session, user)
         study = remembered(last, user)
         if study is None:
             raise OrapoError("no_study", "There is no study to continue in this browser; open one from the worklist.")
-        return load_study(ctx, user, study)
+        read_guard.keep_edit(ctx, user, session, text, tell=(session or {}).get("study_id") != study)
+        return load_study(ctx, user, study, request)
 
-    c.resume_btn.click(resume, inputs=c.last_study, outputs=study_outputs, api_name="resume_study")
+    c.resume_btn.click(resume, inputs=[c.last_study, c.report, c.state], outputs=study_outputs,
+                       api_name="resume_study")

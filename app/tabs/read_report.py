@@ -25,6 +25,7 @@ import gradio as gr
 
 from app.context import AppContext
 from app.services import drafting, reports
+from app.viewer_routes import render_url
 from orapo_core.errors import OrapoError
 
 LAST_STUDY_KEY = "orapo-last-study"  # localStorage key of the study the reader last had open (an id, and whose)
@@ -129,10 +130,26 @@ def _missed_md(hl: reports.Highlights) -> str:
             + f"**Checked against your report:** {chips}.")
 
 
-def opened(user, overview, image) -> tuple:
-    """The column's outputs (`ReportColumn.opened_outputs`) for a study just opened: its latest draft and report."""
+def _quoted(text: str) -> str:
+    return "\n".join(f"> {line}" if line.strip() else ">" for line in (text or "").strip().splitlines())
+
+
+def opened(user, overview, image, unsaved=None) -> tuple:
+    """The column's outputs (`ReportColumn.opened_outputs`) for a study just opened: its latest draft and report,
+    and the reader's unsaved edit of it (`unsaved`, an `AutosaveRecord`) in the report box when it was made from
+    the version now stored (else quoted in the status line, to copy from)."""
     draft, corr = overview.latest_draft, overview.latest_correction
     report_text = corr.text if corr else (draft.text if draft else "")
+    box_text, restored = report_text, ""
+    if unsaved is not None and not reports.same_text(unsaved.text, report_text):
+        when = unsaved.saved_at.strftime("%Y-%m-%d %H:%M UTC")
+        if unsaved.base_version == (corr.version if corr else 0):
+            box_text = unsaved.text
+            restored = (f" · **your unsaved edit of {when} is back in the report box** (not saved yet: save or sign "
+                        "it, or Draft report to replace it)")
+        else:
+            restored = (f"\n\n**Your text, not saved** (edited at {when}, before version {corr.version if corr else 0} "
+                        f"was stored; copy what you need from it):\n\n{_quoted(unsaved.text)}")
     state = {"owner": user.username, "study_id": overview.study.id, "image_id": image.id,
              "draft_id": draft.id if draft else None, "draft_text": draft.text if draft else None,
              "report_version": corr.version if corr else 0, "saved_text": report_text}
@@ -145,23 +162,41 @@ def opened(user, overview, image) -> tuple:
     if corr:
         status += f" · report version {corr.version}" + (" · **signed**" if corr.signed_at else " · not signed")
         status += " · saving now makes an amendment (a new version)"
-    return (*_editing(), _accept_allowed(report_text, state), state, study_markdown(overview, image), spans, missed,
-            gr.Dropdown(choices=choices, value=None), [], gr.Textbox(value=report_text, interactive=True), status,
+    status += restored
+    if draft and box_text != report_text:
+        hl = reports.highlights_for(draft, box_text)
+        spans, missed = _highlighted(hl), _missed_md(hl)
+    return (*_editing(), _accept_allowed(box_text, state), state, study_markdown(overview, image), spans, missed,
+            gr.Dropdown(choices=choices, value=None), [], gr.Textbox(value=box_text, interactive=True), status,
             report_text, {"user": user.username, "study": overview.study.id}, gr.Button(visible=False),
             gr.Button(visible=False), gr.Column(visible=False))
+
+
+def study_date(overview, image) -> str:
+    """The study's date as the reader knows it: the (de-identified, shifted) StudyDate, else the upload day."""
+    raw = str((image.header or {}).get("StudyDate") or "")
+    if len(raw) == 8 and raw.isdigit():
+        return f"{raw[:4]}-{raw[4:6]}-{raw[6:]}"
+    return f"uploaded {overview.study.created_at:%Y-%m-%d}"
+
+
+def confirm_heading(ctx: AppContext, user, ahead: reports.PendingReport) -> str:
+    """The confirmation's question, naming the study it stores onto: number, pseudonymous patient, date and a
+    thumbnail of its image, beside the question so that it stays next to the buttons."""
+    overview = drafting.open_study(ctx.database, user, ahead.study_id)
+    image = drafting.first_image(overview)
+    s = overview.study
+    thumb = render_url(s.id)
+    return (f'<img src="{thumb}" alt="Study {s.id}" height="72" class="orapo-confirm-thumb" '
+            f'style="float:left;height:72px;margin:0 10px 0 0;border:1px solid #888"/>'
+            f"\n\n**Study {s.id}** · patient {s.patient_pseudonym} · {study_date(overview, image)}"
+            f" · {' '.join(p for p in (s.modality, s.view_position) if p) or 'view unknown'}"
+            f"\n\n**{ahead.question()}**")
 
 
 def _study_info(ctx: AppContext, user, session) -> str:
     overview = drafting.open_study(ctx.database, user, session["study_id"])
     return study_markdown(overview, drafting.first_image(overview))
-
-
-def _edited(text: str | None, session: dict) -> bool:
-    """The report box holds text that is neither the stored report nor the draft: a new draft would lose it."""
-    if not (text or "").strip():
-        return False
-    return not any(reports.same_text(text, known) for known in (session.get("saved_text"), session.get("draft_text"))
-                   if known)
 
 
 def model_note(registry) -> tuple[str, gr.Timer]:

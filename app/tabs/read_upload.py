@@ -23,6 +23,8 @@ import gradio as gr
 from app.messages import in_page
 from app.context import AppContext
 from app.services import drafting
+from app.tabs import read_guard
+from app.tabs.read_report import mine
 
 FILE_TYPES = (".dcm", ".dicom", ".dic", ".png", ".jpg", ".jpeg")
 MAX_DROPPED = 200  # the most dropped files a summary lists (a page that says more is not believed further)
@@ -69,12 +71,14 @@ def dropped_lines(dropped: str | None, max_upload_mb: int) -> list[str]:
             for item in _sorted_out(dropped)[1][:MAX_DROPPED] if isinstance(item, dict) and item.get("reason") in reasons]
 
 
-def wire(ctx: AppContext, zone: DropZone, load_study: Callable, study_outputs: list) -> None:
-    """Upload a batch: every file ingested (or refused) and deleted from the cache; the first stored one opened."""
+def wire(ctx: AppContext, zone: DropZone, load_study: Callable, study_outputs: list, leaving: list) -> None:
+    """Upload a batch: every file ingested (or refused) and deleted from the cache; the first stored one opened.
+    `leaving` is the report box and the tab's state: an unsaved edit of the study open until now is kept first."""
 
     @in_page(status=zone.summary)
-    def upload(paths, dropped, request: gr.Request):
+    def upload(paths, dropped, text, session, request: gr.Request):
         user = ctx.user(request)
+        session = mine(session, user)
         outcomes = drafting.ingest_uploads(ctx.database, ctx.settings, user, paths or [])
         lines = []
         for o in outcomes:
@@ -87,10 +91,11 @@ def wire(ctx: AppContext, zone: DropZone, load_study: Callable, study_outputs: l
         summary = "\n".join(lines) or "No file received."
         if opened is None:
             return (None, summary, "", *[gr.skip()] * len(study_outputs))
-        return (None, summary, "", *load_study(ctx, user, opened))
+        read_guard.keep_edit(ctx, user, session, text, tell=(session or {}).get("study_id") != opened)
+        return (None, summary, "", *load_study(ctx, user, opened, request))
 
     # the drop zone is emptied for the next batch, and so is the list of what the page dropped from this one
-    zone.files.upload(upload, inputs=[zone.files, zone.dropped],
+    zone.files.upload(upload, inputs=[zone.files, zone.dropped, *leaving],
                       outputs=[zone.files, zone.summary, zone.dropped, *study_outputs], api_name="upload_studies")
 
     @in_page()

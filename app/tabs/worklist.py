@@ -9,8 +9,9 @@ import gradio as gr
 
 from app.messages import in_page
 from app.context import AppContext
-from app.tabs import worklist_archive
+from app.tabs import read_guard, worklist_archive
 from app.tabs.fields import entered_id, id_field
+from app.tabs.read_report import mine
 from app.services import reading_order, reports
 from orapo_core.errors import OrapoError
 
@@ -110,14 +111,18 @@ def wire_open(ctx: AppContext, ui: WorklistUI, read_ui, tabs: gr.Tabs) -> None:
     from app.tabs.read import load_study
 
     @in_page()
-    def open_study(study, order_value, request: gr.Request):
+    def open_study(study, order_value, text, session, request: gr.Request):
         user = ctx.user(request)
+        session = mine(session, user)
         study = entered_id(study, "study")
         if study is None:
             raise OrapoError("no_study", "Select a study in the worklist first.")
-        loaded = load_study(ctx, user, study)  # refuses a study this reader may not open, before anything is noted
+        # the Read tab's unsaved edit is kept first (reopening the same study brings it back)
+        read_guard.keep_edit(ctx, user, session, text, tell=(session or {}).get("study_id") != study)
+        loaded = load_study(ctx, user, study, request)  # refuses a study this reader may not open, before anything is noted
         reading_order.note_opened(ctx.database, user, study, order_value)  # what the correction will record
         return (*loaded, gr.Tabs(selected="read"))
 
-    ui.open_btn.click(open_study, inputs=[ui.study_id, ui.order], outputs=[*read_ui.study_outputs, tabs],
+    ui.open_btn.click(open_study, inputs=[ui.study_id, ui.order, read_ui.column.report, read_ui.state],
+                      outputs=[*read_ui.study_outputs, tabs],
                       api_name="open_study")

@@ -3,7 +3,7 @@
 from db.repositories.admin import ArchiveSettingsRepository, AuditRepository, DashboardRepository, ScheduleRepository
 from db.repositories.base import Actor, Repository
 from db.repositories.leases import LeaseRepository
-from db.repositories.reports import CorrectionRepository, DraftRepository
+from db.repositories.reports import AutosaveRepository, CorrectionRepository, DraftRepository
 from db.repositories.studies import HOLDOUT_FRACTION, ArchiveLinkRepository, StudyRepository, split_for
 from db.repositories.training import ROUND_TRANSITIONS, ModelVersionRepository, PairRepository, RoundRepository
 from db.repositories.users import UserRepository
@@ -15,6 +15,7 @@ __all__ = [
     "ROUND_TRANSITIONS",
     "Actor",
     "AuditRepository",
+    "AutosaveRepository",
     "CorrectionRepository",
     "DashboardRepository",
     "DraftRepository",

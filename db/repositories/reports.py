@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from db.models import Correction, Draft, Study, TrainingRound, User, utcnow
-from db.records import READING_ORDERS, CorrectionRecord, DraftRecord
+from db.models import Correction, Draft, ReportAutosave, Study, TrainingRound, User, utcnow
+from db.records import READING_ORDERS, AutosaveRecord, CorrectionRecord, DraftRecord
 from db.repositories.base import Repository, as_utc, must_utc
 from orapo_core.errors import OrapoError
 from orapo_core.report_layout import same_text
@@ -274,3 +274,45 @@ class CorrectionRepository(Repository):
                 c.trained_in_round = round_id
                 studies[c.study_id].status = "trained"
             return len(rows)
+
+
+class AutosaveRepository(Repository):
+    """Unsaved report text, one row per reader and study: written over on every save, deleted once stored."""
+
+    def put(self, user_id: int, study_id: int, text: str, *, base_version: int = 0) -> AutosaveRecord:
+        with self._session() as session:
+            _study(session, study_id)
+            row = session.scalar(select(ReportAutosave).where(ReportAutosave.user_id == user_id,
+                                                              ReportAutosave.study_id == study_id))
+            if row is None:
+                try:
+                    with session.begin_nested():
+                        row = ReportAutosave(user_id=user_id, study_id=study_id, text=text, base_version=base_version)
+                        session.add(row)
+                except IntegrityError:  # the same reader's other tab wrote it first: write over that one
+                    row = session.scalar(select(ReportAutosave).where(ReportAutosave.user_id == user_id,
+                                                                      ReportAutosave.study_id == study_id))
+                    assert row is not None
+            row.text, row.base_version, row.saved_at = text, base_version, utcnow()
+            session.flush()
+            return _autosave_record(row)
+
+    def get(self, user_id: int, study_id: int) -> AutosaveRecord | None:
+        with self._session() as session:
+            row = session.scalar(select(ReportAutosave).where(ReportAutosave.user_id == user_id,
+                                                              ReportAutosave.study_id == study_id))
+            return None if row is None else _autosave_record(row)
+
+    def discard(self, user_id: int, study_id: int) -> bool:
+        with self._session() as session:
+            row = session.scalar(select(ReportAutosave).where(ReportAutosave.user_id == user_id,
+                                                              ReportAutosave.study_id == study_id))
+            if row is None:
+                return False
+            session.delete(row)
+            return True
+
+
+def _autosave_record(row: ReportAutosave) -> AutosaveRecord:
+    return AutosaveRecord(user_id=row.user_id, study_id=row.study_id, text=row.text, base_version=row.base_version,
+                          saved_at=must_utc(row.saved_at))

@@ -53,8 +53,9 @@ import hmac
 import importlib
 import uuid
 
-from pydicom.dataset import Dataset
+from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.sequence import Sequence
+from pydicom.uid import PYDICOM_IMPLEMENTATION_UID
 from pydicom._uid_dict import UID_dictionary
 
 # The edition of PS3.15 Table E.1-1 used, a module of dicomanonymizer.dicom_anonymization_databases
@@ -75,6 +76,9 @@ _RETAINED = frozenset({
 _NOT_SHIFTED = frozenset({"PatientBirthDate", "PatientBirthTime"})
 # Not in Table E.1-1, removed all the same.
 _ALSO_REMOVED = frozenset({"SoftwareVersions"})
+
+# Written into every stored file's meta in place of the sender's (0002,0013); at most 16 characters.
+IMPLEMENTATION_VERSION_NAME = "ORAPO_DEID_1"
 
 # UIDs that name a kind of thing (a SOP class, an encoding, a code scheme), not a patient's instance.
 _UID_KEPT = frozenset({"TransferSyntaxUID", "ImplementationClassUID", "CodingSchemeUID", "ContextUID"})
@@ -257,6 +261,25 @@ class _Scrubber:
                     elem.value = "090Y"
 
 
+ZERO_PREAMBLE = b"\x00" * 128
+
+
+def fresh_file_meta(source: FileMetaDataset | None, ds: Dataset) -> FileMetaDataset:
+    """File Meta Information holding only what PS3.10 needs, taken from `ds` and the source's
+    transfer syntax; the implementation identifiers are pydicom's, not the sender's."""
+    meta = FileMetaDataset()
+    sop_class = ds.get("SOPClassUID") or (source.get("MediaStorageSOPClassUID") if source is not None else None)
+    if sop_class:
+        meta.MediaStorageSOPClassUID = sop_class
+    if "SOPInstanceUID" in ds:
+        meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID
+    if source is not None and "TransferSyntaxUID" in source:
+        meta.TransferSyntaxUID = source.TransferSyntaxUID
+    meta.ImplementationClassUID = PYDICOM_IMPLEMENTATION_UID
+    meta.ImplementationVersionName = IMPLEMENTATION_VERSION_NAME
+    return meta
+
+
 def deidentify(ds: Dataset, *, secret: str) -> tuple[Dataset, list[str]]:
     """A de-identified copy of `ds` (pixels untouched) and warnings for the reader.
 
@@ -269,11 +292,13 @@ def deidentify(ds: Dataset, *, secret: str) -> tuple[Dataset, list[str]]:
     key = patient_key(ds)
     scrubber = _Scrubber(secret, key)
     scrubber.scrub(out)
-    meta = getattr(out, "file_meta", None)
-    if meta is not None:
-        scrubber.scrub(meta)
-        if "MediaStorageSOPInstanceUID" in meta and "SOPInstanceUID" in out:
-            meta.MediaStorageSOPInstanceUID = out.SOPInstanceUID
+    # The File Meta Information is written afresh, never scrubbed: its Private Information
+    # (0002,0102), Implementation Version Name (0002,0013) and source AE titles are free text
+    # the sender chose. The 128-byte preamble is free for any use too, and some modalities put
+    # the patient there, so it becomes zeros.
+    out.file_meta = fresh_file_meta(getattr(ds, "file_meta", None), out)
+    if hasattr(out, "preamble"):
+        out.preamble = ZERO_PREAMBLE
 
     patient = pseudonym(secret, key)
     out.PatientID = patient

@@ -44,7 +44,8 @@ def read_one_study(url: str, username: str, password: str, image: Path, text: st
     result = ReaderResult(username, text=text)
     try:
         try:
-            client = Client(url, auth=(username, password), verbose=False, download_files=False)
+            client = Client(url, auth=(username, password), verbose=False, download_files=False,
+                            headers={"Origin": url.rstrip("/")})
         except Exception:
             if start is not None:
                 start.abort()  # the others stop waiting for a reader who will never come

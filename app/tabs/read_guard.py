@@ -1,0 +1,79 @@
+"""Which study a page has open, and what happens to results and edits that belong to another.
+
+A handler's inputs are read when its event starts; a draft takes a second or two,
+and meanwhile the reader may upload or open another study. So every result is
+bound to the study it was computed for (the tab's state at the start), and the
+server keeps which study each page has open (`SessionBook.note_open`, by the
+page's Gradio session hash, noted whenever a study is opened in the Read tab):
+
+- a result for a study the page no longer has open changes nothing on the page;
+  what it stored (a draft) stays with its own study and shows when that study is
+  opened again (`current`);
+- a save or a sign whose study is not the one the page has open is refused, and
+  nothing is stored (`require_current`);
+- before the page opens another study, an unsaved edit of the report is kept for
+  that reader and study (`keep_edit`, `app.services.autosave`) and offered back
+  when the study is opened again.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from app.context import AppContext
+from app.services import autosave, reports
+from orapo_core.errors import OrapoError
+
+
+def _hash(request) -> str | None:
+    return getattr(request, "session_hash", None) or None
+
+
+def note_open(ctx: AppContext, request, study_id: int) -> None:
+    """The page that sent `request` now has `study_id` open in its Read tab."""
+    book, session_hash = ctx.sessions, _hash(request)
+    if book is not None and session_hash:
+        book.note_open(session_hash, study_id)
+
+
+def page_study(ctx: AppContext, request) -> int | None:
+    """The study the page that sent `request` has open (None: it opened none through this server)."""
+    book = ctx.sessions
+    return book.open_study(_hash(request)) if book is not None else None
+
+
+def current(ctx: AppContext, request, session: dict) -> bool:
+    """Whether the study of `session` (the tab's state when the event started) is still the page's open study."""
+    open_now = page_study(ctx, request)
+    return open_now is None or open_now == session.get("study_id")
+
+
+def require_current(ctx: AppContext, request, session: dict) -> None:
+    """Refuse to store anything for a study the page no longer shows."""
+    open_now = page_study(ctx, request)
+    if open_now is not None and open_now != session.get("study_id"):
+        raise OrapoError("study_not_open",
+                         f"This page now shows study {open_now}, not study {session.get('study_id')}; nothing was "
+                         "stored. Check the image and the report on screen, then save or sign again.")
+
+
+def edited(text: str | None, session: dict) -> bool:
+    """The report box holds text that is neither the stored report nor the draft: leaving it would lose it."""
+    if not (text or "").strip():
+        return False
+    return not any(reports.same_text(text, known) for known in (session.get("saved_text"), session.get("draft_text"))
+                   if known)
+
+
+def keep_edit(ctx: AppContext, user, session: dict | None, text: str | None, *, tell: bool = True) -> bool:
+    """Before the page leaves the study of `session`: keep an unsaved edit of its report for this reader (True if
+    one was kept), and say where it went."""
+    session = session or {}
+    study = session.get("study_id")
+    if not study or session.get("owner") not in (None, user.username) or not edited(text, session):
+        return False
+    autosave.keep(ctx.database, user, study, text or "", base_version=session.get("report_version") or 0)
+    if tell:
+        gr.Info(f"Your unsaved edit of study {study} is kept; it comes back when you open study {study} again.",
+                title="Edit kept")
+    return True

@@ -1,0 +1,109 @@
+"""The server's half of "a report never lands on another study" and "no switch loses an edit", without a browser.
+
+A save or sign whose study is not the one the page's session has open is refused, and nothing is stored; an
+unsaved edit is kept per reader and study, never shown to another reader, and gone once the report is stored.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from tests.support.app import make_env, phantom_png
+
+
+@pytest.fixture()
+def env(tmp_path):
+    settings, db = make_env(tmp_path)
+    return settings, db, tmp_path
+
+
+def _study(db, settings, root, seed: int, username: str = "rita") -> int:
+    from app.services import drafting
+    from db import UserRepository
+
+    user = UserRepository(db).get_by_username(username)
+    outcome, = drafting.ingest_uploads(db, settings, user, [str(phantom_png(root / f"s{seed}.png", seed=seed))])
+    assert outcome.ok, outcome.message
+    return outcome.study_id
+
+
+def _fn(demo, api_name: str):
+    return next(fn for fn in demo.fns.values() if fn.api_name == api_name)
+
+
+def test_a_sign_for_a_study_the_page_no_longer_shows_is_refused(env):
+    from app.gradio_internals import context_of
+    from app.server import build_app
+    from db import CorrectionRepository
+
+    settings, db, root = env
+    study_a, study_b = _study(db, settings, root, 51), _study(db, settings, root, 52)
+    demo = build_app(settings=settings, database=db)
+    ctx = context_of(demo)
+    page = type("Request", (), {"username": "rita", "headers": {"x-gradio-user": "api"}, "session_hash": "page-1"})()
+    state_a = {"owner": "rita", "study_id": study_a, "image_id": 1, "draft_id": None, "draft_text": None,
+               "report_version": 0, "saved_text": ""}
+    ctx.sessions.note_open("page-1", study_b)  # the page went on to study B while its state still said A
+    for api_name in ("sign_report", "save_correction"):
+        with pytest.raises(gr.Error, match=f"now shows study {study_b}, not study {study_a}"):
+            _fn(demo, api_name).fn("Small right pleural effusion.", state_a, request=page)
+    assert CorrectionRepository(db).history(study_a) == []
+
+    # the same page with study A open stores it (the refusal above is the study's, not the handler's)
+    ctx.sessions.note_open("page-1", study_a)
+    stored = _fn(demo, "save_correction").fn("Small right pleural effusion.", state_a, request=page)
+    assert "Report version 1" in str(stored)
+    assert [c.text for c in CorrectionRepository(db).history(study_a)] == ["Small right pleural effusion."]
+
+
+def test_an_unsaved_edit_is_kept_per_reader_and_study_and_ends_when_stored(env):
+    from app.services import autosave
+    from db import AutosaveRepository, UserRepository
+
+    settings, db, root = env
+    study = _study(db, settings, root, 53)
+    users = UserRepository(db)
+    rita, omar = users.get_by_username("rita"), users.get_by_username("omar")
+    assert autosave.keep(db, rita, study, "   ", base_version=0) is None  # nothing to keep
+    autosave.keep(db, rita, study, "Small left effusion.", base_version=0)
+    autosave.keep(db, rita, study, "Moderate left effusion.", base_version=0)  # written over, one row
+    assert autosave.unsaved(db, rita, study, stored=None).text == "Moderate left effusion."
+    assert autosave.unsaved(db, omar, study, stored=None) is None  # never another reader's
+    # the stored report is the same text: nothing unsaved is left, and the row goes
+    assert autosave.unsaved(db, rita, study, stored="Moderate left  effusion.") is None
+    assert AutosaveRepository(db).get(rita.id, study) is None
+    autosave.keep(db, rita, study, "Large left effusion.", base_version=1)
+    assert autosave.discard(db, rita, study) is True and autosave.discard(db, rita, study) is False
+
+
+def test_a_page_reopening_a_study_gets_its_unsaved_edit_back(env):
+    from app.gradio_internals import context_of
+    from app.server import build_app
+    from app.services import autosave
+    from app.tabs.read import load_study
+    from db import CorrectionRepository, UserRepository
+
+    settings, db, root = env
+    study = _study(db, settings, root, 54)
+    demo = build_app(settings=settings, database=db)
+    ctx = context_of(demo)
+    rita = UserRepository(db).get_by_username("rita")
+    CorrectionRepository(db).create(study, author_id=rita.id, text="No effusion.")
+    autosave.keep(db, rita, study, "Small right effusion.", base_version=1)
+    page = type("Request", (), {"username": "rita", "headers": {}, "session_hash": "page-2"})()
+
+    values = load_study(ctx, rita, study, page)
+    text = next(v for v in values if isinstance(v, gr.Textbox) and v.value in ("Small right effusion.", "No effusion."))
+    assert text.value == "Small right effusion."  # the edit, in the report box
+    state = next(v for v in values if isinstance(v, dict) and "saved_text" in v)
+    assert state["saved_text"] == "No effusion."  # still unsaved: leaving the page asks
+    assert ctx.sessions.open_study("page-2") == study
+
+    # made before someone stored version 2: quoted to copy from, never put in the box as if it were current
+    CorrectionRepository(db).amend(CorrectionRepository(db).latest_for_study(study).id, author_id=rita.id,
+                                   text="Small left effusion.")
+    values = load_study(ctx, rita, study, page)
+    boxes = [v.value for v in values if isinstance(v, gr.Textbox)]
+    assert "Small left effusion." in boxes and "Small right effusion." not in boxes
+    assert any(isinstance(v, str) and "> Small right effusion." in v for v in values)
