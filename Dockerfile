@@ -29,6 +29,6 @@ RUN pip install -c constraints.txt '.[postgres]' \
 USER 1000
 VOLUME ["/data"]
 EXPOSE 7860
-HEALTHCHECK --interval=30s --timeout=5s --start-period=120s CMD ["python", "-c", "import urllib.request,os; urllib.request.urlopen(f'http://127.0.0.1:{os.environ[\"ORAPO_PORT\"]}/', timeout=4)"]
+HEALTHCHECK --interval=30s --timeout=5s --start-period=120s CMD ["python", "-c", "import urllib.request,os; urllib.request.urlopen(f'http://127.0.0.1:{os.environ[\"ORAPO_PORT\"]}/healthz', timeout=4)"]
 ENTRYPOINT ["orapo"]
 CMD ["serve"]

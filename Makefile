@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test test-fast bench viewer clean
+.PHONY: install run test test-fast docs bench viewer clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ run: $(STAMP)
 # (.ci/ray.sh, which installs the pinned `ray` extra); in CI the browser tests'
 # Chromium comes from Debian too (.ci/chromium.sh). Elsewhere, tests that need a
 # missing server or browser are skipped with a reason.
-test: $(STAMP)
+test: $(STAMP) docs
 	@pg_url=""; orthanc_url=""; slurm_conf=""; ray_address=""; \
 	if [ "$${CI:-}" = "true" ]; then .ci/chromium.sh || exit 1; fi; \
 	if [ "$${CI:-}" = "true" ] || [ -n "$${ORAPO_TEST_POSTGRES:-}" ]; then pg_url=$$(.ci/postgres.sh) || exit 1; fi; \
@@ -52,6 +52,11 @@ test: $(STAMP)
 # Under a minute on 2 cores; run it after each change and `make test` before a commit that others build on.
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" --timeout=300 -n auto
+
+# The documentation site (docs/mkdocs.yml: MkDocs with the Material theme, pages in docs/pages/) into docs/build/;
+# --strict fails on a broken link or anchor and on a page left out of the nav. `make test` builds it first.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -f docs/mkdocs.yml
 
 # Benchmarks are never part of the suite: `make bench` lists them, `make bench NAME=decode ARGS="--runs 3"`
 # runs one (the same as `orapo bench decode --runs 3`); each prints its numbers and the command that made them.

@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "pacs": ("app.commands.pacs", "search the archive (PACS) and pull studies from it over DICOMweb"),
     "users": ("app.commands.users", "add, list and disable users"),
     "db": ("app.commands.db", "create or upgrade the database schema"),
+    "backup": ("app.commands.backup", "back up the database, images, model versions and secret into a folder"),
+    "restore": ("app.commands.restore", "restore a backup into an empty data folder and check it"),
 }
 
 

@@ -10,7 +10,7 @@ Tabs import this module, never `app.server`, which imports them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
@@ -28,6 +28,10 @@ class AppContext:
     rounds: Any = None  # the app's RoundScheduler: its `.service` runs rounds; started and stopped with the server
     signin: Any = None  # the SignInGuard the session middleware signs in with (lockouts are lifted here)
     sessions: Any = None  # the SessionBook: who each session token and session hash belongs to
+    # the API names of the administrators' tabs (Admin, Rounds), filled once the tabs are built: the session
+    # middleware leaves them out of the API description a radiologist is shown
+    admin_api: set[str] = field(default_factory=set)
+    metrics: Any = None  # the app's `app.services.metrics.AppMetrics`: Prometheus counters, served at /metrics
 
     def user(self, request: gr.Request | None, *, role: str | None = None, allow_password_change: bool = False):
         from app.services.auth import signed_in

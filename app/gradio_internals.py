@@ -178,3 +178,20 @@ def outside_cors(app, cls) -> bool:
     app.user_middleware = rest[:at] + ours + rest[at:]
     app.middleware_stack = app.build_middleware_stack()
     return True
+
+
+def api_names_under(blocks, containers) -> set[str]:
+    """The API names of the events every one of whose triggers lies inside one of `containers` (tabs): a
+    `BlockFunction`'s `targets` are (block id, event) pairs, and each block knows its `parent`."""
+    inside = {id(c) for c in containers}
+
+    def within(block_id) -> bool:
+        block = blocks.blocks.get(block_id) if block_id is not None else None
+        while block is not None:
+            if id(block) in inside:
+                return True
+            block = getattr(block, "parent", None)
+        return False
+
+    return {str(fn.api_name) for fn in blocks.fns.values()
+            if fn.api_name and fn.targets and all(within(target[0]) for target in fn.targets)}

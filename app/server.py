@@ -16,7 +16,9 @@ context from the running server, the upload patch) is in `app.gradio_internals`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
 from typing import Any
 
 import gradio as gr
@@ -41,9 +43,11 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     loads and warms the served model in the background. `signin` (a `SignInGuard`) defaults to the
     standard limits."""
     from app.services.drafting import ModelRegistry
+    from app.services.metrics import AppMetrics
     from app.services.export_downloads import prune_downloads
     from app.services.rounds import RoundScheduler
-    from app.services.signin import SessionBook, SignInGuard
+    from app.services.sessions import SessionBook
+    from app.services.signin import SignInGuard
     from app.messages import in_page
     from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist
 
@@ -57,8 +61,11 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     if rounds is None:  # the leading server also sweeps every server's upload cache (app.services.cache_sweep)
         rounds = RoundScheduler(database, settings, leader_jobs=[
             (CACHE_SWEEP_JOB, lambda: _sweep_stale(settings, database), CACHE_SWEEP_S)])
-    ctx = AppContext(settings, database, registry or ModelRegistry(settings, database), rounds,
-                     signin if signin is not None else SignInGuard(database), SessionBook())
+    registry = registry or ModelRegistry(settings, database)
+    signin = signin if signin is not None else SignInGuard(database)
+    ctx = AppContext(settings, database, registry, rounds, signin, SessionBook(),
+                     metrics=AppMetrics(settings, database, registry))
+    ctx.metrics.watch(registry, signin)  # drafts and failed sign-ins are counted where they happen
 
     with gr.Blocks(title="OraPO: chest X-ray reporting", delete_cache=(CACHE_SWEEP_S, CACHE_MAX_AGE_S)) as demo:
         with gr.Row(equal_height=True):
@@ -99,6 +106,7 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
         outputs = [whoami, read_tab, worklist_tab, dashboard_tab, admin_tab, rounds_tab, tabs]
         demo.load(session_start, outputs=outputs, api_name="session_start")
         account_ui.password_changed.then(session_start, outputs=outputs, api_visibility="private")
+    ctx.admin_api.update(gradio_internals.api_names_under(demo, (admin_tab, rounds_tab)))
     # found by `server_lifespan` and the session middleware (app.web_security) once the server runs
     gradio_internals.attach_context(demo, ctx, warm_model=warm_model)
     demo.round_scheduler = ctx.rounds  # for whoever holds the Blocks: `orapo serve`'s close, tests
@@ -121,7 +129,7 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
     (`app.page_scripts`) and the upload limit."""
     from starlette.middleware import Middleware
 
-    from app import page_scripts, viewer_routes
+    from app import ops_routes, page_scripts, viewer_routes
     from app.tabs.read_upload import FILE_TYPES
     from app.services.export_downloads import downloads_dir
     from app.services.signin import ACCOUNT_FAILURES, WINDOW_MINUTES
@@ -132,14 +140,21 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
         return False
 
     settings = web_settings(settings)
+    # uvicorn (which Gradio starts without naming them) believes X-Forwarded-For and -Proto from FORWARDED_ALLOW_IPS,
+    # by default from 127.0.0.1: any local caller could then pick the address the sign-in limits count. Only the
+    # proxies the site names are believed (ORAPO_TRUSTED_PROXIES; none by default). Read when `launch` starts the
+    # server, right after this.
+    os.environ["FORWARDED_ALLOW_IPS"] = settings.trusted_proxies
     return dict(
         auth=signed_in_only_through_the_middleware,
         auth_message=("OraPO: sign in with your account. Ask an administrator if you have none. "
-                      f"{ACCOUNT_FAILURES} failed sign-ins within {WINDOW_MINUTES} minutes lock an account "
-                      "(an administrator can lift the lockout)."),
+                      f"After {ACCOUNT_FAILURES} failed sign-ins within {WINDOW_MINUTES} minutes an account waits "
+                      "before it may try again, longer after each further failure "
+                      "(an administrator can lift the wait)."),
         app_kwargs={"middleware": [Middleware(RequireSession, settings=settings, database=database,
                                               admin_files=downloads_dir(settings))],
-                    "routes": viewer_routes.routes(settings, database),  # behind the same middleware
+                    # behind the same middleware; /healthz and /readyz are among its public paths
+                    "routes": [*viewer_routes.routes(settings, database), *ops_routes.routes(settings, database)],
                     "lifespan": server_lifespan},
         max_file_size=settings.max_upload_mb * 1024 * 1024,
         head=page_scripts.head(max_upload_mb=settings.max_upload_mb, file_types=FILE_TYPES),
@@ -147,6 +162,24 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
         show_error=False,
         share=False,
     )
+
+
+async def _sweep_stale_uploads(ctx, every_s: float = 60.0) -> None:
+    """Every minute: uploads no upload event stored within ORAPO_UPLOAD_TTL_MIN leave the cache (Gradio's own sweep
+    would keep them up to an hour)."""
+    from anyio import to_thread
+
+    from app.services.cache_sweep import delete_uploads
+
+    book = getattr(ctx, "sessions", None)
+    if book is None:
+        return
+    ttl_s = 60 * float(getattr(ctx.settings, "upload_ttl_min", 10.0))
+    while True:
+        await asyncio.sleep(min(every_s, ttl_s / 2))
+        stale = book.stale_uploads(ttl_s)
+        if stale:
+            await to_thread.run_sync(delete_uploads, stale)
 
 
 @contextlib.asynccontextmanager
@@ -164,8 +197,20 @@ async def server_lifespan(app):
     scheduler = getattr(ctx, "rounds", None)
     if scheduler is not None:
         await to_thread.run_sync(scheduler.start)  # start() first marks rounds a dead process left behind
+    metrics = getattr(ctx, "metrics", None)
+    if metrics is not None:
+        metrics.start()  # with ORAPO_METRICS_PORT, the metrics on that port of 127.0.0.1 too
+    uploads = asyncio.create_task(_sweep_stale_uploads(ctx))
     try:
         yield
     finally:
+        uploads.cancel()
+        if metrics is not None:
+            await to_thread.run_sync(metrics.stop)  # its port closed and its thread ended
         if scheduler is not None:
             await to_thread.run_sync(scheduler.shutdown)
+        if hasattr(registry, "close"):
+            await to_thread.run_sync(registry.close)  # no thread left inside torch when the interpreter ends
+        signin = getattr(ctx, "signin", None)
+        if signin is not None and hasattr(signin, "flush_summaries"):
+            await to_thread.run_sync(signin.flush_summaries)  # refusals counted but not yet written down

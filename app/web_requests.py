@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from starlette.datastructures import MutableHeaders
@@ -28,6 +29,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
 }
 FRAME_ANCESTORS = "frame-ancestors 'none'"
+OWN_REFUSAL = "x-orapo-refusal"  # on the session middleware's own refusals
 HSTS = "max-age=31536000"
 
 
@@ -158,7 +160,8 @@ def with_headers(send, secure: bool, too_large_message: str | None):
                 replaced = False
             return
         if message["type"] == "http.response.start":
-            if too_large_message is not None and message["status"] == 413:
+            own = any(k.lower() == OWN_REFUSAL.encode() for k, _ in message.get("headers", []))
+            if too_large_message is not None and message["status"] == 413 and not own:
                 body = too_large_message.encode()
                 response = PlainTextResponse(too_large_message, status_code=413)
                 start = {"type": "http.response.start", "status": 413, "headers": response.raw_headers}
@@ -247,3 +250,68 @@ def _allow_script(csp: str, script_tag: str) -> str:
         if directive.split(" ", 1)[0].lower() == "script-src" and "'unsafe-inline'" not in directive:
             directives[i] = f"{directive} {digest}"
     return "; ".join(d for d in directives if d)
+
+
+_API_INFO = re.compile(rb"(window\.gradio_api_info\s*=\s*)(.*?)(;\s*</script>)", re.DOTALL)
+NO_API = {"named_endpoints": {}, "unnamed_endpoints": {}}
+
+
+def api_info_for(info, keep: Callable[[str], bool]):
+    """Gradio's API description with only the named endpoints `keep` accepts (and no unnamed ones)."""
+    if not isinstance(info, dict):
+        return info
+    named = info.get("named_endpoints")
+    return {**info, "named_endpoints": {k: v for k, v in (named or {}).items() if keep(str(k))},
+            "unnamed_endpoints": {}}
+
+
+def with_api_info(send, keep: Callable[[str], bool]):
+    """`send` that narrows the API description an answer carries to the endpoints `keep` accepts: the JSON of
+    Gradio's info route, or the `window.gradio_api_info` a page embeds. Other answers go through as they are."""
+    start: dict | None = None
+    kind = ""
+    chunks: list[bytes] = []
+    passing = False
+
+    async def wrapped(message):
+        nonlocal start, passing, kind
+        if passing:
+            await send(message)
+            return
+        if message["type"] == "http.response.start":
+            headers = MutableHeaders(scope=message)
+            media = (headers.get("content-type") or "").lower()
+            kind = "html" if media.startswith("text/html") else "json" if media.startswith("application/json") else ""
+            if message["status"] != 200 or not kind or headers.get("content-encoding"):
+                passing = True
+                await send(message)
+                return
+            start = message
+            return
+        if message["type"] != "http.response.body" or start is None:
+            await send(message)
+            return
+        chunks.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        body = b"".join(chunks)
+        if kind == "json":
+            try:
+                body = json.dumps(api_info_for(json.loads(body), keep)).encode()
+            except ValueError:
+                pass
+        else:
+            def narrowed(found: re.Match) -> bytes:
+                try:
+                    info = api_info_for(json.loads(found.group(2)), keep)
+                except ValueError:
+                    info = NO_API
+                return found.group(1) + json.dumps(info).replace("</", "<\\/").encode() + found.group(3)
+            body = _API_INFO.sub(narrowed, body, count=1)
+        headers = MutableHeaders(scope=start)
+        if "content-length" in headers:
+            headers["content-length"] = str(len(body))
+        await send(start)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return wrapped

@@ -17,7 +17,10 @@ chooses. So this middleware, in front of every route:
   thread) and refuses a sign-in posted from another site (login CSRF);
   `/logout` signs out only a request that comes from the app's own pages;
 - honours a session only while its account is active and its password is the
-  one it signed in with (`SessionBook` + `UserRepository.session_stamp`);
+  one it signed in with (`SessionBook` + `UserRepository.session_stamp`), and
+  only until it was idle `ORAPO_SESSION_IDLE_MIN` minutes (a click, an upload
+  or a page load counts; the page's heartbeat does not) or signed in
+  `ORAPO_SESSION_MAX_H` hours;
 - serves a file under the admin exports folder only to an administrator,
   deciding on the path the route would resolve, for every route that takes a
   path (`file=`, `file/`, ...), whatever the URL's spelling;
@@ -27,6 +30,11 @@ chooses. So this middleware, in front of every route:
   user's hash opens neither its state nor its event stream; deep links (a
   snapshot of a session's state by its hash) and `/gradio_api/token` (the
   HttpOnly session token handed to page scripts) are off;
+- describes the API (Gradio's `/gradio_api/info` and the `window.gradio_api_info`
+  its pages embed) to an administrator whole, to a radiologist without the
+  administrators' endpoints, and to nobody signed in not at all; serves
+  Gradio's monitoring (every function's call counts) and OpenAPI document to
+  administrators only;
 - puts the page's unsaved-changes guard (`app.page_scripts.EARLY_HEAD`) first
   in the `<head>` of Gradio's HTML pages served to a signed-in session, before
   Gradio's own scripts;
@@ -46,23 +54,23 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 from urllib.parse import parse_qs
 
-from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse
 from starlette.routing import compile_path
 
-from app import gradio_internals
+from app import gradio_internals, web_signin
 from app.gradio_internals import DEEP_LINK_PATH, STARTUP_EVENTS_PATH, TOKEN_PATHS, UPLOAD_PATHS
 from app.page_scripts import EARLY_HEAD
-from app.web_requests import (client_address, cross_site, from_own_page, inside, route_templates, same_origin,
+from app.services.metrics import HEALTH_PATHS
+from app.web_requests import (OWN_REFUSAL, cross_site, from_own_page, inside, route_templates, with_api_info,
                               with_early_script, with_headers)
 
 # What a browser needs before it has a session: the sign-in page and its assets.
 PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/theme.css", "/gradio_api/theme.css", "/manifest.json", "/robots.txt",
-                          STARTUP_EVENTS_PATH})
+                          STARTUP_EVENTS_PATH, *HEALTH_PATHS})  # health: for load balancers, saying nothing of anyone
 PUBLIC_PREFIXES = ("/assets/", "/static/", "/pwa_icon", "/svelte/")
 # Gradio's HTML pages: the app and the run history; with a session they get `EARLY_HEAD` first in <head>.
 PAGE_PATHS = frozenset({"/", "/gradio_api/runs", "/gradio_api/runs/"})
@@ -70,10 +78,15 @@ SIGN_IN_PATHS = frozenset({"/login", "/login/"})
 SIGN_OUT_PATHS = frozenset({"/logout", "/logout/"})
 # Deep links snapshot a tab's state by its session hash; /token hands the HttpOnly session token to page scripts.
 OFF_PATHS = frozenset({DEEP_LINK_PATH, *TOKEN_PATHS})
-MAX_SIGN_IN_BODY = 16 * 1024
+# Gradio's API description: narrowed to the endpoints the user may call (app.web_requests.with_api_info)
+API_INFO_PATHS = frozenset({"/gradio_api/info", "/gradio_api/info/", "/info", "/info/"})
+# Gradio's call counts of every function, its OpenAPI document and its monitoring pages: administrators only
+ADMIN_ONLY_PREFIXES = ("/monitoring", "/gradio_api/monitoring", "/gradio_api/openapi.json", "/openapi.json")
+UPLOAD_ROUTE = "/gradio_api/upload"  # Gradio's file upload: answers with the cache paths of what it stored
 MAX_JSON_BODY = 10 * 1024 * 1024  # event payloads carry text and file references, never file bytes
 SESSION_USER = "orapo.username"  # the scope key naming the user of a request that passed the session check
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+FORM_TYPES = frozenset({b"multipart/form-data", b"application/x-www-form-urlencoded"})
 # Routes that answer GET with a study's pixels: read only by the app's own page (a same-site page on another port
 # shares the cookie, as SameSite counts no ports).
 DATA_PREFIXES = ("/orapo/viewer/studies/",)
@@ -100,10 +113,10 @@ class RequireSession:
             send = with_headers(send, secure, self._upload_limit_message() if path in UPLOAD_PATHS else None)
         ctx = gradio_internals.context_of(scope.get("app"))
         if path in SIGN_IN_PATHS and scope.get("method") == "POST":
-            await self._sign_in(scope, receive, send, ctx, secure)
+            await web_signin.sign_in(scope, receive, send, ctx, secure)
             return
         if path in SIGN_OUT_PATHS:
-            await self._sign_out(scope, receive, send, ctx)
+            await web_signin.sign_out(scope, receive, send, ctx, self.database)
             return
         exports = self._reaches_admin_files(scope)
         if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
@@ -113,8 +126,13 @@ class RequireSession:
             if exports:
                 await _refuse(scope, receive, send, 403, "Forbidden", "Exports are for administrators.")
                 return
-            if _page(scope) and await self._session_user(scope, ctx) is not None:
-                send = with_early_script(send, EARLY_HEAD)  # the app's page; the sign-in page needs no guard
+            if _page(scope):
+                viewer = await self._session_user(scope, ctx)
+                if viewer is not None:
+                    send = with_early_script(send, EARLY_HEAD)  # the app's page; the sign-in page needs no guard
+                keep = await self._api_shown(viewer, ctx)  # the sign-in page describes no endpoint at all
+                if keep is not None:
+                    send = with_api_info(send, keep)
             await self.app(scope, receive, send)
             return
         username = await self._session_user(scope, ctx)
@@ -130,6 +148,13 @@ class RequireSession:
         if exports and not await self._is_admin(username):
             await _refuse(scope, receive, send, 403, "Forbidden", "Exports are for administrators.")
             return
+        if path.startswith(ADMIN_ONLY_PREFIXES) and not await self._is_admin(username):
+            await _refuse(scope, receive, send, 403, "Forbidden", "This is for administrators.")
+            return
+        if path in API_INFO_PATHS or _page(scope):
+            keep = await self._api_shown(username, ctx)
+            if keep is not None:
+                send = with_api_info(send, keep)
         receive, hashes, too_large = await self._session_hashes(scope, receive)
         if too_large:
             await _refuse(scope, receive, send, 413, "Too large", "This request is too large.")
@@ -141,7 +166,26 @@ class RequireSession:
         scope[SESSION_USER] = username  # the app's own routes (app.viewer_routes) read who this is here
         if _page(scope):
             send = with_early_script(send, EARLY_HEAD)
+        if path == UPLOAD_ROUTE and scope.get("method") == "POST" and book is not None:
+            await self._upload(scope, receive, send, book, username)
+            return
         await self.app(scope, receive, send)
+
+    async def _upload(self, scope, receive, send, book, username: str) -> None:
+        """Gradio's upload route, within the user's quota of bytes not yet stored (ORAPO_MAX_UPLOAD_INFLIGHT_MB),
+        noting which cache paths it gave this session."""
+        size = int(dict(scope.get("headers") or []).get(b"content-length", b"0") or 0)
+        quota_mb = int(getattr(self.settings, "max_upload_inflight_mb", 200))
+        if book.uploads_in_flight(username) + size > quota_mb * 1024 * 1024:
+            await _refuse(scope, receive, send, 413, "upload_quota",
+                          f"upload_quota: your uploads not yet stored would pass {quota_mb} MB "
+                          "(ORAPO_MAX_UPLOAD_INFLIGHT_MB); wait until they are stored, or send fewer files at once.")
+            return
+        book.upload_started(username, size)
+        try:
+            await self.app(scope, receive, _noting_uploads(send, book, _token(scope), size))
+        finally:
+            book.upload_ended(username, size)
 
     def _foreign(self, scope, path: str) -> bool:
         """A request that changes state (any method but GET, HEAD and OPTIONS; every WebSocket) or reads a study's
@@ -154,82 +198,6 @@ class RequireSession:
         if path.startswith(DATA_PREFIXES):
             return cross_site(scope)
         return False
-
-    # -- sign-in and sign-out ----------------------------------------------------------------------------------
-
-    async def _sign_in(self, scope, receive, send, ctx, secure: bool) -> None:
-        guard, book, app = getattr(ctx, "signin", None), getattr(ctx, "sessions", None), scope.get("app")
-        if guard is None or book is None:
-            await JSONResponse({"detail": "Sign-in is not available."}, status_code=503)(scope, receive, send)
-            return
-        if cross_site(scope):
-            await JSONResponse({"detail": "A sign-in posted from another site is refused."},
-                               status_code=403)(scope, receive, send)
-            return
-        request = Request(scope, receive)
-        if int(request.headers.get("content-length") or 0) > MAX_SIGN_IN_BODY:
-            await JSONResponse({"detail": "Request too large."}, status_code=413)(scope, receive, send)
-            return
-        try:
-            form = await request.form(max_files=0, max_fields=8)
-            username, password = str(form.get("username") or ""), str(form.get("password") or "")
-        except Exception:  # a malformed form: no credentials to check
-            await JSONResponse({"detail": "Send a username and a password."}, status_code=400)(scope, receive, send)
-            return
-        if not username.strip() or not password:
-            await JSONResponse({"detail": "Send a username and a password."}, status_code=400)(scope, receive, send)
-            return
-        address = client_address(scope)
-        result = await guard.sign_in(username, password, address)
-        if result.outcome == "locked":
-            response: Response = JSONResponse({"detail": result.message}, status_code=429,
-                                              headers={"Retry-After": str(result.retry_after_s)})
-        elif not result.ok:
-            response = JSONResponse({"detail": "Incorrect credentials."}, status_code=400)
-        else:
-            token = book.open(result.username, result.stamp, address)
-            gradio_internals.grant_token(app, token, result.username)
-            response = JSONResponse({"success": True})
-            secure_name, plain_name = gradio_internals.cookie_names(app)
-            response.set_cookie(secure_name if secure else plain_name, token, httponly=True, samesite="lax",
-                                secure=secure, path="/")
-        await response(scope, receive, send)
-
-    async def _sign_out(self, scope, receive, send, ctx) -> None:
-        from anyio import to_thread
-
-        # A link in the page (GET) must show that it came from the app itself; a POST must not come from elsewhere.
-        allowed = same_origin(scope) if scope.get("method") in ("GET", "HEAD") else not cross_site(scope)
-        if not allowed:
-            await JSONResponse({"detail": "A sign-out requested by another site is refused."},
-                               status_code=403)(scope, receive, send)
-            return
-        app, book = scope.get("app"), getattr(ctx, "sessions", None)
-        token = _token(scope)
-        session = book.end(token) if book is not None else None
-        ended = 0
-        if session is not None:
-            # as Gradio's own sign-out does: every session of this user ends, not only this browser's
-            ended = 1 + book.end_user(session.username)
-            gradio_internals.revoke_tokens(app, username=session.username)
-            await to_thread.run_sync(self._audit_sign_out, session, client_address(scope), ended)
-        gradio_internals.revoke_tokens(app, token=token)
-        response = RedirectResponse(url="/", status_code=302)
-        for name in gradio_internals.cookie_names(app) or ():
-            response.delete_cookie(name, path="/")
-        await response(scope, receive, send)
-
-    def _audit_sign_out(self, session, address: str, ended: int) -> None:
-        from db import AuditRepository, UserRepository
-        from orapo_core.errors import OrapoError
-
-        try:
-            actor: Any = UserRepository(self.database).get_by_username(session.username)
-        except OrapoError:
-            actor = session.username
-        AuditRepository(self.database).append("auth.sign_out", actor=actor, object_type="user",
-                                              object_id=getattr(actor, "id", None),
-                                              details={"address": address, "sessions_ended": ended})
 
     # -- sessions --------------------------------------------------------------------------------------------
 
@@ -252,6 +220,14 @@ class RequireSession:
             gradio_internals.revoke_tokens(app, token=token)
             book.end(token)
             return None
+        idle_s = 60 * float(getattr(self.settings, "session_idle_min", 30.0))
+        max_s = 3600 * float(getattr(self.settings, "session_max_h", 12.0))
+        if book.expired(token, idle_s=idle_s, max_s=max_s):  # ORAPO_SESSION_IDLE_MIN, ORAPO_SESSION_MAX_H
+            gradio_internals.revoke_tokens(app, token=token)
+            book.end(token)
+            return None
+        if _page(scope) or scope.get("type") == "websocket" or scope.get("method", "GET").upper() not in SAFE_METHODS:
+            book.touch(token)  # a click, an upload, a page load; a heartbeat or an event stream is not the reader
         return username
 
     def _stamp(self, username: str) -> str | None:
@@ -266,6 +242,16 @@ class RequireSession:
 
         return await to_thread.run_sync(is_admin, self.database, username)
 
+    async def _api_shown(self, username: str | None, ctx) -> Callable[[str], bool] | None:
+        """Which endpoints of the API description this user may see: an administrator all (None: no filter), a
+        radiologist those that are not an administrator's (`AppContext.admin_api`), nobody signed in none."""
+        if username is None:
+            return lambda name: False
+        if await self._is_admin(username):
+            return None
+        admin_api = frozenset(getattr(ctx, "admin_api", None) or ())
+        return lambda name: name.lstrip("/") not in admin_api
+
     async def _session_hashes(self, scope, receive):
         """The Gradio session hashes a request names (path, query or JSON body); the body is read and replayed."""
         hashes = set(parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_hash", []))
@@ -274,7 +260,11 @@ class RequireSession:
                 hashes.add(params["session_hash"])
         headers = dict(scope.get("headers") or [])
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-        if scope["type"] != "http" or scope.get("method") != "POST" or content_type != b"application/json":
+        # Every body FastAPI might parse as JSON is read here, whatever its media type (`application/json`, any
+        # `application/*+json`, none at all, `text/plain` ...): only the form encodings that never carry JSON are
+        # left to their routes (uploads, with their own size limit; the sign-in form is answered above).
+        if (scope["type"] != "http" or scope.get("method", "GET").upper() in SAFE_METHODS
+                or content_type in FORM_TYPES):
             return receive, hashes, False
         chunks, size, more = [], 0, True
         while more:
@@ -291,8 +281,8 @@ class RequireSession:
             data = json.loads(body or b"null")
         except ValueError:
             data = None
-        if isinstance(data, dict) and isinstance(data.get("session_hash"), str):
-            hashes.add(data["session_hash"])
+        if isinstance(data, dict) and "session_hash" in data:
+            hashes.add(str(data["session_hash"]))
         sent = False
 
         async def replay():
@@ -347,10 +337,33 @@ class RequireSession:
                 "(ORAPO_MAX_UPLOAD_MB); it was not stored.")
 
 
+def _noting_uploads(send, book, token: str | None, size: int):
+    """`send` that tells the session book which cache paths Gradio's upload route gave this session, so that the
+    upload handler reads only what this session uploaded (`SessionBook.uploaded_by`)."""
+    status, chunks = 0, []
+
+    async def wrapped(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body" and status == 200 and token is not None:
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                try:
+                    paths = json.loads(b"".join(chunks) or b"null")
+                except ValueError:
+                    paths = None
+                if isinstance(paths, list):
+                    book.note_uploads(token, [p for p in paths if isinstance(p, str)], size)
+        await send(message)
+
+    return wrapped
+
+
 def _page(scope) -> bool:
     """A request for one of Gradio's HTML pages, whose <head> starts with the unsaved-changes guard
     (`app.page_scripts.EARLY_HEAD`: before Gradio's scripts add their own listeners)."""
-    return scope["type"] == "http" and scope.get("method") == "GET" and scope.get("path") in PAGE_PATHS
+    return scope.get("type") == "http" and scope.get("method") == "GET" and scope.get("path") in PAGE_PATHS
 
 
 def _token(scope) -> str | None:
@@ -367,4 +380,5 @@ async def _refuse(scope, receive, send, status: int, error: str, message: str, *
         await send({"type": "websocket.close", "code": 1008})
         return
     detail = {"error": error, "auth_message" if auth else "message": message}
-    await JSONResponse({"detail": detail}, status_code=status)(scope, receive, send)
+    # marked as the middleware's own answer: an upload's 413 is not rewritten as "too large" (app.web_requests)
+    await JSONResponse({"detail": detail}, status_code=status, headers={OWN_REFUSAL: "1"})(scope, receive, send)

@@ -30,7 +30,7 @@ measure for every method, so GRPO's curve and OraPO's compare (the trainer's own
 `orapo/oracle_logp` is over each batch's failed studies, and GRPO logs none).
 
 This is a benchmark, not engine code: it writes plots with plotly.
-`benchmarks/bench_learning.py` is its command line.
+`benchmarks.bench_learning` is its command line.
 """
 
 from __future__ import annotations
@@ -38,15 +38,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 DEFAULT_RECIPE = ROOT / "orapo_core" / "train" / "recipes" / "round-cpu.yaml"
 RARE_FINDINGS = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
@@ -142,7 +139,8 @@ def quick_plan(plan: AblationPlan) -> AblationPlan:
     """What `--quick` changes: GRPO + FactS against OraPO + FactS (and the starter) on one seed, 150 steps, with
     pneumothorax in half the pool and half of 120 held-out studies, shorter rollouts: the gap on a finding the
     starter does not report, in the clinic's setting (the corrections of one missed finding), in about 15 minutes.
-    With FactS's form guard on for both: without it GRPO alone games FactS with degenerate text (README)."""
+    With FactS's form guard on for both: without it GRPO alone games FactS with degenerate text
+    (docs/pages/research/learning.md, "With the form guard")."""
     return replace(plan, methods=("starter", "grpo_facts", "orapo_1000"), seeds=plan.seeds[:1], steps=150,
                    checkpoints=2, n_eval=120, n_eval_curve=None, pool_studies=800, eval_max_new_tokens=112,
                    prevalence=plan.prevalence or dict(QUICK_PREVALENCE),
@@ -253,10 +251,10 @@ def evaluate(drafter, held_out: HeldOut, *, n: int | None = None, batch: int = 3
 
 def positives_of(labels: dict) -> str:
     """The 14 observations as '0'/'1' (positive or uncertain, as the clinical-efficacy metrics count them)."""
-    from orapo_core.facts.metrics import _positive
+    from orapo_core.facts.metrics import is_positive
     from orapo_core.facts.ontology import CHEXPERT_14
 
-    return "".join("1" if _positive(labels, name) else "0" for name in CHEXPERT_14)
+    return "".join("1" if is_positive(labels, name) else "0" for name in CHEXPERT_14)
 
 
 def _as_array(positives: Sequence[str]):

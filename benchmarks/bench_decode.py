@@ -2,7 +2,7 @@
 
 Run on one core, as the target says:
 
-    OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python benchmarks/bench_decode.py
+    OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python -m benchmarks.bench_decode
 
 It times the whole `ingest_bytes` (parse, checks, decode, modality/VOI,
 MONOCHROME1, de-identification, 8-bit rendering), one slider `window()` call,
@@ -64,7 +64,7 @@ def main() -> None:
     slider_ms = _median_ms(lambda: window(image.pixels, image.window_center - 2000, 12000), args.repeats)
     reference_ms = _median_ms(pydicom_pipeline, args.repeats)
 
-    print(f"command: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} {sys.executable} {' '.join(sys.argv)}")
+    print(f"command: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} {sys.executable} -m benchmarks.bench_decode {' '.join(sys.argv[1:])}")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
           f"affinity {len(os.sched_getaffinity(0))} core(s), Python {platform.python_version()}, numpy {np.__version__}, pydicom {pydicom.__version__}")
     print(f"file: {args.file} {image.pixels.shape[1]}x{image.pixels.shape[0]}, {image.bits_stored}-bit, "

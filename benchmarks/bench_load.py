@@ -1,6 +1,6 @@
 """Load: N radiologists at once against the launched app, upload to draft to signed correction.
 
-    OMP_NUM_THREADS=2 taskset -c 0,1 .venv/bin/python benchmarks/bench_load.py [--model DIR] [--rounds 3]
+    OMP_NUM_THREADS=2 taskset -c 0,1 .venv/bin/python -m benchmarks.bench_load [--model DIR] [--rounds 3]
 
 Starts the app as `orapo serve` does (same queue, sign-in and middleware) on a
 free local port in a fresh data folder, serving the starter model
@@ -27,9 +27,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the readers and the tiny VLM live with the tests (tests.support)
 
 
 def served_model(arg: str | None, tiny: bool, workdir: Path) -> tuple[Path, str]:
@@ -87,7 +84,8 @@ def main() -> None:
     from tests.support.app import launched_app, phantom_png
     from tests.support.readers import check_stored_once, corrected_text, make_readers, run_readers, summarize
 
-    command = shlex.join([f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}", sys.executable, *sys.argv])
+    command = shlex.join([f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}", sys.executable,
+                          "-m", "benchmarks.bench_load", *sys.argv[1:]])
     print(f"command: {command}")
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="orapo-bench-load-") as tmp:

@@ -15,7 +15,7 @@ the merger; decodable from `merged` but not from `prompt` is lost by the text
 model's reading. The issue's goal: AUC >= 0.90 from `merged` for every finding
 whose pixel AUC is >= 0.95.
 
-    .venv/bin/python benchmarks/bench_probe.py --model assets/starter [--n 1000] [--json OUT.json]
+    .venv/bin/python -m benchmarks.bench_probe --model assets/starter [--n 1000] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -157,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     misses = [kind for j, kind in enumerate(FINDING_KINDS) if table["pixels"][j] >= 0.95 and table["merged"][j] < 0.90]
     print(f"goal (merged >= 0.90 where pixels >= 0.95): {len(goal) - len(misses)}/{len(goal)} met"
           + (f"; missed: {', '.join(misses)}" if misses else ""))
-    print(f"({time.perf_counter() - started:.0f} s) command: .venv/bin/python benchmarks/bench_probe.py "
+    print(f"({time.perf_counter() - started:.0f} s) command: .venv/bin/python -m benchmarks.bench_probe "
           + " ".join(argv if argv is not None else sys.argv[1:]))
     if args.json:
         Path(args.json).write_text(json.dumps({"findings": list(FINDING_KINDS), "auc": table, "n": args.n,

@@ -22,7 +22,7 @@ recall of each rare finding, their mean (the rare-finding recall), false
 positives of any rare finding on the negatives, macro-F1 over the 14, and how
 many rare-finding studies each order put in front of the reader.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reading_order.py [--pool 240] [--budget 80] [--json OUT]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_reading_order [--pool 240] [--budget 80] [--json OUT]
     orapo bench reading_order
 
 Goal (issue 15): the informed order with at most half the corrections reaches
@@ -37,7 +37,7 @@ rare finding the reader had been shown after every `--every` corrections. That
 is what the ordering controls; whether a round then learns from them is the
 clinic story's question.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reading_order.py --reading-only --pool 1000 --budget 300 --json OUT
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_reading_order --reading-only --pool 1000 --budget 300 --json OUT
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RARE = {"pneumothorax": "Pneumothorax", "fracture": "Fracture", "lung_lesion": "Lung Lesion",
         "pleural_other": "Pleural Other"}
@@ -65,7 +64,7 @@ def draft_pool(args, base: Path) -> dict[int, object]:
     from app.runtime import open_database
     from app.services import drafting
     from app.services.ingest import ingest_bytes
-    from benchmarks.bench_round_story import write_dicoms
+    from benchmarks.round_story_common import write_dicoms
     from db import UserRepository
     from orapo_core.config import Settings
     from orapo_core.data.phantom import generate_study
@@ -101,7 +100,7 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
     `every` corrections too."""
     from app.runtime import open_database
     from app.services import reading_order, reports
-    from benchmarks.bench_round_story import report_of
+    from benchmarks.round_story_common import report_of
     from db import StudyRepository, UserRepository
     from orapo_core.config import Settings
 
@@ -171,7 +170,7 @@ def run_round(arm: Path) -> dict:
 
 def test_set(args) -> tuple[list, list]:
     """(studies, rare-finding kinds present in each) of the test studies, none of them in the pool."""
-    from benchmarks.bench_round_story import draw
+    from benchmarks.round_story_common import draw
     from orapo_core.data.phantom import generate_study
 
     studies, kinds = [], []
@@ -190,7 +189,7 @@ def test_set(args) -> tuple[list, list]:
 
 
 def score(model: tuple[str, str | None], studies, kinds, folder: Path) -> dict:
-    from benchmarks.bench_round_story import phantom_test_records
+    from benchmarks.round_story_common import phantom_test_records
     from orapo_core.models.draft import Drafter
     from orapo_core.models.evaluate import evaluate_drafter
 
@@ -279,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.data_dir or tempfile.mkdtemp(prefix="orapo-order-"))
     root.mkdir(parents=True, exist_ok=True)
-    report = {"command": "benchmarks/bench_reading_order.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    report = {"command": "python -m benchmarks.bench_reading_order " + " ".join(argv if argv is not None else sys.argv[1:]),
               "pool": args.pool, "budget": args.budget, "arms": {}}
     started = time.perf_counter()
     by_id = draft_pool(args, root / "clinic")
@@ -321,16 +320,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def rescore(args) -> int:
     """Each arm's candidate scored again, its finding verifier fitted again by today's `fit_round_verifier` on the
-    round's own train.csv (`bench_round_story.fit_version_verifier`), on the same test studies."""
+    round's own train.csv (`round_story_common.fit_version_verifier`), on the same test studies."""
     from app.runtime import open_database
     from app.services.served import resolve_path
-    from benchmarks.bench_round_story import fit_version_verifier
+    from benchmarks.round_story_common import fit_version_verifier
     from db import ModelVersionRepository
     from orapo_core.config import Settings
 
     root = Path(args.data_dir)
     studies, kinds = test_set(args)
-    report = {"command": "benchmarks/bench_reading_order.py " + " ".join(sys.argv[1:]), "arms": {}}
+    report = {"command": "python -m benchmarks.bench_reading_order " + " ".join(sys.argv[1:]), "arms": {}}
     for name in args.arms.split(","):
         arm = root / name
         settings = Settings(data_dir=arm)

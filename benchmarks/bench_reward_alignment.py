@@ -1,6 +1,6 @@
 """Does a GRPO step on a reward raise 14-observation macro-F1? Measured on the starting model's own samples, no training.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reward_alignment.py --model assets/starter --studies 600 --k 8 --json OUT
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_reward_alignment --model assets/starter --studies 600 --k 8 --json OUT
 
 GRPO moves the policy toward the samples its reward ranks above their group's mean. Whether that raises the
 metric the table reports (macro-F1 over the 14 observations, across studies) depends on the reward, and it can
@@ -22,7 +22,7 @@ self-critical baseline would move the greedy draft toward).
 
 The references are the studies' labels; FactS reads each sample as the evaluator does (`label_report`).
 
-`label_f1_all` and `label_f1_seen` are that per-study F1 as TRL rewards, for `bench_learning.py --reward`: the
+`label_f1_all` and `label_f1_seen` are that per-study F1 as TRL rewards, for `bench_learning --reward`: the
 second leaves out the findings the starter cannot see (`UNSEEN`), to test whether the reward on those is what
 makes GRPO drift.
 """
@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 ETAS = (0.0, 0.5, 1.0, 2.0, math.inf)
 #: The findings the shipped starter's prompt state reads at linear-probe AUC below 0.7
@@ -69,16 +68,16 @@ def label_f1(completions, observations, *, labels=None) -> list[float | None]:
 def study_f1(said: dict, reference: dict, observations) -> float:
     """One report's F1 over `observations` against its study's labels (uncertain counts as positive); 1.0 when
     neither side states any of them."""
-    from orapo_core.facts.metrics import _positive
+    from orapo_core.facts.metrics import is_positive
 
-    tp = sum(_positive(said, n) and _positive(reference, n) for n in observations)
-    fp = sum(_positive(said, n) and not _positive(reference, n) for n in observations)
-    fn = sum(_positive(reference, n) and not _positive(said, n) for n in observations)
+    tp = sum(is_positive(said, n) and is_positive(reference, n) for n in observations)
+    fp = sum(is_positive(said, n) and not is_positive(reference, n) for n in observations)
+    fn = sum(is_positive(reference, n) and not is_positive(said, n) for n in observations)
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
 
 
 def label_f1_all(completions, *, labels=None, **kwargs) -> list[float | None]:
-    """A diagnostic reward (`bench_learning.py --reward benchmarks.bench_reward_alignment:label_f1_all`): F1 over
+    """A diagnostic reward (`bench_learning --reward benchmarks.bench_reward_alignment:label_f1_all`): F1 over
     the 14 labels, which this benchmark measures as aligned with macro-F1 as FactS is."""
     from orapo_core.facts.ontology import CHEXPERT_14
 
@@ -132,14 +131,14 @@ def macro_f1(counts: list[list[float]]) -> float:
 
 
 def per_study_counts(sample_labels: list[dict], reference: dict, sample_weights: list[float], names) -> list[list[float]]:
-    from orapo_core.facts.metrics import _positive
+    from orapo_core.facts.metrics import is_positive
 
     out = []
     for name in names:
-        yr = _positive(reference, name)
+        yr = is_positive(reference, name)
         tp = fp = fn = 0.0
         for labels, w in zip(sample_labels, sample_weights, strict=True):
-            yp = _positive(labels, name)
+            yp = is_positive(labels, name)
             tp += w * (yp and yr)
             fp += w * (yp and not yr)
             fn += w * (yr and not yp)
@@ -254,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         replaced += best != 0
         better.append(per_study_counts([label_report(group[best])], references[i], [1.0], names))
     out = {
-        "command": "OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_reward_alignment.py " + " ".join(sys.argv[1:]),
+        "command": "OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_reward_alignment " + " ".join(sys.argv[1:]),
         "model": opts.model, "studies": len(records), "k": opts.k, "pool_seed": opts.pool_seed,
         "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new,
         "greedy_macro_f1": macro_f1(summed(greedy_counts, list(range(len(records))))),

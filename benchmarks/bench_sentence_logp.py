@@ -16,9 +16,9 @@ readout's cross-fitted AUC from the state at the prompt and after fixed report t
 
 Beside it, from the model's greedy drafts of the same studies and of as many without the finding: the share of
 drafts that state the finding on films with it (recall) and without it. Run it on the starter and on a trained
-model (an ablation run kept with `bench_learning.py --keep-weights`) and compare:
+model (an ablation run kept with `bench_learning --keep-weights`) and compare:
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_sentence_logp.py --model assets/starter \
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_sentence_logp --model assets/starter \
         [--adapter DIR] --prevalence pneumothorax=0.25 fracture=0.25 lung_lesion=0.25 pleural_other=0.25 --json OUT
 """
 
@@ -29,13 +29,10 @@ import collections
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 RARE = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
 

@@ -2,7 +2,7 @@
 
 Run on two cores, as the targets say (draft in 2 s or less, K=4 in 4 s or less):
 
-    OMP_NUM_THREADS=2 taskset -c 0,1 .venv/bin/python benchmarks/bench_starter.py [--model DIR]
+    OMP_NUM_THREADS=2 taskset -c 0,1 .venv/bin/python -m benchmarks.bench_starter [--model DIR]
 
 The model is the one given, else `<ORAPO_DATA_DIR>/models/starter`, else the
 shipped `assets/starter`. Latencies are medians over `--repeats` drafts of
@@ -112,7 +112,7 @@ def main() -> None:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     torch.set_num_threads(2)
-    print("command:", " ".join([os.path.basename(sys.executable)] + sys.argv))
+    print("command:", " ".join([os.path.basename(sys.executable), "-m", "benchmarks.bench_starter", *sys.argv[1:]]))
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
           f"torch threads {torch.get_num_threads()}, torch {torch.__version__}")
     if args.rebuild:

@@ -1,6 +1,6 @@
 """Step time of OraPO against plain TRL GRPOTrainer: same model, batch, seed, reward and generation settings.
 
-    .venv/bin/python benchmarks/bench_step_time.py [--model DIR] [--steps 8] [--warmup 2] [--rounds 2] [--threads 1]
+    .venv/bin/python -m benchmarks.bench_step_time [--model DIR] [--steps 8] [--warmup 2] [--rounds 2] [--threads 1]
 
 Both trainers are measured side by side in one process, alternating (GRPO,
 OraPO, OraPO, GRPO, ...) so that load from anything else on the machine falls
@@ -32,9 +32,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def default_model() -> Path | None:
@@ -144,7 +141,7 @@ def main() -> int:
     grpo, orapo = statistics.median(measured["grpo"]), statistics.median(measured["orapo"])
     grpo_cpu, orapo_cpu = statistics.median(measured_cpu["grpo"]), statistics.median(measured_cpu["orapo"])
     result = {
-        "command": " ".join([os.path.relpath(sys.executable), *sys.argv]),
+        "command": " ".join([os.path.relpath(sys.executable), "-m", "benchmarks.bench_step_time", *sys.argv[1:]]),
         "model": str(model_dir), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch threads "
         f"{torch.get_num_threads()}", "settings": {k: args[k] for k in ("per_device_train_batch_size", "num_generations",
                                                                           "max_completion_length", "max_steps")},

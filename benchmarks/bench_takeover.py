@@ -1,6 +1,6 @@
 """How long scheduled rounds go unattended when the leading `orapo serve` dies: from its SIGKILL to the other leading.
 
-    ORAPO_TEST_POSTGRES_URL=$(.ci/postgres.sh) OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_takeover.py [--runs 5] [--lease-s 15]
+    ORAPO_TEST_POSTGRES_URL=$(.ci/postgres.sh) OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_takeover [--runs 5] [--lease-s 15]
 
 Starts two `orapo serve --no-model` processes on 127.0.0.1 sharing one PostgreSQL (a schema made for the run and
 dropped after) and one data folder, with ORAPO_LEADER_LEASE_S=`--lease-s` (15 s, the default, unless told). Then
@@ -26,9 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the server launcher and the test database live with the tests (tests.support)
-
 
 def leader_pid(database) -> int | None:
     from app.services.leader import LEADER_LEASE, ServerIdentity
@@ -50,7 +47,7 @@ def main() -> None:
     from tests.support.databases import empty_database
     from tests.support.servers import ServeProcess
 
-    print(f"command: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_takeover.py {shlex.join(sys.argv[1:])}")
+    print(f"command: OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_takeover {shlex.join(sys.argv[1:])}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     bound = args.lease_s + args.lease_s / 3

@@ -1,6 +1,6 @@
 """The Read tab's viewer in headless Chromium: the first frame after opening a study, and frames while dragging.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_viewer.py [--runs 5] [--drag-seconds 3]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_viewer [--runs 5] [--drag-seconds 3]
 
 Launches the app in this process as `orapo serve` does (the same `launch_options`: session middleware, viewer
 routes), ingests pydicom-data's RG1_UNCI.dcm (1841 x 1955, 15-bit, uncompressed) for rita, and drives Debian's
@@ -36,8 +36,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -174,7 +172,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from playwright.sync_api import sync_playwright
 
-    command = "OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_viewer.py " + shlex.join(sys.argv[1:])
+    command = "OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_viewer " + shlex.join(sys.argv[1:])
     version = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.strip()
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())

@@ -15,7 +15,7 @@ No text model is trained, so a variant costs minutes, and a row says whether
 more films, more steps, a wider or deeper tower or more visual tokens let the
 tower see a rare finding at all, before any report or round is trained on it.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_vision_warmup.py [--vision-n-train N] [--vision-steps N]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_vision_warmup [--vision-n-train N] [--vision-steps N]
         [--vision-depth D] [--vision-embed-dim E] [--image-side PX] [--patch-size PX] --json OUT.json
 """
 
@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_probe import auc, ridge_probe_auc  # noqa: E402
 
@@ -47,9 +46,9 @@ def merged_tokens(warm_start, images: np.ndarray, batch: int = 64) -> np.ndarray
         for start in range(0, len(images), batch):
             pictures = [Image.fromarray(a).convert("RGB") for a in images[start:start + batch]]
             vision = warm_start.processor.image_processor(images=pictures, return_tensors="pt")
-            warm_start._visual.clear()
+            warm_start.visual.clear()
             visual(vision["pixel_values"], grid_thw=vision["image_grid_thw"])
-            out.append(warm_start._visual[0].reshape(len(pictures), -1).numpy())
+            out.append(warm_start.visual[0].reshape(len(pictures), -1).numpy())
     return np.concatenate(out)
 
 
@@ -117,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'finding':28s} {'head':>7s} {'ridge':>7s}")
     for j, kind in enumerate(kinds):
         print(f"{kind:28s} {table['head'][j]:7.3f} {table['ridge'][j]:7.3f}")
-    print("command: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_vision_warmup.py "
+    print("command: OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_vision_warmup "
           + " ".join(argv if argv is not None else sys.argv[1:]))
     if args.json:
         Path(args.json).write_text(json.dumps({

@@ -1,6 +1,6 @@
 """A screenshot walk through the app, as a radiologist and an administrator see it, at 1440 x 900.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/walk_screenshots.py [--out docs/screenshots] [--no-round]
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.walk_screenshots [--out docs/pages/screenshots] [--no-round]
 
 Starts the app on 127.0.0.1 in a temporary data folder, as `orapo serve` does (the shipped starter copied into the
 data folder and warmed as the server starts; the same `launch_options`), with the test suite's three users
@@ -25,7 +25,8 @@ not ended within --round-timeout seconds) the Rounds tab is shown as it is (the 
 script says so.
 
 Each screenshot is the 1440 x 900 viewport, not the whole page, saved as a PNG with an adaptive 256-colour
-palette (about 30 to 230 KB each, the radiograph still readable). The README's app section links them.
+palette (about 30 to 230 KB each, the radiograph still readable). The docs' guides show them
+(docs/pages/guide/radiologist.md and admin.md).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the users, the seeded studies and the round recipe live with the tests (tests.support)
 
 WIDTH, HEIGHT = 1440, 900
 WAIT = 60_000  # every wait is explicit: the app drafts on 2 busy cores
@@ -212,7 +212,7 @@ def administrator(browser, url: str, out: Path, *, round_timeout: float, train: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots", help="where the PNGs go")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "pages" / "screenshots", help="where the PNGs go")
     parser.add_argument("--no-round", action="store_true", help="show the Rounds tab without training a round")
     parser.add_argument("--round-timeout", type=float, default=600.0, help="seconds to wait for the round to end")
     args = parser.parse_args(argv)
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             demo.close()
     print(f"{len(shots)} screenshots in {args.out} in {time.monotonic() - began:.0f} s", flush=True)
-    print("command: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/walk_screenshots.py"
+    print("command: OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.walk_screenshots"
           + (" --no-round" if args.no_round else ""))
     return 0
 

@@ -153,6 +153,13 @@ class Database:
     def is_up_to_date(self) -> bool:
         return self.current_revision() == self.head_revision()
 
+    def ping(self) -> None:
+        """One trivial query (`SELECT 1`); raises when the database does not answer (the app's `/readyz`)."""
+        from sqlalchemy import text
+
+        with self.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+
     def dispose(self) -> None:
         with self._lock:
             if self._engine is not None:

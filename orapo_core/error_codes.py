@@ -3,9 +3,9 @@
 An `OrapoError` carries a code and a sentence written where the problem is
 known (with the file, the number or the name at hand); this catalogue is the
 other half: the one list of codes, grouped by where they come from, that a
-script can match on and `docs/errors.md` shows. A test scans the code for every
+script can match on and `docs/pages/reference/errors.md` shows. A test scans the code for every
 `OrapoError("...")` and fails on a code missing here, and another keeps
-`docs/errors.md` equal to what `python -m orapo_core.error_codes` writes.
+`docs/pages/reference/errors.md` equal to what `python -m orapo_core.error_codes` writes.
 
 Standard library only: the CLI and the docs script import it without torch.
 """
@@ -118,6 +118,8 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "report_changed": "The report on screen is not the text that was confirmed; nothing was saved.",
         "not_your_session": "The page's session belongs to another user; reload the page.",
         "nothing_to_confirm": "Nothing is waiting to be stored; save or sign the report again.",
+        "upload_gone": "An uploaded file was no longer in the upload area when it was to be stored; upload it again.",
+        "not_your_upload": "A file named in an upload was not uploaded from this session; nothing was read or stored.",
         "study_not_open": "The page now shows another study than the report being stored; nothing was stored. Check the image and the report, then save or sign again.",
         "no_study": "No study is selected; choose one in the worklist first.",
         "invalid_scope": "The dashboard scope is not one of the known ones.",
@@ -131,6 +133,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "no_signed_report": "The study has no signed report; only a signed report becomes a DICOM SR.",
         "no_dicom_image": "The study has no stored DICOM image for its structured report to refer to.",
         "sr_invalid": "The DICOM SR of a report did not read back as it was written; nothing was written for it.",
+        "sr_unwritable": "A study's stored DICOM header holds a value DICOM does not allow (stored before ingest checked them), so it cannot become an SR; it is skipped and the others are written.",
     },
     "the archive (PACS over DICOMweb and DIMSE)": {
         "no_archive": "No archive is configured; set ORAPO_DICOMWEB_URL (and its credentials).",
@@ -182,6 +185,22 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "worker_gone": "The round's worker process disappeared (the app or the machine restarted).",
         "app_restarted": "The app stopped before the queued round started.",
     },
+    "backups (orapo backup and orapo restore)": {
+        "backup_exists": "The backup folder exists and is not empty (or lies inside the images or models folder); name a new one.",
+        "backup_unsupported": "Backups cover a SQLite database in a file and PostgreSQL; the configured database is neither.",
+        "backup_no_database": "There is no database to back up at the configured place; check ORAPO_DATA_DIR or ORAPO_DATABASE_URL.",
+        "pg_dump_missing": "PostgreSQL's pg_dump is not on PATH; install the client programs of the server's major version (or newer).",
+        "pg_dump_failed": "PostgreSQL's pg_dump could not dump the database; the sentence gives its reason (a version mismatch, a refused login).",
+        "backup_invalid": "The folder is not an OraPO backup: its manifest.json is missing, does not parse or names files outside it.",
+        "backup_damaged": "A file of the backup is missing or differs from the one the backup was made with; nothing was restored.",
+        "backup_database_mismatch": "The backup holds a SQLite database and PostgreSQL is configured, or the other way round.",
+        "backup_newer": "The backup was made by a newer OraPO (its schema revision is unknown here); restore it with that release.",
+        "restore_not_empty": "The data folder or the database to restore into is not empty; restore into new, empty ones.",
+        "restore_secret_mismatch": "ORAPO_DEID_SECRET is set to another secret than the backup's; unset it or set it to the backup's.",
+        "pg_restore_missing": "PostgreSQL's pg_restore is not on PATH; install the client programs of the server's major version (or newer).",
+        "pg_restore_failed": "PostgreSQL's pg_restore could not restore the dump into the configured database; the sentence gives its reason.",
+        "integrity_failed": "The restored data failed the integrity check (rows, SQLite's checks, schema revision, files); the sentence says what.",
+    },
     "command line and web server": {
         "bad_option": "A command-line option is out of range.",
         "eval_invalid": "An `orapo eval` option is out of range.",
@@ -212,9 +231,9 @@ def _cell(text: str) -> str:
 
 
 def markdown() -> str:
-    """The catalogue as `docs/errors.md`."""
+    """The catalogue as `docs/pages/reference/errors.md` (a page of the docs site)."""
     lines = ["# Error codes", "",
-             "<!-- generated by `python -m orapo_core.error_codes > docs/errors.md`; do not edit by hand -->", "",
+             "<!-- generated by `python -m orapo_core.error_codes > docs/pages/reference/errors.md`; do not edit by hand -->", "",
              "Every refusal is printed (and shown in the app) as `code: sentence`. The sentence at the time names",
              "the file, number or setting at hand; this table says what each code means in general. The codes are",
              f"stable: scripts may match on them. {len(ERROR_CODES)} codes, from `orapo_core/error_codes.py`.", ""]

@@ -138,3 +138,18 @@ def browser() -> Iterator:
         b = launch(p)
         yield b
         b.close()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No thread of the app is left inside torch when the interpreter ends: that aborts the process after every test
+    passed ("terminate called without an active exception", make error 134). Servers close their registries
+    (`ModelRegistry.close`); a test that drafted without a server leaves at most an idle batcher, which ends here.
+    Whatever is still running is named, so a new leak shows up by name rather than as an abort."""
+    import threading
+
+    left = [t for t in threading.enumerate() if t.name.startswith("orapo-") and t.is_alive()]
+    for thread in left:
+        thread.join(60)
+    still = [t.name for t in left if t.is_alive()]
+    if still:
+        print(f"\nthreads of the app still running at exit: {', '.join(sorted(still))}")

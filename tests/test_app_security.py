@@ -195,3 +195,35 @@ def test_exports_leave_nothing_patient_derived_behind(tmp_path):
         _, again = boss.predict(api_name="/export_fhir")
         assert not pairs_zip.parent.exists() and fhir_zip.is_file() and Path(again["path"]).is_file()
     assert not [p for p in downloads_dir(settings).rglob("*") if p.is_file()]  # Gradio's sweep at close
+
+
+def test_the_api_description_and_call_counts_are_an_administrators(server):
+    """D9: the sign-in page described all 36 endpoints (admin ones too) to anyone, and `/monitoring/summary` gave any
+    radiologist every function's call counts."""
+    import json
+    import re
+
+    import httpx
+
+    url, settings, db, demo = server
+
+    def embedded(page: str) -> dict:
+        found = re.search(r"window\.gradio_api_info = (.*?);</script>", page, re.S)
+        assert found is not None
+        return json.loads(found.group(1))
+
+    with httpx.Client(base_url=url, timeout=30) as anonymous:
+        assert embedded(anonymous.get("/").text)["named_endpoints"] == {}
+    seen = {}
+    for name, password in (("rita", "rita-pass-1"), ("boss", "admin-pass-1")):
+        with httpx.Client(base_url=url, timeout=30, headers={"Origin": url}) as http:
+            assert http.post("/login", data={"username": name, "password": password}).status_code == 200
+            info = set(http.get("/gradio_api/info").json()["named_endpoints"])
+            assert set(embedded(http.get("/").text)["named_endpoints"]) == info
+            seen[name] = (info, http.get("/monitoring/summary").status_code,
+                          http.get("/gradio_api/openapi.json").status_code)
+    admin_only = set(ADMIN_ENDPOINTS) | {"/start_round", "/promote_version", "/rollback_version"}
+    rita, boss = seen["rita"], seen["boss"]
+    assert admin_only <= boss[0] and not admin_only & rita[0]
+    assert {"/upload_studies", "/draft_report", "/sign_report", "/open_study"} <= rita[0]
+    assert rita[1:] == (403, 403) and boss[1] != 403

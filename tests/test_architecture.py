@@ -254,6 +254,14 @@ def test_no_import_circle_in_the_app() -> None:
     assert _cycles(_app_import_graph(APP)) == []
 
 
+def test_no_import_circle_in_the_benchmarks() -> None:
+    """The same for the `benchmarks` package: what two benchmarks share lives in a module of its own
+    (`round_story_common`), not in one of them importing the other back."""
+    graph = _app_import_graph(ENGINE.parent / "benchmarks", package="benchmarks")
+    assert _cycles(graph) == []
+    assert "benchmarks.round_story_common" in graph["benchmarks.bench_round_story"]  # the walk saw the imports
+
+
 def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
     (tmp_path / "tabs").mkdir()
     (tmp_path / "server.py").write_text("from app.tabs import read\n")

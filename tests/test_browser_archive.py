@@ -1,6 +1,6 @@
 """The Worklist's "From the archive" view in a real browser, against the test Orthanc (.ci/orthanc.sh): a reader
 searches the archive, sees which studies are already here, ticks one, imports it, and reads what became of it in the
-page. Its screenshot is the README's (docs/screenshots/archive-view.png is copied from tests/artifacts/)."""
+page. Its screenshot is the PACS page's (docs/pages/screenshots/archive-view.png is copied from tests/artifacts/)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from orapo_core.error_codes import CATALOGUE, ERROR_CODES, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("app", "orapo_core", "db", "benchmarks")
-DOCS = ROOT / "docs" / "errors.md"
+DOCS = ROOT / "docs" / "pages" / "reference" / "errors.md"
 
 
 def _python_files():
@@ -100,7 +100,7 @@ def test_each_code_has_one_sentence_and_one_area() -> None:
 
 
 def test_the_docs_table_is_generated_and_current() -> None:
-    assert DOCS.read_text() == markdown(), "regenerate it: python -m orapo_core.error_codes > docs/errors.md"
+    assert DOCS.read_text() == markdown(), "regenerate it: python -m orapo_core.error_codes > docs/pages/reference/errors.md"
     printed = subprocess.run([sys.executable, "-m", "orapo_core.error_codes"], capture_output=True, text=True,
                              cwd=ROOT, check=True).stdout
     assert printed == markdown()

@@ -140,7 +140,7 @@ def test_export_all_skips_what_cannot_be_an_sr_and_says_why(clinic, tmp_path, ca
     CorrectionRepository(clinic.db).create(no_dicom, author_id=clinic.rita.id, text=REPORT, signed=True)
 
     out = tmp_path / "all"
-    assert main(["export", "sr", "--all", str(out)]) == 0, capsys.readouterr().err
+    assert main(["export", "sr", "--all", str(out)]) == 1, capsys.readouterr().err  # 1: a study was skipped
     assert sorted(p.name for p in out.glob("*.dcm")) == sorted([f"study-{signed}.dcm", f"study-{png}.dcm"])
     skipped = json.loads((out / "skipped-sr.json").read_text())
     assert [(s["study_id"], s["error"]) for s in skipped] == [(no_dicom, "no_dicom_image")]
@@ -152,6 +152,34 @@ def test_export_all_skips_what_cannot_be_an_sr_and_says_why(clinic, tmp_path, ca
     assert main(["export", "sr", str(unsigned), str(tmp_path / "one")]) == 2
     assert "no_signed_report" in capsys.readouterr().err
     assert main(["export", "sr", str(tmp_path / "x")]) == 2 and "study_or_all" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_one_study_with_a_header_value_against_its_vr_does_not_stop_the_others(clinic, tmp_path, capsys):
+    """A study stored before ingest checked header values (its file holds StudyTime 'QZXTIME', as an old database's
+    may) is reported by code and id, never by value or traceback; the others are written and the exit status is 1."""
+    from db import StudyRepository
+    from tests.support.dicom import set_raw
+
+    studies = [clinic.add_study(data) for data, _ in phantom_dicoms(clinic.files, 3, seed=4246)]
+    odd = studies[1]
+    (image,) = StudyRepository(clinic.db).images(odd)
+    path = clinic.settings.storage_dir / image.dicom_path
+    ds = pydicom.dcmread(path)
+    set_raw(ds, "StudyTime", "QZXTIME")
+    ds.save_as(path, enforce_file_format=True)
+    assert b"QZXTIME" in path.read_bytes()
+
+    out = tmp_path / "all"
+    assert main(["export", "sr", "--all", str(out)]) == 1
+    printed = capsys.readouterr()
+    assert sorted(p.name for p in out.glob("*.dcm")) == sorted(f"study-{s}.dcm" for s in studies if s != odd)
+    assert [(s["study_id"], s["error"]) for s in json.loads((out / "skipped-sr.json").read_text())] == [(odd, "sr_unwritable")]
+    assert "2 DICOM SR file(s) written" in printed.out
+    assert [line for line in printed.out.splitlines() if "sr_unwritable" in line] == \
+        [line for line in printed.out.splitlines() if line.startswith(f"  study {odd}: sr_unwritable: ")]
+    assert "QZXTIME" not in printed.out + printed.err + (out / "skipped-sr.json").read_text()
+    assert "Traceback" not in printed.out + printed.err
 
 
 def test_coded_findings_follow_the_labelers_aggregation() -> None:

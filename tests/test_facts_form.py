@@ -114,7 +114,7 @@ def test_the_recipe_switch_and_the_logged_form():
     from orapo_core.train.config import parse_recipe
 
     field = next(f for f in OraPOConfig.__dataclass_fields__.values() if f.name == "facts_form_guard")
-    assert field.default is False  # off unless asked for: rounds measured worse with it (README)
+    assert field.default is False  # off unless asked for: rounds measured worse with it (docs, Research)
     _script, round_config, _model = parse_recipe(ROUND_RECIPE)
     assert round_config.facts_form_guard is False
     assert quick_plan(AblationPlan(out_dir="x", model_dir="m")).overrides["facts_form_guard"] is True

@@ -10,9 +10,10 @@ import pytest
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
 
-from tests.support.dicom import dicom_bytes, image_dataset
+from tests.support.dicom import dicom_bytes, image_dataset, set_raw
 
 from orapo_core.imaging import deidentify, ingest_bytes
+from orapo_core.imaging.deid import NONCONFORMANT_NOTE, conforms
 
 SECRET = "test-secret"
 STUDY_UID = "1.2.826.0.1.3680043.8.498.111"
@@ -184,3 +185,55 @@ def test_the_archive_link_is_sealed_and_opens_only_with_the_secret():
         with pytest.raises(OrapoError) as exc:
             unseal_archive_uid(secret, token)
         assert exc.value.code == "archive_link_invalid"
+
+
+# Values a sender wrote against their VR (PS3.5 6.2): a word where a time, an age, a number or a code belongs.
+NONCONFORMANT = {"StudyTime": "QZXTIME", "PatientAge": "old", "PatientWeight": "heavy", "PatientSize": "tallQZX",
+                 "BodyPartExamined": "ch@st!", "ViewPosition": "lateral", "SeriesNumber": "x7Q"}
+
+
+def nonconformant_dicom() -> bytes:
+    ds = image_dataset()
+    for keyword, text in NONCONFORMANT.items():
+        set_raw(ds, keyword, text)
+    ds.PatientSex, ds.ImageType, ds.InstanceNumber = "F", ["ORIGINAL", "PRIMARY"], 3  # these conform and stay
+    data = dicom_bytes(ds)
+    assert all(text.encode() in data for text in NONCONFORMANT.values())
+    return data
+
+
+def test_values_that_do_not_conform_to_their_vr_are_dropped():
+    """Such a value is free text in disguise (it may be a name) and stops any reader that parses it: it goes,
+    the image is still accepted, and the reader is told that values went, not which."""
+    image = ingest_bytes(nonconformant_dicom(), "chest.dcm", secret=SECRET)
+    written = image.to_dicom_bytes()
+    back = pydicom.dcmread(io.BytesIO(written))
+    rows = dict(image.header_items())
+    for keyword, text in NONCONFORMANT.items():
+        assert text.encode() not in written, keyword
+        assert rows.get(keyword, "") == "" and back.get(keyword, "") in ("", None), keyword
+    # Type 2 attributes every image carries are emptied (present, unknown); the others are removed.
+    assert back.StudyTime == "" and back.SeriesNumber is None and "StudyTime" in rows
+    assert [k for k in ("PatientAge", "PatientWeight", "PatientSize", "BodyPartExamined", "ViewPosition") if k in back] == []
+    assert (back.PatientSex, list(back.ImageType), back.InstanceNumber) == ("F", ["ORIGINAL", "PRIMARY"], 3)
+    assert (image.meta["patient_age"], image.meta["body_part"], image.meta["view_position"]) == (None, None, None)
+    assert NONCONFORMANT_NOTE in image.warnings
+    assert not any(text in " ".join(image.warnings) for text in NONCONFORMANT.values())
+    assert back.pixel_array.shape == (back.Rows, back.Columns)
+    # A conformant header gets no such note.
+    assert NONCONFORMANT_NOTE not in ingest_bytes(dicom_bytes(phi_dataset()), "chest.dcm", secret=SECRET).warnings
+
+
+@pytest.mark.parametrize("vr, good, bad", [
+    ("TM", ["09", "0931", "093112", "235960.123456", " 0931 "], ["QZXTIME", "2400", "0960", "09:31", "093112.1234567"]),
+    ("DA", ["20240229"], ["20230229", "2024.01.15", "202401", "2024011"]),
+    ("DT", ["2024", "202401", "20240115093112.5+0100"], ["202413", "20240115246000", "2024-01-15"]),
+    ("AS", ["042Y", "003D"], ["old", "42Y", "042y"]),
+    ("DS", ["70", "-1.5e3", ".5", " 1.70 "], ["heavy", "nan", "1e999", "1.234567890123456", "1,5"]),
+    ("IS", ["-12", "2147483647"], ["1.0", "2147483648", "x7"]),
+    ("CS", ["ORIGINAL", "LEFT_SIDE 2", ""], ["chest", "P@", "ABCDEFGHIJKLMNOPQ"]),
+    ("UI", ["1.2.840.10008.1.2.1", "2.25.0"], ["1.02.3", "abc", "1..2", "1." + "2" * 63]),
+])
+def test_what_conforms_to_each_vr(vr, good, bad):
+    assert [v for v in good if not conforms(vr, v)] == []
+    assert [v for v in bad if conforms(vr, v)] == []

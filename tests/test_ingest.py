@@ -14,7 +14,7 @@ from pydicom.dataset import Dataset
 
 from app.cli import main
 
-from tests.support.dicom import pydicom_data_file
+from tests.support.dicom import pydicom_data_file, set_raw
 
 PHI = {
     "PatientName": "Quimby^Harriet^Rose",
@@ -66,6 +66,32 @@ def test_no_phi_reaches_database_or_storage(data_dir: Path, tmp_path: Path, caps
         for variant in {secret, secret.upper(), secret.replace("^", " ")}:
             assert variant.encode() not in stored, f"PHI {variant!r} reached the data folder"
     assert source.read_bytes() == original  # the user's own archive is never modified
+
+
+def test_values_against_their_vr_reach_neither_the_file_nor_the_database(data_dir: Path, tmp_path: Path, capsys) -> None:
+    """A time, an age, a weight and a code holding words: the image goes in, those values nowhere."""
+    from app.runtime import open_database
+    from db import StudyRepository
+    from orapo_core.config import Settings
+    from orapo_core.imaging.deid import NONCONFORMANT_NOTE
+
+    ds = pydicom.dcmread(pydicom_data_file("RG1_UNCI.dcm"))
+    bad = {"StudyTime": "QZXTIME", "PatientAge": "old", "PatientWeight": "heavyQZX", "BodyPartExamined": "Chest_of_Quimby"}
+    for keyword, text in bad.items():
+        set_raw(ds, keyword, text)
+    source = tmp_path / "odd.dcm"
+    ds.save_as(source, enforce_file_format=True)
+    assert main(["ingest", str(source), "--json"]) == 0
+    line = json.loads(capsys.readouterr().out.strip())
+    assert line["ok"] is True and NONCONFORMANT_NOTE in line["warnings"]
+
+    stored = _every_stored_byte(data_dir)
+    for text in ("QZXTIME", "heavyQZX", "Chest_of_Quimby", "Quimby"):
+        assert text.encode() not in stored, text
+    (image,) = StudyRepository(open_database(Settings())).images(line["study_id"])
+    assert image.header["StudyTime"] == "" and not {"PatientAge", "PatientWeight", "BodyPartExamined"} & set(image.header)
+    back = pydicom.dcmread(Settings().storage_dir / image.dicom_path)
+    assert back.StudyTime == "" and [k for k in bad if k != "StudyTime" and k in back] == []
 
 
 def test_mixed_folder_reports_each_file_and_exits_1(data_dir: Path, tmp_path: Path, capsys) -> None:

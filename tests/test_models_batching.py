@@ -45,7 +45,7 @@ def test_padding_is_on_the_left_and_mrope_positions_come_from_the_attention_mask
     pictures = [drafter.prepare(x) for x in IMAGES[1:3]]  # the second is shorter: padded
 
     def scores(pics, *, ignore_padding=False):
-        inputs = processor(text=[drafter._prompt_text] * len(pics), images=pics, return_tensors="pt",
+        inputs = processor(text=[drafter.prompt_text] * len(pics), images=pics, return_tensors="pt",
                            padding=True, padding_side="left")
         if ignore_padding:
             inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])

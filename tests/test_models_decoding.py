@@ -201,7 +201,7 @@ def test_the_image_features_are_what_the_language_model_reads_per_image_alone_or
         return
     expected = []
     for x in IMAGES:
-        inputs = drafter.loaded.processor(text=[drafter._prompt_text], images=[drafter.prepare(x)], return_tensors="pt")
+        inputs = drafter.loaded.processor(text=[drafter.prompt_text], images=[drafter.prepare(x)], return_tensors="pt")
         with torch.inference_mode():
             out = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
         tokens = out.pooler_output if hasattr(out, "pooler_output") else out

@@ -55,7 +55,8 @@ def test_the_backend_is_local_by_default_and_read_from_the_environment(monkeypat
 
 def test_every_backend_setting_has_help_and_is_documented():
     root = Path(__file__).resolve().parents[1]
-    text = "".join(p.read_text() for p in (root / "README.md", root / "docs" / "scaling-out-backends.md") if p.is_file())
+    pages = root / "docs" / "pages"
+    text = "".join((pages / name).read_text() for name in ("reference/configuration.md", "deploy/scaling-out-backends.md"))
     for name, field in RoundBackendSettings.model_fields.items():
         assert field.description, name
         assert f"ORAPO_{name.upper()}" in text, f"ORAPO_{name.upper()} is not documented"

@@ -213,3 +213,62 @@ def test_what_the_options_keep_is_kept(keyword):
     ds.PatientSex, ds.PatientAge, ds.StudyTime = "F", "042Y", "093112"
     clean, _ = deid.deidentify(ds, secret=SECRET)
     assert clean[keyword].value == ds[keyword].value
+
+
+# Issue 42: attributes that no edition of Table E.1-1 dicom-anonymizer ships (2023, 2024b, 2026c) lists, yet
+# that identify a patient: a birth or death date in an alternative calendar, and the retired order numbers.
+# The table's silence is no licence: the de-identifier removes every attribute of their kind the table omits.
+OUTSIDE_THE_TABLE = ["PatientBirthDateInAlternativeCalendar", "PatientDeathDateInAlternativeCalendar",
+                     "PlacerOrderNumberProcedure", "FillerOrderNumberProcedure",
+                     "PlacerOrderNumberImagingServiceRequestRetired", "FillerOrderNumberImagingServiceRequestRetired"]
+_TEXT_VRS = ("AE", "AS", "CS", "DA", "DS", "DT", "IS", "LO", "LT", "PN", "SH", "ST", "TM", "UC", "UI", "UR", "UT")
+
+
+def _identifying_outside_the_table() -> list[int]:
+    """Every tag of pydicom's dictionary (retired ones too) the table omits whose keyword names a birth or death date
+    or time, an accession, placer or filler (order) number, or that is a textual "...Number" of group 0040."""
+    from pydicom._dicom_dict import DicomDictionary
+
+    found = []
+    for tag, (vr, _vm, _name, _retired, keyword) in DicomDictionary.items():
+        if deid.basic_action(tag) is not None or not keyword:
+            continue
+        if (re.search(r"Birth|Death", keyword) and re.search(r"Date|Time", keyword)) \
+                or re.search(r"Accession|Placer|Filler", keyword) \
+                or (tag >> 16 == 0x0040 and keyword.endswith("Number") and vr.split(" or ")[0] in _TEXT_VRS):
+            found.append(tag)
+    return sorted(found)
+
+
+def test_identifying_attributes_the_table_omits_are_removed_too():
+    tags = _identifying_outside_the_table()
+    keywords = [datadict.keyword_for_tag(tag) for tag in tags]
+    # The edition in use does not list the reported ones: only the rule on their kind removes them.
+    assert [k for k in OUTSIDE_THE_TABLE if deid.basic_action(datadict.tag_for_keyword(k)) is not None] == []
+    assert set(OUTSIDE_THE_TABLE) <= set(keywords)
+    ds = pydicom.dcmread(pydicom_data_file("RG1_UNCI.dcm"))
+    tokens = {}
+    for index, tag in enumerate(tags):
+        token = f"D3PHI{index:03d}Q"
+        vr = datadict.dictionary_VR(tag).split(" or ")[0]
+        if vr == "SQ":  # an item whose code would survive in any sequence kept
+            item = Dataset()
+            item.CodeValue, item.CodingSchemeDesignator = token, "99PHI"
+            ds.add_new(tag, vr, Sequence([item]))
+        else:
+            ds.add_new(tag, vr, token)
+        tokens[datadict.keyword_for_tag(tag)] = token
+    kept = Dataset()  # the control: the same item in a sequence outside the class does survive
+    kept.CodeValue, kept.CodingSchemeDesignator = "D3KEPTQ", "99PHI"
+    ds.AnatomicRegionSequence = Sequence([kept])
+    buffer = io.BytesIO()
+    ds.save_as(buffer, enforce_file_format=True)
+    assert all(t.encode() in buffer.getvalue() for t in tokens.values())
+
+    image = ingest_bytes(buffer.getvalue(), "chest.dcm", secret=SECRET)
+    written = image.to_dicom_bytes()
+    rows = " ".join(f"{k}={v}" for k, v in image.header_items())
+    assert [k for k, t in tokens.items() if t.encode() in written or t in rows] == []
+    back = pydicom.dcmread(io.BytesIO(written))
+    assert [k for k in tokens if k in back] == []
+    assert b"D3KEPTQ" in written

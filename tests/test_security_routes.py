@@ -9,6 +9,7 @@ does.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from urllib.parse import quote
@@ -232,6 +233,17 @@ def test_another_users_session_hash_opens_nothing(server, tmp_path):
     join = http.post("/gradio_api/queue/join", json={"data": ["x", None], "fn_index": fn_index, "event_data": None,
                                                      "session_hash": rita.session_hash, "trigger_id": None})
     assert join.status_code == 403 and "belongs to another user" in join.text
+    # the same body under any media type FastAPI parses as JSON is checked the same way (D6)
+    body = json.dumps({"data": ["x", None], "fn_index": fn_index, "event_data": None,
+                       "session_hash": rita.session_hash, "trigger_id": None})
+    for media_type in ("application/x-orapo+json", "application/vnd.api+json", "text/plain", None):
+        headers = {"Content-Type": media_type} if media_type else {}
+        sneaked = http.post("/gradio_api/queue/join", content=body, headers=headers)
+        assert sneaked.status_code == 403 and "belongs to another user" in sneaked.text, (media_type, sneaked.text)
+    for media_type in ("application/json", "application/x-orapo+json", "text/plain"):  # and bounded
+        huge = http.post("/gradio_api/queue/join", content=b'{"data": "' + b"x" * (11 * 1024 * 1024) + b'"}',
+                         headers={"Content-Type": media_type})
+        assert huge.status_code == 413, (media_type, huge.status_code)
     for path in (f"/gradio_api/queue/data?session_hash={rita.session_hash}",
                  f"/gradio_api/heartbeat/{rita.session_hash}"):
         assert http.get(path).status_code == 403, path

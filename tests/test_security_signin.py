@@ -2,7 +2,8 @@
 
 Each test speaks plain HTTP (httpx) or gradio_client to the app as `orapo serve`
 launches it. Addresses: uvicorn takes the client address from X-Forwarded-For
-when the request comes from 127.0.0.1 (a local TLS proxy), so each test signs in
+when the request comes from a trusted proxy (the test server names 127.0.0.1 in
+ORAPO_TRUSTED_PROXIES, as a site with a local TLS proxy would), so each test signs in
 "from" its own documentation address (RFC 5737) and the lockouts of one test do
 not reach the next.
 """
@@ -28,7 +29,11 @@ ADDRESS_LIMIT = 8  # the test server's per-address limit, to keep the test short
 def server(tmp_path_factory):
     from app.services.signin import SignInGuard
 
+    from app.settings import web_settings
+
     settings, db = make_env(tmp_path_factory.mktemp("signin"))
+    # the tests sign in "from" addresses of their own through X-Forwarded-For, believed from a proxy on 127.0.0.1
+    settings = web_settings(settings).model_copy(update={"trusted_proxies": "127.0.0.1"})
     guard = SignInGuard(db, address_limit=f"{ADDRESS_LIMIT} per 15 minutes")
     with launched_app(settings, db, signin=guard) as (url, demo):
         yield url, settings, db, demo
@@ -113,6 +118,31 @@ def test_one_address_guessing_many_accounts_is_locked_out(server):
     assert attempt(url, "omar", "omar-pass-1", "203.0.113.9").status_code == 200
 
 
+def test_a_flood_of_names_from_one_address_writes_a_bounded_number_of_audit_rows(server):
+    """D5: changing the name on every attempt used to write one `locked_out` row each (1,301 rows in 10 s). One
+    address now writes at most ADDRESS_AUDITED rows a minute; the rest are counted into one summary row."""
+    from app.gradio_internals import context_of
+    from app.services.signin import ADDRESS_AUDITED
+    from db import AuditRepository
+
+    url, settings, db, demo = server
+    address, tries = "198.51.100.77", 120
+    with httpx.Client(base_url=url, timeout=30) as http:
+        answers = [http.post("/login", data={"username": f"flood{i}", "password": "guess-guess"},
+                             headers={"X-Forwarded-For": address}).status_code for i in range(tries)]
+    assert answers[:ADDRESS_LIMIT] == [400] * ADDRESS_LIMIT and set(answers[ADDRESS_LIMIT:]) == {429}
+    rows = [e for e in AuditRepository(db).query(limit=10_000) if (e.details or {}).get("address") == address]
+    per_minute = int(ADDRESS_AUDITED.split()[0])
+    assert len(rows) <= per_minute, len(rows)
+    assert context_of(demo).signin.flush_summaries() >= 1  # what the server writes as it stops
+    summary, = [e for e in AuditRepository(db).query(action="auth.refusals_summarised", limit=100)
+                if e.object_id == address]
+    written = [e for e in AuditRepository(db).query(limit=10_000)
+               if (e.details or {}).get("address") == address and e.action != "auth.refusals_summarised"]
+    # every attempt is accounted for: a row of its own (one failure may write a lockout row too), or counted
+    assert len(written) + summary.details["attempts_not_written"] >= tries
+
+
 def test_password_hashing_does_not_stop_the_server(server, monkeypatch):
     """While one sign-in is being checked (made to take 3 s here), other requests are answered at once.
     Gradio's own /login ran the check on the event loop, so everything waited for the hash."""
@@ -181,7 +211,7 @@ def test_a_password_change_ends_the_other_sessions(server):
 def test_the_session_changing_its_password_is_not_ended_by_its_own_requests_meanwhile(server, monkeypatch):
     """Between the new hash's commit and this session's restamp, a request of the same session (the page's event
     stream, say) used to see a stale stamp and end the session: the page lost its connection (seen in CI)."""
-    from app.services.signin import SessionBook
+    from app.services.sessions import SessionBook
     from db import UserRepository
 
     url, settings, db, demo = server

@@ -3,7 +3,7 @@
 What must happen once happens once: the cron fires from the leader alone (one round a tick, never two), and
 killing the leader (SIGKILL: no clean hand-over) hands the schedule to the other within the lease's stated time
 (`app.services.leader`). A reader's sign-in lives in one server's memory, which is why the proxy must keep a
-reader on one server (docs/scaling-out-servers.md): the test pins that, so the day sessions move to the
+reader on one server (docs/pages/deploy/scaling-out-servers.md): the test pins that, so the day sessions move to the
 database it fails and the doc changes with it.
 
 The servers' cron counts seconds (tests.support.servers), the lease is 3 s and the leader checks every second;

@@ -4,7 +4,9 @@
 (`load_from_disk`) with the images embedded; `orapo export fhir STUDY|--all OUT`
 writes one FHIR Bundle (DiagnosticReports with their Provenance) per study;
 `orapo export sr STUDY|--all OUT [--send]` writes each signed report as a DICOM
-Comprehensive SR and, with --send, stores it in the archive (STOW-RS).
+Comprehensive SR and, with --send, stores it in the archive (STOW-RS); a study
+that cannot be written is skipped with its code, the others are written, and
+the exit status is 1 (as for `orapo ingest`).
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             archive = Archive.from_environment()
         result = export_sr(database, settings, args.out, study_ids=study_ids, archive=archive)
         print(result)
-        return 1 if result.unsent else 0  # written, but some report did not reach the archive
+        # As `orapo ingest`: 1 when some signed report was not written (skipped) or did not reach the archive.
+        return 1 if result.skipped or result.unsent else 0
     from app.services.export import export_fhir
 
     print(export_fhir(database, args.out, study_ids=study_ids))  # with what was skipped, and why

@@ -129,6 +129,9 @@ def close(demo) -> None:
     scheduler = getattr(demo, "round_scheduler", None)
     if scheduler is not None:
         scheduler.shutdown()  # a no-op when the lifespan already stopped it
+    metrics = getattr(gradio_internals.context_of(demo), "metrics", None)
+    if metrics is not None:
+        metrics.stop()  # ORAPO_METRICS_PORT closed: a no-op when the lifespan already closed it
     registry = getattr(gradio_internals.context_of(demo), "registry", None)
     if hasattr(registry, "wait_for_warm_up"):
         registry.wait_for_warm_up(GRACEFUL_SHUTDOWN_S)  # a warm-up draft under way ends before the process does

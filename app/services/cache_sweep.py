@@ -152,6 +152,20 @@ def _sweep_upload_cache(settings, database, *, me, keep_own: bool, now: float | 
     return removed, exports
 
 
+def delete_uploads(paths) -> int:
+    """Delete uploads no upload event stored in time (`SessionBook.stale_uploads`), each with the folder Gradio made
+    for it when that is left empty; how many files went."""
+    removed = 0
+    for raw in paths:
+        path = Path(raw)
+        removed += _delete(path) if path.is_file() else 0
+        try:
+            path.parent.rmdir()
+        except OSError:
+            pass
+    return removed
+
+
 def _delete(path: Path) -> int:
     """Delete a file, link or whole folder (links are not followed); how many files and links went."""
     try:

@@ -64,6 +64,11 @@ class DraftBatcher:
         self._queue: list[_Request] = []
         self._worker: threading.Thread | None = None
         self._closed = False
+        self._asked = 0  # drafts asked and not yet answered: waiting for the model, decoding or being scored
+
+    def depth(self) -> int:
+        """How many drafts were asked of this batcher and are not answered yet (the metrics' queue depth)."""
+        return self._asked
 
     def close(self) -> None:
         """Stop idling: the worker drafts what is queued and ends. A draft asked later still runs (on a worker
@@ -71,6 +76,13 @@ class DraftBatcher:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the worker to end (after `close`); True when none is running."""
+        worker = self._worker
+        if worker is not None:
+            worker.join(timeout)
+        return worker is None or not worker.is_alive()
 
     def draft(self, image, **settings):
         """The Draft of `image` (as `drafter.draft(image, **settings)` gives it), drafted in a batch with others.
@@ -86,10 +98,19 @@ class DraftBatcher:
         request = _Request(image, tuple(sorted(settings.items())))
         with self._cond:
             self._queue.append(request)
+            self._asked += 1
             if self._worker is None:
                 self._worker = threading.Thread(target=self._run, name="orapo-draft-batcher", daemon=True)
                 self._worker.start()
             self._cond.notify_all()
+        try:
+            return self._answer(request)
+        finally:
+            with self._cond:
+                self._asked -= 1
+
+    def _answer(self, request: _Request):
+        """The caller's Draft, once the worker has decoded it (checked and scored here, in the caller's thread)."""
         draft = request.future.result()
         if request.decoding is not None:  # decoded in the running batch: check, score and record it here, off the loop
             decoded = request.decoding

@@ -27,12 +27,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.services.draft_batcher import DraftBatcher
+from app.services.metrics import count_draft
 from app.services.served import ServedModel, served_model
 from app.services.studies import first_image, open_study  # the access rule, shared
 from app.settings import web_settings
@@ -58,6 +59,8 @@ class ModelRegistry:
     used evicted first); safe across Gradio's worker threads.
 
     `max_resident` defaults to the settings' `max_resident_models` (ORAPO_MAX_RESIDENT_MODELS, default 2)."""
+
+    metrics = None  # the app's `app.services.metrics.AppMetrics` (`build_app` sets it): counts each stored draft
 
     def __init__(self, settings: Settings, database, *, loader=None, max_resident: int | None = None):
         web = web_settings(settings)  # an engine Settings (benchmarks, tests) takes the web fields from the environment
@@ -117,8 +120,28 @@ class ModelRegistry:
             thread.join(timeout)
         return thread is None or not thread.is_alive()
 
+    def close(self, timeout: float = 30.0) -> bool:
+        """The server is stopping: no batcher idles on, and the warm-up and every draft under way end before the
+        interpreter does (a thread still inside torch when it finalizes aborts the process: "terminate called
+        without an active exception"). True when every such thread ended within `timeout` seconds."""
+        with self._lock:
+            batchers = list(self._batchers.values())
+        for batcher in batchers:
+            batcher.close()
+        done = self.wait_for_warm_up(timeout)
+        return all([batcher.join(timeout) for batcher in batchers]) and done
+
     def served(self) -> ServedModel:
         return served_model(self._db, self._settings)
+
+    def queue_depth(self) -> int:
+        """Drafts asked of the resident models' batchers and not answered yet. Read without the lock, which a load
+        holds for as long as it takes: a scrape of the metrics never waits for one."""
+        return sum(batcher.depth() for batcher in list(self._batchers.values()))
+
+    def is_loaded(self, served: ServedModel) -> bool:
+        """Whether `served` is loaded now (without the lock, as `queue_depth`: for `/readyz`)."""
+        return served.key in self._drafters
 
     def resident(self) -> list[str]:
         """The keys (`ServedModel.key`) of the loaded models, least recently used first."""
@@ -283,33 +306,43 @@ def draft_study(db, settings: Settings, registry: ModelRegistry, user: UserRecor
         AuditRepository(session).append("draft.create", actor=user, object_type="study", object_id=overview.study.id,
                                         details={"draft_id": record.id, "model": served.name,
                                                  "latency_ms": record.latency_ms})
+    count_draft(getattr(registry, "metrics", None), served.name, draft.latency_ms / 1000)
     return record
 
 
-def ingest_upload(db, settings: Settings, user: UserRecord, path: str | Path):
-    """Ingest one uploaded file and then delete it from the upload cache, whatever the outcome."""
-    from app.services.ingest import ingest_bytes
+def ingest_upload(db, settings: Settings, user: UserRecord, path: str | Path,
+                  release: Callable[[Path], bool] | None = None):
+    """Ingest one uploaded file and then delete it from the upload cache, whatever the outcome; with `release`,
+    only when `release(path)` says no other session still waits to read the same cached file."""
+    from app.services.ingest import IngestOutcome, ingest_bytes
 
     path = Path(path)
     try:
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return IngestOutcome(file=path.name, ok=False, error="upload_gone",
+                                 message="This file is no longer in the upload area; upload it again.")
         return ingest_bytes(data, path.name, db=db, settings=settings, user=user, actor=user.username)
     finally:
-        _discard_upload(path)
+        if release is None or release(path):
+            _discard_upload(path)
 
 
-def ingest_uploads(db, settings: Settings, user: UserRecord, paths: Iterable[str | Path]) -> list:
+def ingest_uploads(db, settings: Settings, user: UserRecord, paths: Iterable[str | Path],
+                   release: Callable[[Path], bool] | None = None) -> list:
     """Ingest a batch of uploaded files, one outcome each, in order. If one raises, every file of the batch not
-    yet ingested is still deleted from the upload cache before the exception goes on."""
+    yet ingested is still deleted from the upload cache (as `release` allows) before the exception goes on."""
     pending = [Path(p) for p in paths or []]
     outcomes = []
     try:
         while pending:
-            outcomes.append(ingest_upload(db, settings, user, pending[0]))
+            outcomes.append(ingest_upload(db, settings, user, pending[0], release))
             pending.pop(0)
     finally:
         for path in pending:
-            _discard_upload(path)
+            if release is None or release(path):
+                _discard_upload(path)
     return outcomes
 
 

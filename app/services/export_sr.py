@@ -15,6 +15,7 @@ SR that was written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +36,21 @@ class StudySR:
     in_archive_study: bool = False  # filed in the archive's own study (real identity: never written to disk)
 
 
+@contextlib.contextmanager
+def _sr_of(study_id: int):
+    """Around what reads stored headers and builds an SR from them: a failure there is the study's data, not the
+    export's (an old study's stored header with a value DICOM does not allow: ingest drops those now), so it becomes
+    `sr_unwritable` for this study alone. The cause (whose text may quote the header value) stays chained, unprinted."""
+    try:
+        yield
+    except OrapoError:
+        raise
+    except Exception as exc:
+        raise OrapoError("sr_unwritable", f"Study {study_id}'s stored DICOM header cannot be made into a structured "
+                                          "report (it holds a value DICOM does not allow, as a study stored before "
+                                          "ingest checked header values may); nothing was written for it.") from exc
+
+
 def _signed_parts(db, settings, study_id: int):
     """What every SR of a study's signed report is made of: the signed correction, the study's stored (de-identified)
     DICOM headers, the reader's name, the model label and the study's hashed UID."""
@@ -51,7 +67,8 @@ def _signed_parts(db, settings, study_id: int):
     for image in overview.images:
         path = settings.storage_dir / image.dicom_path if image.dicom_path else None
         if path is not None and path.is_file():
-            images.append(pydicom.dcmread(path, stop_before_pixels=True))
+            with _sr_of(study_id):
+                images.append(pydicom.dcmread(path, stop_before_pixels=True))
     if not images:
         raise OrapoError("no_dicom_image", f"Study {study_id} has no stored DICOM image for a structured report to "
                                            "refer to; upload its images again.")
@@ -67,10 +84,11 @@ def study_sr(db, settings, study_id: int) -> StudySR:
     from orapo_core.imaging.report_sr import build_report_sr, read_report_sr
 
     signed, images, reader, model, uid_hash = _signed_parts(db, settings, study_id)
-    data = build_report_sr(images, report=signed.text, reader=reader, model=model, organization=ORGANIZATION,
-                           report_key=[uid_hash, signed.id, signed.version],
-                           signed_at=signed.signed_at, software_version=_version())
-    return StudySR(study_id, data, read_report_sr(data).sop_instance_uid)
+    with _sr_of(study_id):
+        data = build_report_sr(images, report=signed.text, reader=reader, model=model, organization=ORGANIZATION,
+                               report_key=[uid_hash, signed.id, signed.version],
+                               signed_at=signed.signed_at, software_version=_version())
+        return StudySR(study_id, data, read_report_sr(data).sop_instance_uid)
 
 
 def archive_sr(db, settings, study_id: int, archive, *, deidentified: StudySR | None = None) -> StudySR:

@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from orapo_core.errors import log_line
+
 log = logging.getLogger(__name__)
 
 DEFAULT_LEASE_S = 15.0
@@ -343,6 +345,6 @@ class Leadership:
         try:
             callback()
             return True
-        except Exception:  # the election must go on whatever a duty does
-            log.exception("leader duty failed")
+        except Exception as exc:  # the election must go on whatever a duty does
+            log.error("leader duty failed: %s", log_line(exc))
             return False

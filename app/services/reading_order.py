@@ -44,7 +44,7 @@ for, is scored by its Mahalanobis distance under a shrunk covariance
 (`image_atypicality`). An unread draft's term is the percentile of that distance
 among its model's unread drafts: a film that looks unlike films described the
 same way likely holds something the draft is silent on (AUC 0.765 for the
-four rare findings together on 1,000 films; the README's reading-order section has the measurements).
+four rare findings together on 1,000 films; docs/pages/research/reading-order.md has the measurements).
 
 Which ordering a study was opened from is recorded (an audit entry on opening,
 then `corrections.reading_order`), so a round can say how many of its pairs

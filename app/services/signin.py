@@ -7,31 +7,34 @@ session middleware (`app.web_security`) answers `/login` itself and asks
 `SignInGuard.sign_in`, which:
 
 - refuses at once, without hashing, an account or an address that failed too
-  often (a moving window kept by the `limits` package: 5 failures in 15 minutes
-  lock an account, 20 lock an address; the lock lasts until the oldest failure
-  leaves the window, and an administrator can lift it);
+  often: after 5 failures in 15 minutes an account and address pair is held for
+  30 s, doubling with each further failure up to 15 minutes, and the account
+  from anywhere for 15 s, doubling only up to a minute (so a stranger guessing
+  cannot keep a colleague out for long); 20 failures lock an address until the
+  oldest leaves the window (the `limits` package's moving window); an
+  administrator can lift any of them;
 - hashes in a worker thread, a bounded number at a time (half the CPU cores), so
-  guessing can neither block the event loop nor take every core;
+  guessing can neither block the event loop nor take every core, in two lanes:
+  attempts from an address with recent failures share one slot of their own,
+  and start only while no clean sign-in waits or hashes, so guessers never
+  queue or crowd out a clean sign-in;
 - writes every sign-in, failed sign-in and lockout to the audit log. Attempts
   refused during a lockout are audited too, at most `REFUSALS_AUDITED` an hour
-  per account or address, so a guessing script cannot fill the database.
+  per account and address; and whatever the names tried, one address writes
+  at most `ADDRESS_AUDITED` rows a minute: past it, its attempts are counted
+  and the count is written as one summary row, so a guessing script cannot
+  fill the database.
 
 The lockout is per process (in-memory storage): one `orapo serve` is one
-process. A `SessionBook` maps each session token to its user and the password
-stamp of its sign-in (`UserRepository.session_stamp`), so the middleware can
-end a session when the password changes or the account is disabled; it also
-records which user each Gradio session hash belongs to.
+process. Who is signed in is `app.services.sessions.SessionBook`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import secrets
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -39,13 +42,23 @@ from limits import parse
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
+from app.services.metrics import count_sign_in_failure
+
 from db.records import UserRecord
 from orapo_core.errors import OrapoError
 
 ACCOUNT_FAILURES, ADDRESS_FAILURES, WINDOW_MINUTES = 5, 20, 15
 ACCOUNT_LIMIT = f"{ACCOUNT_FAILURES} per {WINDOW_MINUTES} minutes"
 ADDRESS_LIMIT = f"{ADDRESS_FAILURES} per {WINDOW_MINUTES} minutes"
+# Holds after ACCOUNT_FAILURES failures within the window, doubling with each further failure: from one address on
+# one account (the guesser's own door) up to the whole window; on the account from anywhere, only up to a minute.
+# A pair's failures are remembered for an hour, so its holds can grow to their cap.
+PAIR_FIRST_HOLD_S, PAIR_MAX_HOLD_S, PAIR_WINDOW_S = 30.0, WINDOW_MINUTES * 60.0, 3600.0
+ACCOUNT_FIRST_HOLD_S, ACCOUNT_MAX_HOLD_S = 15.0, 60.0
 REFUSALS_AUDITED = "6 per hour"
+# Rows an address's unproven attempts (failed sign-ins, lockouts, refusals) may write to the audit log; past it they
+# are counted, and the count is written as one `auth.refusals_summarised` row when the address may write again.
+ADDRESS_AUDITED = "20 per minute"
 ANONYMOUS = "anonymous"  # the audit log's actor for an attempt nobody has proved to be
 
 
@@ -69,22 +82,79 @@ class Lockout:
     until: datetime
 
 
+class FailureLog:
+    """Failed sign-ins per key within a moving window. After `free` of them, each further failure holds the key for a
+    time that doubles from `first_s` up to `cap_s`, counted from the last failure: a guesser slows down at once, and
+    nobody is held longer than `cap_s` after the last guess."""
+
+    def __init__(self, free: int, window_s: float, first_s: float, cap_s: float):
+        self.free, self.window_s, self.first_s, self.cap_s = free, window_s, first_s, cap_s
+        self._failures: dict = {}
+
+    def _recent(self, key, now: float) -> list[float]:
+        times = [t for t in self._failures.get(key, ()) if now - t < self.window_s]
+        if times:
+            self._failures[key] = times
+        else:
+            self._failures.pop(key, None)
+        return times
+
+    def hit(self, key, now: float) -> None:
+        self._failures.setdefault(key, []).append(now)
+
+    def count(self, key, now: float) -> int:
+        return len(self._recent(key, now))
+
+    def held_until(self, key, now: float) -> float | None:
+        times = self._recent(key, now)
+        if len(times) < self.free:
+            return None
+        until = times[-1] + min(self.cap_s, self.first_s * 2 ** (len(times) - self.free))
+        return until if until > now else None
+
+    def clear(self, match) -> None:
+        for key in [k for k in self._failures if match(k)]:
+            del self._failures[key]
+
+    def keys(self) -> list:
+        return list(self._failures)
+
+
 class SignInGuard:
-    """Throttled, audited, off-the-event-loop password checks for one server process."""
+    """Throttled, audited, off-the-event-loop password checks for one server process.
+
+    Three holds, each refused at once without hashing: an account and address pair that failed
+    `ACCOUNT_FAILURES` times is held for a time that doubles from `PAIR_FIRST_HOLD_S` up to `PAIR_MAX_HOLD_S` (the
+    guesser's own door); an account, from anywhere, from `ACCOUNT_FIRST_HOLD_S` up to only `ACCOUNT_MAX_HOLD_S`, so a
+    stranger guessing cannot keep a colleague out for long; an address that failed `ADDRESS_FAILURES` times on any
+    accounts is locked until its oldest failure leaves the window. Hashing runs in two lanes: attempts from an address
+    (or pair) with recent failures wait for one slot of their own and start only while no clean sign-in waits or
+    hashes, so guessers never queue or crowd out a clean sign-in.
+    """
+
+    metrics = None  # the app's `app.services.metrics.AppMetrics` (`build_app` sets it): counts failures by reason
 
     def __init__(self, database, *, account_limit: str = ACCOUNT_LIMIT, address_limit: str = ADDRESS_LIMIT,
                  hash_slots: int | None = None):
         self._db = database
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
-        self._items = {"account": parse(account_limit), "address": parse(address_limit)}
+        account = parse(account_limit)
+        self._items = {"account": account, "address": parse(address_limit)}
+        window = account.get_expiry()
+        self._accounts = FailureLog(account.amount, window, ACCOUNT_FIRST_HOLD_S, ACCOUNT_MAX_HOLD_S)
+        self._pairs = FailureLog(account.amount, PAIR_WINDOW_S, PAIR_FIRST_HOLD_S, PAIR_MAX_HOLD_S)
         self._refusals_audited = parse(REFUSALS_AUDITED)
-        self._seen_locked: set[tuple[str, str]] = set()  # for the admin's list; `limits` has no listing
+        self._address_audited = parse(ADDRESS_AUDITED)
+        self._unwritten: dict[str, int] = {}  # address -> attempts not written since its last row
+        self._seen_locked: set[tuple[str, str]] = set()  # what was held, for one lockout row each and the admin list
         self._lock = threading.Lock()
         self.hash_slots = hash_slots or max(1, (os.cpu_count() or 2) // 2)
-        self._slots = None  # an anyio CapacityLimiter, made in the server's event loop on first use
+        self._slots = None  # anyio CapacityLimiters (clean, suspect), made in the server's event loop on first use
+        self._clean = 0  # clean sign-ins waiting for or in their hash: suspects wait until there are none
 
     async def sign_in(self, username: str, password: str, address: str) -> SignInResult:
         """Check a name and password from `address`; call from the event loop (the hashing runs in a thread)."""
+        import anyio
         from anyio import CapacityLimiter, to_thread
 
         name = _account_key(username)
@@ -93,36 +163,58 @@ class SignInGuard:
             await to_thread.run_sync(self._audit_refusal, name, address, locked)
             return locked
         if self._slots is None:
-            self._slots = CapacityLimiter(self.hash_slots)
-        return await to_thread.run_sync(self._check, name, password or "", address, limiter=self._slots)
+            self._slots = (CapacityLimiter(self.hash_slots), CapacityLimiter(1))
+        if not self.suspect(name, address):
+            self._clean += 1  # on the event loop: no lock needed
+            try:
+                return await to_thread.run_sync(self._check, name, password or "", address, limiter=self._slots[0])
+            finally:
+                self._clean -= 1
+        async with self._slots[1]:  # one suspect at a time, and only while no clean sign-in waits or hashes
+            while self._clean:
+                await anyio.sleep(0.01)
+            return await to_thread.run_sync(self._check, name, password or "", address)
+
+    def suspect(self, username: str, address: str) -> bool:
+        """Whether this address failed recently (on any account): its attempts hash in the suspects' lane."""
+        now = time.time()
+        item = self._items["address"]
+        with self._lock:
+            paired = any(k[1] == address and self._pairs.count(k, now) for k in self._pairs.keys())
+        return paired or self._limiter.get_window_stats(item, "address", address)[1] < item.amount
 
     def locked(self, username: str, address: str) -> SignInResult | None:
-        """The refusal for an account or address locked now, or None."""
-        for kind, key in (("account", _account_key(username)), ("address", address)):
-            item = self._items[kind]
-            if not self._limiter.test(item, kind, key):
-                reset, _ = self._limiter.get_window_stats(item, kind, key)
-                wait = max(1, math.ceil(reset - time.time()))
-                what = "account" if kind == "account" else "network address"
-                return SignInResult("locked", retry_after_s=wait, message=(
-                    f"Too many failed sign-ins for this {what}: try again in {math.ceil(wait / 60)} minute(s), "
-                    "or ask an administrator to lift the lockout."))
+        """The refusal for an account, account and address pair, or address held now, or None."""
+        name, now = _account_key(username), time.time()
+        with self._lock:
+            until = max(self._pairs.held_until((name, address), now) or 0, self._accounts.held_until(name, now) or 0)
+        if until:
+            return _held("account", until - now)
+        item = self._items["address"]
+        if not self._limiter.test(item, "address", address):
+            reset, _ = self._limiter.get_window_stats(item, "address", address)
+            return _held("network address", reset - now)
         return None
 
     def lockouts(self, actor: UserRecord) -> list[Lockout]:
-        """Accounts and addresses locked now (administrators only)."""
+        """Accounts and addresses held now (administrators only)."""
         from app.services.auth import require_role
 
         require_role(actor, "admin")
         now, found = time.time(), []
         with self._lock:
             for kind, key in sorted(self._seen_locked):
-                item = self._items[kind]
-                if self._limiter.test(item, kind, key):
+                if kind == "account":
+                    until = max(self._accounts.held_until(key, now) or 0,
+                                *[self._pairs.held_until(k, now) or 0 for k in self._pairs.keys() if k[0] == key])
+                else:
+                    item = self._items[kind]
+                    until = 0 if self._limiter.test(item, kind, key) else self._limiter.get_window_stats(
+                        item, kind, key)[0]
+                if not until:
                     self._seen_locked.discard((kind, key))
                     continue
-                reset, _ = self._limiter.get_window_stats(item, kind, key)
-                found.append(Lockout(kind, key, datetime.fromtimestamp(max(reset, now), UTC)))
+                found.append(Lockout(kind, key, datetime.fromtimestamp(max(until, now), UTC)))
         return found
 
     def lift(self, actor: UserRecord, target: str) -> list[str]:
@@ -132,13 +224,19 @@ class SignInGuard:
 
         require_role(actor, "admin")
         target = (target or "").strip()
-        lifted = []
-        for kind, key in (("account", _account_key(target)), ("address", target)):
-            if key and not self._limiter.test(self._items[kind], kind, key):
-                lifted.append(kind)
-            self._limiter.clear(self._items[kind], kind, key)
-            with self._lock:
-                self._seen_locked.discard((kind, key))
+        name, now, lifted = _account_key(target), time.time(), []
+        with self._lock:
+            if name and (self._accounts.held_until(name, now)
+                         or any(self._pairs.held_until(k, now) for k in self._pairs.keys() if k[0] == name)):
+                lifted.append("account")
+            self._accounts.clear(lambda k: k == name)
+            self._pairs.clear(lambda k: k[0] == name or k[1] == target)
+            self._seen_locked.discard(("account", name))
+            self._seen_locked.discard(("address", target))
+        item = self._items["address"]
+        if target and not self._limiter.test(item, "address", target):
+            lifted.append("address")
+        self._limiter.clear(item, "address", target)
         if not lifted:
             raise OrapoError("not_locked", f"Neither an account nor an address named {target!r} is locked out.")
         AuditRepository(self._db).append("auth.unlock", actor=actor, object_type="sign_in", object_id=target,
@@ -154,50 +252,101 @@ class SignInGuard:
         if locked is not None:
             self._audit_refusal(name, address, locked)
             return locked
-        users = UserRepository(self._db)
-        try:
-            user = users.authenticate(name, password)
-        except OrapoError as exc:
-            return self._failed(name, address, exc.code)
-        stamp = users.session_stamp(user.username)
-        if stamp is None:  # disabled between the check and now
-            return self._failed(name, address, "user_disabled")
-        self._limiter.clear(self._items["account"], "account", name)  # a success forgives the account's failures
-        with self._lock:
+        refused = None
+        # one transaction, one commit: the last sign-in time (and a rehashed password) with its audit row
+        with self._db.session() as session:
+            users = UserRepository(session)
+            try:
+                user = users.authenticate(name, password)
+            except OrapoError as exc:
+                refused = exc.code
+            else:
+                stamp = users.session_stamp(user.username)
+                if stamp is None:  # disabled between the check and now
+                    refused = "user_disabled"
+                else:
+                    AuditRepository(session).append("auth.sign_in", actor=user, object_type="user",
+                                                    object_id=user.id, details={"address": address})
+        if refused is not None:
+            return self._failed(name, address, refused)
+        with self._lock:  # a success forgives the account's failures, and its own address's: not a guesser's
+            self._accounts.clear(lambda k: k == name)
+            self._pairs.clear(lambda k: k == (name, address))
             self._seen_locked.discard(("account", name))
-        AuditRepository(self._db).append("auth.sign_in", actor=user, object_type="user", object_id=user.id,
-                                         details={"address": address})
         return SignInResult("signed_in", username=user.username, stamp=stamp)
 
-    def _failed(self, name: str, address: str, reason: str) -> SignInResult:
+    def _anonymous_row(self, address: str, action: str, **row) -> None:
+        """One audit row of an unproven attempt from `address`, unless that address wrote `ADDRESS_AUDITED`
+        already: then it is only counted, and the count goes in as one summary row before its next row."""
         from db import AuditRepository
 
+        if not self._limiter.hit(self._address_audited, "audited", address):
+            with self._lock:
+                self._unwritten[address] = self._unwritten.get(address, 0) + 1
+            return
+        with self._lock:
+            unwritten = self._unwritten.pop(address, 0)
         audit = AuditRepository(self._db)
-        audit.append("auth.sign_in_failed", actor=ANONYMOUS, object_type="user", object_id=_shown(name),
-                     details={"address": address, "reason": reason})
-        for kind, key in (("account", name), ("address", address)):
-            item = self._items[kind]
-            self._limiter.hit(item, kind, key)
-            if not self._limiter.test(item, kind, key):
-                with self._lock:
-                    new = (kind, key) not in self._seen_locked
-                    self._seen_locked.add((kind, key))
-                if new:
-                    reset, _ = self._limiter.get_window_stats(item, kind, key)
-                    audit.append("auth.lockout", actor=ANONYMOUS, object_type=kind,
-                                 object_id=_shown(key) if kind == "account" else key,
-                                 details={"address": address, "failures": item.amount,
-                                          "until": datetime.fromtimestamp(reset, UTC).isoformat(timespec="seconds")})
+        if unwritten:
+            audit.append("auth.refusals_summarised", actor=ANONYMOUS, object_type="address", object_id=address,
+                         details={"address": address, "attempts_not_written": unwritten, "limit": ADDRESS_AUDITED})
+        audit.append(action, actor=ANONYMOUS, **row)
+
+    def flush_summaries(self) -> int:
+        """Write the counts not yet summarised (the server is stopping); returns how many rows it wrote."""
+        from db import AuditRepository
+
+        with self._lock:
+            pending, self._unwritten = self._unwritten, {}
+        for address, unwritten in pending.items():
+            AuditRepository(self._db).append("auth.refusals_summarised", actor=ANONYMOUS, object_type="address",
+                                             object_id=address, details={"address": address,
+                                                                         "attempts_not_written": unwritten,
+                                                                         "limit": ADDRESS_AUDITED})
+        return len(pending)
+
+    def _failed(self, name: str, address: str, reason: str) -> SignInResult:
+        count_sign_in_failure(self.metrics, reason)
+        self._anonymous_row(address, "auth.sign_in_failed", object_type="user", object_id=_shown(name),
+                            details={"address": address, "reason": reason})
+        now, item = time.time(), self._items["address"]
+        self._limiter.hit(item, "address", address)
+        with self._lock:
+            self._accounts.hit(name, now)
+            self._pairs.hit((name, address), now)
+            held = {"account": max(self._accounts.held_until(name, now) or 0,
+                                   self._pairs.held_until((name, address), now) or 0),
+                    "address": 0 if self._limiter.test(item, "address", address)
+                    else self._limiter.get_window_stats(item, "address", address)[0]}
+            failures = {"account": self._accounts.count(name, now), "address": item.amount}
+            new = [kind for kind in held if held[kind] and (kind, name if kind == "account" else address)
+                   not in self._seen_locked]
+            self._seen_locked.update((kind, name if kind == "account" else address) for kind in held if held[kind])
+        for kind in new:
+            self._anonymous_row(address, "auth.lockout", object_type=kind,
+                                object_id=_shown(name) if kind == "account" else address,
+                                details={"address": address, "failures": failures[kind],
+                                         "until": datetime.fromtimestamp(held[kind], UTC).isoformat(
+                                             timespec="seconds")})
         return SignInResult("refused", message="Incorrect credentials.")
 
     def _audit_refusal(self, name: str, address: str, locked: SignInResult) -> None:
-        from db import AuditRepository
-
+        count_sign_in_failure(self.metrics, "locked_out")
         if self._limiter.hit(self._refusals_audited, "refused", name, address):
-            AuditRepository(self._db).append("auth.sign_in_failed", actor=ANONYMOUS, object_type="user",
-                                             object_id=_shown(name),
-                                             details={"address": address, "reason": "locked_out",
-                                                      "retry_after_s": locked.retry_after_s})
+            self._anonymous_row(address, "auth.sign_in_failed", object_type="user", object_id=_shown(name),
+                                details={"address": address, "reason": "locked_out",
+                                         "retry_after_s": locked.retry_after_s})
+        else:
+            with self._lock:
+                self._unwritten[address] = self._unwritten.get(address, 0) + 1
+
+
+def _held(what: str, wait_s: float) -> SignInResult:
+    wait = max(1, math.ceil(wait_s))
+    when = f"{wait} seconds" if wait < 120 else f"{math.ceil(wait / 60)} minutes"
+    return SignInResult("locked", retry_after_s=wait, message=(
+        f"Too many failed sign-ins for this {what}: try again in {when}, "
+        "or ask an administrator to lift the lockout."))
 
 
 def _account_key(username: str | None) -> str:
@@ -213,130 +362,3 @@ def _shown(name: str) -> str:
         return normalize_username(name)
     except OrapoError:
         return "(not a username)"
-
-
-@dataclass(frozen=True)
-class SignedInSession:
-    username: str
-    stamp: str
-    address: str
-    started: float
-    previous_stamp: str | None = None  # the stamp this session had before it changed its own password
-
-
-class SessionBook:
-    """Who each session token belongs to, with the password stamp of its sign-in; and which user each Gradio
-    session hash (chosen by the browser, and the key of its per-tab state) belongs to."""
-
-    HASHES_KEPT_S = 24 * 3600  # a session hash unseen this long is forgotten (Gradio has dropped its state)
-
-    def __init__(self):
-        self._sessions: dict[str, SignedInSession] = {}
-        self._hash_owners: dict[str, tuple[str, float]] = {}
-        self._open_studies: dict[str, tuple[int, float]] = {}  # session hash -> the study its Read tab has open
-        self._changing: set[str] = set()  # tokens whose session is changing its own password right now
-        self._lock = threading.Lock()
-
-    def open(self, username: str, stamp: str, address: str) -> str:
-        token = secrets.token_urlsafe(32)
-        with self._lock:
-            self._sessions[token] = SignedInSession(username, stamp, address, time.time())
-        return token
-
-    def get(self, token: str | None) -> SignedInSession | None:
-        return self._sessions.get(token) if token else None
-
-    def end(self, token: str | None) -> SignedInSession | None:
-        with self._lock:
-            return self._sessions.pop(token, None) if token else None
-
-    def end_user(self, username: str, *, keep: str | None = None) -> int:
-        """End every session of `username` but `keep`; returns how many ended."""
-        with self._lock:
-            ended = [t for t, s in self._sessions.items() if s.username == username and t != keep]
-            for token in ended:
-                del self._sessions[token]
-        return len(ended)
-
-    def restamp(self, token: str, stamp: str) -> None:
-        """The session that changed its own password goes on under the new one."""
-        with self._lock:
-            session = self._sessions.get(token)
-            if session is not None:
-                self._sessions[token] = SignedInSession(session.username, stamp, session.address, session.started,
-                                                        previous_stamp=session.stamp)
-
-    def token_in(self, cookies: Mapping[str, str]) -> str | None:
-        """The session token among a request's cookies (Gradio names them after a per-server id)."""
-        for name, value in cookies.items():
-            if name.startswith("access-token-") and value in self._sessions:
-                return value
-        return None
-
-    @contextlib.contextmanager
-    def changing_password(self, token: str | None):
-        """While the session `token` changes its own password: the new hash is committed before this session is
-        restamped with it, and a request of the same session checked in between (the page's event stream, a
-        heartbeat) must not end the very session that proved the old password. Other sessions get no grace."""
-        if token is None:
-            yield
-            return
-        with self._lock:
-            self._changing.add(token)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._changing.discard(token)
-
-    def honours(self, token: str | None, stamp: str | None) -> bool:
-        """Whether the session `token` goes on, given `stamp`, the account's stamp read from the database just now
-        (None: disabled or gone). One look under the lock, so that a change of this session's own password
-        finishing while the stamp was being read cannot end it: the stamp read may be the old one (read before the
-        commit; the session is restamped by now, and its previous stamp is that one) or the new one (the session is
-        still changing, or restamped with it). Other sessions of the user match neither and end."""
-        if stamp is None or token is None:
-            return False
-        with self._lock:
-            session = self._sessions.get(token)
-            if session is None:
-                return False
-            return token in self._changing or stamp in (session.stamp, session.previous_stamp)
-
-    def password_changed(self, username: str, stamp: str | None, *, keep: str | None) -> int:
-        """After `username` changed their own password: the session `keep` goes on, every other one ends."""
-        if keep is not None and stamp is not None:
-            self.restamp(keep, stamp)
-        return self.end_user(username, keep=keep)
-
-    def claim_hash(self, session_hash: str, username: str) -> bool:
-        """True if `session_hash` is `username`'s (claimed now if nobody had it); False if another user's."""
-        now = time.time()
-        with self._lock:
-            owner = self._hash_owners.get(session_hash)
-            if owner is not None and owner[0] != username:
-                return False
-            self._hash_owners[session_hash] = (username, now)
-            if len(self._hash_owners) > 10_000:
-                for key in [k for k, (_, seen) in self._hash_owners.items() if now - seen > self.HASHES_KEPT_S]:
-                    del self._hash_owners[key]
-                    self._open_studies.pop(key, None)
-        return True
-
-    def note_open(self, session_hash: str, study_id: int) -> None:
-        """The page whose session hash this is now has `study_id` open in its Read tab (an upload, the worklist,
-        a resumed or reloaded study): results computed for any other study no longer belong on that page."""
-        now = time.time()
-        with self._lock:
-            self._open_studies[session_hash] = (int(study_id), now)
-            if len(self._open_studies) > 10_000:
-                for key in [k for k, (_, seen) in self._open_studies.items() if now - seen > self.HASHES_KEPT_S]:
-                    del self._open_studies[key]
-
-    def open_study(self, session_hash: str | None) -> int | None:
-        """The study the page with this session hash has open (None: none opened through this server)."""
-        if not session_hash:
-            return None
-        with self._lock:
-            entry = self._open_studies.get(session_hash)
-        return None if entry is None else entry[0]

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from db.records import SR_SEND_MODES, AuditEntry, UserRecord
-from orapo_core.errors import OrapoError
+from orapo_core.errors import OrapoError, log_line
 
 log = logging.getLogger(__name__)
 
@@ -73,20 +73,20 @@ def send_report(db, settings, study_id: int, archive, *, actor=None, trigger: st
     except OrapoError as exc:
         result = SrSend(study_id, archive.url, error=exc.code, message=exc.message)
     except Exception as exc:  # noqa: BLE001 - a background send must end in an audit entry, whatever broke
-        log.exception("sending the SR of study %s to %s failed", study_id, archive.url)
+        log.error("sending the SR of study %s to %s failed: %s", study_id, archive.url, log_line(exc))
         result = SrSend(study_id, archive.url, error="sr_send_failed",
                         message=f"The report could not be sent ({type(exc).__name__}).")
     details = {"archive": result.archive, "trigger": trigger}
     details.update({"sop_instance_uid": result.sop_instance_uid,
                     "filed_in": "archive study" if result.in_archive_study else "de-identified study"} if result.ok
                    else {"error": result.error, "message": result.message})
-    if not result.ok:
-        log.warning("SR of study %s not stored in %s: %s: %s", study_id, archive.url, result.error, result.message)
+    if not result.ok:  # the code only: a message can quote what the archive answered about the study
+        log.warning("SR of study %s not stored in %s: %s", study_id, archive.url, result.error)
     try:
         AuditRepository(db).append(SENT if result.ok else FAILED, actor=actor, object_type="study",
                                    object_id=study_id, details=details)
-    except Exception:  # noqa: BLE001 - the database gone away: the log line is all that is left
-        log.exception("could not audit the SR send of study %s", study_id)
+    except Exception as exc:  # noqa: BLE001 - the database gone away: the log line is all that is left
+        log.error("could not audit the SR send of study %s: %s", study_id, log_line(exc))
     return result
 
 
@@ -114,8 +114,8 @@ def after_signing(db, study_id: int, *, actor=None, settings=None,
             AuditRepository(db).append(FAILED, actor=actor, object_type="study", object_id=study_id,
                                        details={"trigger": "on_sign", "error": getattr(exc, "code", "sr_send_failed"),
                                                 "message": getattr(exc, "message", str(exc))})
-        except Exception:  # noqa: BLE001
-            log.exception("could not audit the SR send of study %s", study_id)
+        except Exception as audit_exc:  # noqa: BLE001
+            log.error("could not audit the SR send of study %s: %s", study_id, log_line(audit_exc))
         return None
     thread = threading.Thread(target=send_report, args=(db, settings, study_id, Archive(configured)),
                               kwargs={"actor": actor}, name=f"orapo-sr-send-{study_id}", daemon=True)

@@ -14,14 +14,23 @@ page's Gradio session hash, noted whenever a study is opened in the Read tab):
 - before the page opens another study, an unsaved edit of the report is kept for
   that reader and study (`keep_edit`, `app.services.autosave`) and offered back
   when the study is opened again.
+
+Uploads are the session's own too (`ingest_own_uploads`): the handler reads only
+cache files that this session uploaded (the session middleware notes what
+Gradio's upload route gave each session), and deletes a file only once no other
+session that uploaded the same bytes (Gradio names cache files by content)
+still waits to read it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gradio as gr
 
 from app.context import AppContext
-from app.services import autosave, reports
+from app.services import autosave, drafting, reports
+from app.services.ingest import IngestOutcome
 from orapo_core.errors import OrapoError
 
 
@@ -77,3 +86,18 @@ def keep_edit(ctx: AppContext, user, session: dict | None, text: str | None, *, 
         gr.Info(f"Your unsaved edit of study {study} is kept; it comes back when you open study {study} again.",
                 title="Edit kept")
     return True
+
+
+def ingest_own_uploads(ctx: AppContext, user, request, paths: list) -> list:
+    """Ingest the files of an upload event that this session uploaded; any other path is refused unread."""
+    book = ctx.sessions
+    if book is None:
+        return drafting.ingest_uploads(ctx.database, ctx.settings, user, paths)
+    token = book.token_in(getattr(request, "cookies", None) or {})
+    own = [p for p in paths if book.uploaded_by(token, p)]
+    outcomes = iter(drafting.ingest_uploads(ctx.database, ctx.settings, user, own,
+                                            release=lambda path: book.release_upload(token, path)))
+    return [next(outcomes) if p in own else
+            IngestOutcome(file=Path(str(p)).name, ok=False, error="not_your_upload",
+                          message="This file was not uploaded from this page; upload it again.")
+            for p in paths]

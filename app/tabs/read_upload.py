@@ -22,7 +22,7 @@ import gradio as gr
 
 from app.messages import in_page
 from app.context import AppContext
-from app.services import drafting
+from app.services.metrics import count_uploads
 from app.tabs import read_guard
 from app.tabs.read_report import mine
 
@@ -79,7 +79,8 @@ def wire(ctx: AppContext, zone: DropZone, load_study: Callable, study_outputs: l
     def upload(paths, dropped, text, session, request: gr.Request):
         user = ctx.user(request)
         session = mine(session, user)
-        outcomes = drafting.ingest_uploads(ctx.database, ctx.settings, user, paths or [])
+        outcomes = read_guard.ingest_own_uploads(ctx, user, request, paths or [])
+        count_uploads(ctx.metrics, outcomes)  # refused ones, by code (app.services.metrics)
         lines = []
         for o in outcomes:
             if o.ok:

@@ -203,6 +203,13 @@ class RoundRepository(Repository):
     def active(self) -> list[RoundRecord]:
         return self.list(status=ACTIVE_ROUND_STATUSES)
 
+    def count_by_status(self) -> dict[str, int]:
+        """How many rounds are in each status, every status named (0 for none); the metrics' `orapo_rounds`."""
+        with self._session() as session:
+            query = select(TrainingRound.status, func.count()).group_by(TrainingRound.status)
+            counted = dict(session.execute(query).all())
+        return {status: int(counted.get(status, 0)) for status in ROUND_STATUSES}
+
     def transition(self, round_id: int, status: str, *, error: str | None = None, metrics: dict[str, Any] | None = None,
                    actor: Actor = None) -> RoundRecord:
         """Move a round along an allowed edge of `ROUND_TRANSITIONS`, stamping start and finish times."""

@@ -16,7 +16,7 @@ that the reward multiplies FactS by (`make_facts_reward(form_guard=True)`):
   locations and function words ("Small bilateral.");
 - a stutter: a sentence with a word written twice back to back ("left left
   ventricle", "Patchy Patchy Patchy The heart ...": what GRPO's drafts
-  degenerated into on the general pool, README, Benchmarks, 2026-12-05);
+  degenerated into on the general pool, docs, Research, 2026-12-05);
 - a self-contradiction: one finding both asserted and denied in the report
   ("No pneumothorax." in the findings, "Moderate right pneumothorax." in the
   impression), unless the two name different sides;

@@ -12,7 +12,7 @@ from orapo_core.facts.labels import label_value
 from orapo_core.facts.ontology import CHEXPERT_14, FIVE_OBSERVATIONS
 
 
-def _positive(labels: dict, name: str) -> bool:
+def is_positive(labels: dict, name: str) -> bool:
     return label_value(labels.get(name)) in (1, -1)
 
 
@@ -31,7 +31,7 @@ def clinical_efficacy(predicted: list[dict], reference: list[dict], *, observati
     for name in observations:
         tp = fp = fn = 0
         for p, r in zip(predicted, reference):
-            yp, yr = _positive(p, name), _positive(r, name)
+            yp, yr = is_positive(p, name), is_positive(r, name)
             tp += yp and yr
             fp += yp and not yr
             fn += yr and not yp

@@ -17,11 +17,11 @@ from orapo_core.facts.labels import normalize_labels
 from orapo_core.facts.score import score_facts
 
 # Whether the reward checks side, severity and device type against the reference report by
-# default (OraPOConfig.facts_attribute_check); the measurement behind it is in the README's FactS section.
+# default (OraPOConfig.facts_attribute_check); the measurement behind it is on the docs' FactS page.
 ATTRIBUTE_CHECK_DEFAULT = True
 # Whether the reward multiplies FactS by the completion's form factor (repeats, fragments, stutters, self-contradictions,
 # missing sections; `orapo_core.facts.form`) by default (OraPOConfig.facts_form_guard). Off: it keeps GRPO alone
-# from degenerate text, but on the clinic story it raised a round's false positives (README, Benchmarks).
+# from degenerate text, but on the clinic story it raised a round's false positives (docs, Research).
 FORM_GUARD_DEFAULT = False
 
 

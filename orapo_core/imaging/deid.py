@@ -34,13 +34,26 @@ and the compound X/Z, X/D, X/Z/D, X/Z/U* remove; Z, Z/D and D empty the value
 writes; the patient's name and ID get pseudonyms); U and a UID under D become
 a keyed hash. Software Versions, not in the table, is removed as well.
 
-Beyond the table, four safety nets catch what a vendor put where the table
+Beyond the table, five safety nets catch what a vendor put where the table
 does not look: every person name is emptied, every free-text (LT/ST/UT) and AE
-value is removed, every non-standard UID is replaced, and private, overlay,
-curve and unknown-VR or unknown-tag elements are dropped, at every depth of
-every sequence; other dates are shifted like those of the table. Pseudonyms,
-date offsets and UIDs are keyed HMACs of a secret, so they are stable across
-uploads and useless without the secret.
+value is removed, every non-standard UID is replaced, private, overlay,
+curve and unknown-VR or unknown-tag elements are dropped, and so is every
+attribute the table omits whose keyword names a birth or death date, an
+accession, placer or filler (order) number, or a "...Number" of the request
+group 0040 (the alternative-calendar birth and death dates and the retired
+order numbers, which no edition shipped lists, identify a patient as well as
+the attributes the table does list), at every depth of every sequence; other
+dates are shifted like those of the table. Pseudonyms, date offsets and UIDs
+are keyed HMACs of a secret, so they are stable across uploads and useless
+without the secret.
+
+Last, every value of a structured VR (DA, DT, TM, AS, DS, IS, CS, UI) must
+conform to PS3.5 6.2, or its element goes: a field that should hold a time or
+a code but holds a word is free text in disguise (it may be a name), and it
+would stop any reader that parses it, such as the SR export. The Type 2
+attributes every image instance carries are emptied instead (see
+`_EMPTIED_WHEN_INVALID`); the reader is told that values were dropped, never
+which.
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ import functools
 import hashlib
 import hmac
 import importlib
+import re
 import uuid
 
 from pydicom.dataset import Dataset, FileMetaDataset
@@ -76,6 +90,12 @@ _RETAINED = frozenset({
 _NOT_SHIFTED = frozenset({"PatientBirthDate", "PatientBirthTime"})
 # Not in Table E.1-1, removed all the same.
 _ALSO_REMOVED = frozenset({"SoftwareVersions"})
+# Not in Table E.1-1 either (no edition dicom-anonymizer ships lists (0010,0033), (0010,0034), (0040,1006),
+# (0040,1007), (0040,2006) or (0040,2007)), yet a birth or death date and an order number identify a patient as
+# surely as those the table lists: a rule on the keyword, so that every attribute of the kind goes, not a list.
+_IDENTIFYING_KEYWORD = re.compile(r"(Birth|Death)(Date|Time)|Accession|Placer|Filler|OrderNumber")
+# Binary numbers (counts, frame and row numbers) are no identifiers, whatever their keyword says.
+_BINARY_NUMBERS = frozenset({"US", "SS", "UL", "SL", "FL", "FD", "SV", "UV", "AT"})
 
 # Written into every stored file's meta in place of the sender's (0002,0013); at most 16 characters.
 IMPLEMENTATION_VERSION_NAME = "ORAPO_DEID_1"
@@ -133,7 +153,7 @@ def action(tag: int, vr: str, keyword: str) -> str | None:
     """
     basic = basic_action(tag)
     if basic is None:
-        return "X" if keyword in _ALSO_REMOVED else None
+        return "X" if keyword in _ALSO_REMOVED or _identifying_outside_table(tag, vr, keyword) else None
     if keyword in _RETAINED:
         return "K"
     if vr in ("DA", "DT", "TM") and keyword not in _NOT_SHIFTED:
@@ -143,6 +163,13 @@ def action(tag: int, vr: str, keyword: str) -> str | None:
     if basic in ("Z", "Z/D", "D"):
         return "Z"
     return "X"
+
+
+def _identifying_outside_table(tag: int, vr: str, keyword: str) -> bool:
+    """Whether an attribute the table omits names a birth or death date, an accession, placer or filler (order)
+    number, or is a textual "...Number" of group 0040 (Modality Worklist and Procedure Step: orders and requests)."""
+    return bool(_IDENTIFYING_KEYWORD.search(keyword)) or (
+        tag >> 16 == 0x0040 and keyword.endswith("Number") and vr not in _BINARY_NUMBERS)
 
 
 def _digest(secret: str, purpose: str, value: str) -> bytes:
@@ -261,6 +288,82 @@ class _Scrubber:
                     elem.value = "090Y"
 
 
+# PS3.5 6.2: what one value of each structured VR may be, its padding stripped (DA and DT are checked further
+# for a real calendar day; IS for its 32-bit range; DS for a finite number).
+_HHMMSS = r"(?:[01]\d|2[0-3])(?:[0-5]\d(?:(?:[0-5]\d|60)(?:\.\d{1,6})?)?)?"
+_VALUE_FORMS = {
+    "DA": re.compile(r"(?P<y>\d{4})(?P<m>\d{2})(?P<d>\d{2})"),
+    "DT": re.compile(r"(?P<y>\d{4})(?:(?P<m>\d{2})(?:(?P<d>\d{2})(?:" + _HHMMSS + r")?)?)?(?:[+-](?:0\d|1[0-4])[0-5]\d)?"),
+    "TM": re.compile(_HHMMSS),
+    "AS": re.compile(r"\d{3}[DWMY]"),
+    "DS": re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"),
+    "IS": re.compile(r"[+-]?\d+"),
+    "CS": re.compile(r"[A-Z0-9 _]*"),
+    "UI": re.compile(r"(?:0|[1-9]\d*)(?:\.(?:0|[1-9]\d*))*"),
+}
+_MAX_CHARS = {"DA": 8, "DT": 26, "TM": 13, "AS": 4, "DS": 16, "IS": 12, "CS": 16, "UI": 64}
+# Type 2 and 2C attributes of the modules every image instance has (Patient, General Study, General Series,
+# General Image: PS3.3 C.7.1.1, C.7.2.1, C.7.3.1, C.7.6.1): a bad value of one of them is emptied, not removed,
+# since an empty Type 2 element is how DICOM says "unknown", where a missing one makes the stored instance
+# non-conformant. Every other bad value is removed: a Type 3 attribute may be absent, and for a Type 1 one an
+# empty value breaks the rule as much as a missing one does (and would pass for a value to a lax reader).
+_EMPTIED_WHEN_INVALID = frozenset({
+    "PatientBirthDate", "PatientSex", "StudyDate", "StudyTime", "SeriesNumber", "Laterality", "InstanceNumber",
+    "PatientOrientation", "ContentDate", "ContentTime",
+})
+
+NONCONFORMANT_NOTE = ("Some header values did not conform to DICOM and were dropped; "
+                      "the image and the rest of its header are kept.")
+
+
+def conforms(vr: str, value: object) -> bool:
+    """Whether one value (a str, or pydicom's number types for DS/IS) is one PS3.5 6.2 allows for `vr`.
+
+    Empty is allowed (an element with no value). Only the VRs of `_VALUE_FORMS` are checked; any other is True.
+    """
+    form = _VALUE_FORMS.get(vr)
+    if form is None or value is None:
+        return True
+    text = str(value).strip(" \x00")  # leading and trailing spaces are padding, a trailing NUL a UID's
+    if not text:
+        return True
+    match = form.fullmatch(text) if len(text) <= _MAX_CHARS[vr] else None
+    if match is None:
+        return False
+    if vr in ("DA", "DT"):
+        try:
+            dt.date(int(match["y"]), int(match["m"] or 1), int(match["d"] or 1))
+        except ValueError:
+            return False
+    if vr == "IS":
+        return -(2**31) <= int(text) < 2**31
+    if vr == "DS":
+        return float(text) not in (float("inf"), float("-inf"))
+    return True
+
+
+def drop_nonconformant(ds: Dataset) -> int:
+    """Remove (or empty, see `_EMPTIED_WHEN_INVALID`) every element, at any depth, with a value that does not
+    conform to its VR; the number of elements changed. A multi-valued element goes whole if one value is bad."""
+    changed = 0
+    for elem in list(ds):
+        if elem.VR == "SQ":
+            for item in elem.value:
+                changed += drop_nonconformant(item)
+            continue
+        if elem.VR not in _VALUE_FORMS or elem.value is None:
+            continue
+        values = elem.value if elem.VM > 1 else [elem.value]
+        if all(conforms(elem.VR, v) for v in values):
+            continue
+        changed += 1
+        if elem.keyword in _EMPTIED_WHEN_INVALID:
+            elem.value = None
+        else:
+            del ds[elem.tag]
+    return changed
+
+
 ZERO_PREAMBLE = b"\x00" * 128
 
 
@@ -292,6 +395,7 @@ def deidentify(ds: Dataset, *, secret: str) -> tuple[Dataset, list[str]]:
     key = patient_key(ds)
     scrubber = _Scrubber(secret, key)
     scrubber.scrub(out)
+    nonconformant = drop_nonconformant(out)  # after the scrub: a date it shifted is checked as it will be stored
     # The File Meta Information is written afresh, never scrubbed: its Private Information
     # (0002,0102), Implementation Version Name (0002,0013) and source AE titles are free text
     # the sender chose. The 128-byte preamble is free for any use too, and some modalities put
@@ -319,4 +423,6 @@ def deidentify(ds: Dataset, *, secret: str) -> tuple[Dataset, list[str]]:
             "This image has text burned into its pixels (names, dates or IDs may be visible); "
             "check it before sharing, the header alone was cleaned."
         )
+    if nonconformant:  # which ones is not said: the values may be the very PHI that was dropped
+        notes.append(NONCONFORMANT_NOTE)
     return out, notes

@@ -25,6 +25,12 @@ from pydicom.uid import UID, ExplicitVRBigEndian, ExplicitVRLittleEndian, Implic
 from orapo_core.errors import OrapoError
 from orapo_core.imaging.windowing import full_range_window, render, voi_function
 
+# pydicom warns about a value that does not conform to its VR by quoting it ("Invalid value for VR TM: 'QZXTIME'"),
+# and a warning reaches the server's log, where header values (PHI) must never go. De-identification checks every
+# value against its VR itself (`orapo_core.imaging.deid.conforms`) and drops what does not conform, so pydicom's own
+# check on reading is off for the whole process.
+pydicom.config.settings.reading_validation_mode = pydicom.config.IGNORE
+
 
 @dataclass
 class DecodedFrame:

@@ -97,7 +97,7 @@ class Drafter:
         self.model_version = model_version
         self.prompt = prompt
         self.max_side = max_side
-        self._prompt_text = render_prompt(loaded.processor, prompt)
+        self.prompt_text = render_prompt(loaded.processor, prompt)
         # drafters of versions on one shared base pass that base's lock (orapo_core.models.shared_base)
         self._lock = lock or threading.Lock()
         self._decoding: str | None = None  # "" once continuous decoding is known to work; else why not
@@ -180,7 +180,7 @@ class Drafter:
         from orapo_core.models.verifier import prompt_states
 
         with self._lock, self.loaded.using() as model:
-            states = prompt_states(model, self.loaded.processor, self._prompt_text, pictures)
+            states = prompt_states(model, self.loaded.processor, self.prompt_text, pictures)
         return self.verifier.unsupported(states), self.verifier.supported(states)
 
     def finish(self, picture, greedy: str, sampled: list[str], settings: dict, **kwargs) -> Draft:
@@ -210,7 +210,7 @@ class Drafter:
             for name in wanted:
                 candidates = self.verifier.checks[name].sentences
                 best = best_continuation(model, self.loaded.processor, picture, prefix, candidates,
-                                         prompt_text=self._prompt_text) if len(candidates) > 1 else 0
+                                         prompt_text=self.prompt_text) if len(candidates) > 1 else 0
                 chosen[name] = candidates[best]
         return chosen
 
@@ -231,7 +231,7 @@ class Drafter:
                 log.info("orapo: drafting %s with generate, not continuous batching: %s", self.loaded.name, reason)
         if self._decoding:
             return None
-        return ContinuousDecoder(self.loaded, self._prompt_text, lock=self._lock)
+        return ContinuousDecoder(self.loaded, self.prompt_text, lock=self._lock)
 
     def compose(self, greedy: str, sampled: list[str], settings: dict, *, batch_size: int = 1,
                 generated_s: float = 0.0, image_features: list[float] | None = None,
@@ -282,7 +282,7 @@ class Drafter:
         processor = self.loaded.processor
         # left padding: every row's prompt ends at the last column, where generation appends; the attention
         # mask marks the padding, and Qwen2-VL computes its (m)rope positions from that mask
-        inputs = processor(text=[self._prompt_text] * len(pictures), images=list(pictures), return_tensors="pt",
+        inputs = processor(text=[self.prompt_text] * len(pictures), images=list(pictures), return_tensors="pt",
                            padding=True, padding_side="left").to(self.loaded.device)
         for key, value in inputs.items():
             if torch.is_floating_point(value) and value.dtype != self.loaded.dtype:

@@ -2,7 +2,7 @@
 
 The same function serves `orapo eval`, the rounds' held-out gate and the
 benchmarks (the ablation included), so a number in the admin tab and a number
-in the README mean the same thing: greedy drafts, labelled by the FactS
+in the docs mean the same thing: greedy drafts, labelled by the FactS
 labeler, against each study's reference labels (given by the dataset, or FactS
 labels of its reference report), uncertain counted as positive. A drafter with
 a `min_agreement` (the app's ORAPO_DRAFT_MIN_AGREEMENT, which the gate and

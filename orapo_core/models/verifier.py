@@ -1,6 +1,6 @@
 """The finding verifier: a round's check, read from the model's own state, that the image supports a finding it taught.
 
-Why (issue 11; README, Benchmarks): after a round on corrections of a finding the model never reported, its drafts
+Why (issue 11; docs, Research): after a round on corrections of a finding the model never reported, its drafts
 say the finding on 4-10 % of films without it, mostly films with a finding it co-occurs with. Yet the same model's
 text state where the report begins (the last prompt token) tells those films apart far better than its drafts do:
 on clinic 13, a linear probe of that state reads the finding at AUC 0.98 (d' 2.98) where the drafts reach d' 2.13.
@@ -13,7 +13,7 @@ withheld, as the sample-agreement operating point does (`orapo_core.facts.consis
 
 The same readout also says the finding where the draft is silent (2026-12-05). On the rare-enriched ablation a
 ridge readout of the prompt state found the rare findings at F1 0.50 where the same model's drafts reached 0.10
-(README, Benchmarks): the state carries what the decoder does not yet say. So a check whose cross-fitted AUC
+(docs, Research): the state carries what the decoder does not yet say. So a check whose cross-fitted AUC
 reaches `add_min_auc` also has an `add_threshold`, the cut that maximises the cross-fitted F1 while calling at most
 `add_max_fpr` of the rows without the finding and being right on at least `ADD_MIN_PRECISION` of those it calls
 (without that floor, a rare finding at a clinic's prevalence was stated on 18 % of films without it); a film
@@ -196,11 +196,11 @@ def taught_findings(rows: Sequence[dict], *, min_taught: int = 10) -> list[str]:
 
 MIN_AUC = 0.9  # a check whose cross-fitted AUC on the round's own rows is lower withholds nothing (see fit_verifier)
 # A check reading its finding at this cross-fitted AUC or better also states it where the draft is silent, calling
-# at most ADD_MAX_FPR of the round's rows without it (chosen on a development set of another seed; README).
+# at most ADD_MAX_FPR of the round's rows without it (chosen on a development set of another seed; docs, Research).
 ADD_MIN_AUC = 0.7
 ADD_MAX_FPR = 0.2
 # ... and only where at least this share of the rows it calls have the finding: at a clinic's prevalence (a few %)
-# the best-F1 cut of a readout at AUC 0.75-0.85 states a rare finding on about 1 film in 10 without it (README).
+# the best-F1 cut of a readout at AUC 0.75-0.85 states a rare finding on about 1 film in 10 without it (docs, Research).
 ADD_MIN_PRECISION = 0.4
 SENTENCES_PER_FINDING = 8
 

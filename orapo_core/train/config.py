@@ -69,7 +69,7 @@ class OraPOConfig(GRPOConfig):
             "help": "Add a finding pair per finding the oracle states and no rollout of the study does (the oracle "
             "over the oracle without it) and per finding every rollout states and the oracle does not (the oracle "
             "over the oracle with a rollout's sentence put in): orapo_core.train.pairs. Off: on the rare-enriched "
-            "ablation neither span changed rare-finding F1 beyond seed noise (README, Benchmarks). Needs "
+            "ablation neither span changed rare-finding F1 beyond seed noise (docs, Research). Needs "
             "oracle_mode='dpo'."
         },
     )
@@ -109,7 +109,7 @@ class OraPOConfig(GRPOConfig):
             "help": "FactS also checks each finding's side, severity and device type against the reference_report column "
             "(a 'small left effusion' against a 'large right effusion' is contradicted); the labels still decide which "
             "findings are right. It acts through the precision-aware penalty only, so it changes nothing with "
-            "precision_aware false, nor on rows without a reference report. See the README's FactS section for the "
+            "precision_aware false, nor on rows without a reference report. See the docs' FactS page for the "
             "measurement behind the default."
         },
     )
@@ -119,7 +119,7 @@ class OraPOConfig(GRPOConfig):
             "help": "Multiply FactS by the completion's form factor (orapo_core.facts.form): sentences repeated in a "
             "section and fragments are charged by their share, a finding both stated and denied and a section the "
             "reference report has but the completion lacks halve it. Without it GRPO on FactS alone learned degenerate "
-            "text (README, Benchmarks, --quick, which turns it on); rounds leave it off: on the clinic story it raised "
+            "text (docs, Research, --quick, which turns it on); rounds leave it off: on the clinic story it raised "
             "the false positives of OraPO's rounds. A well-formed report is unchanged."
         },
     )

@@ -4,7 +4,7 @@ The starter was built with two linear probes beside its report loss (`orapo_core
 on the merged visual token(s), one on the text model's state. They are why its visual token carries the
 findings (`benchmarks/bench_probe.py`), and they were discarded after the build. A round, left to GRPO and
 the oracle term, changes the vision tower and the merger through the words only; its false positives are
-confusions of the corrected finding with those it co-occurs with (README, Benchmarks). With
+confusions of the corrected finding with those it co-occurs with (docs, Research). With
 ``finding_probe_weight > 0`` the trainer puts the two probes back for the round: on each micro-batch TRL's
 own forward is observed (no extra model run), the merged visual tokens (averaged per image) and the text
 model's last prompt state (where the report begins) are read by a fresh linear layer each, and a binary

@@ -38,8 +38,8 @@ Choices the paper leaves open, made here:
   decides to say the finding. (With the whole reports, ``'report'``, the margin
   is mostly the finding sentence's other tokens, which follow easily once it
   has begun.) They come after the clinician pair and take the rows of the
-  least-failed rollouts. Measured on the rare-enriched ablation (README,
-  Benchmarks): neither span moved rare-finding F1 or the first token of a rare
+  least-failed rollouts. Measured on the rare-enriched ablation (docs,
+  Research): neither span moved rare-finding F1 or the first token of a rare
   finding's sentence beyond seed noise, because the text model's states carry
   those findings only at AUC 0.5-0.8 there; hence off by default.
 """

@@ -40,6 +40,19 @@ def image_dataset(pixels: np.ndarray | None = None, *, bits_stored: int = 12, ph
     return ds
 
 
+def set_raw(ds: Dataset, keyword: str, text: str) -> None:
+    """Put `text` into `ds` as it stands, unchecked by pydicom: what a sender that ignores the attribute's VR writes
+    (a time of 'QZXTIME', an age of 'old'); written as is by `dicom_bytes`."""
+    from pydicom.datadict import dictionary_VR, tag_for_keyword
+    from pydicom.dataelem import RawDataElement
+    from pydicom.tag import Tag
+
+    tag = Tag(tag_for_keyword(keyword))
+    value = text.encode("ascii")
+    value += b" " * (len(value) % 2)  # even length, as every element's value
+    ds[tag] = RawDataElement(tag, dictionary_VR(tag), len(value), value, 0, False, True)
+
+
 def dicom_bytes(ds: Dataset) -> bytes:
     buffer = io.BytesIO()
     pydicom.dcmwrite(buffer, ds, enforce_file_format=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from orapo_core.errors import OrapoError
+from orapo_core.errors import OrapoError, log_line
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +260,6 @@ class RoundScheduler:
                                             details={"trigger": trigger, "code": exc.code, "message": exc.message})
             log.info("scheduled round not started: %s: %s", exc.code, exc.message)
             return None
-        except Exception:  # a job must never kill the scheduler thread
-            log.exception("scheduled round request failed")
+        except Exception as exc:  # a job must never kill the scheduler thread
+            log.error("scheduled round request failed: %s", log_line(exc))
             return None

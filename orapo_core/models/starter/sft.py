@@ -191,8 +191,8 @@ class WarmStart:
         # by the text model's attention is trained directly too.
         self.probe = torch.nn.ModuleDict({"visual": torch.nn.Linear(n_tokens * hidden, n_kinds),
                                           "answer": torch.nn.Linear(hidden, n_kinds)})
-        self._visual: list = []
-        model.model.visual.merger.register_forward_hook(lambda _m, _i, out: self._visual.append(out))
+        self.visual: list = []
+        model.model.visual.merger.register_forward_hook(lambda _m, _i, out: self.visual.append(out))
         prompt = self._prompt_inputs(side)
         self.prompt_ids = prompt["input_ids"][0]
         self.prompt_mm = prompt.get("mm_token_type_ids")
@@ -277,9 +277,9 @@ class WarmStart:
             vision = self.processor.image_processor(images=pictures, return_tensors="pt")
             for group in optimizer.param_groups:
                 group["lr"] = plan.vision_pretrain_lr * warmup_cosine(step, warmup, plan.vision_steps)
-            self._visual.clear()
+            self.visual.clear()
             visual(vision["pixel_values"], grid_thw=vision["image_grid_thw"])
-            logits = self.probe["visual"](self._visual[0].reshape(len(indices), -1))
+            logits = self.probe["visual"](self.visual[0].reshape(len(indices), -1))
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.from_numpy(data.targets[indices]))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -306,11 +306,11 @@ class WarmStart:
                   "pixel_values": vision["pixel_values"], "image_grid_thw": vision["image_grid_thw"]}
         if self.prompt_mm is not None:
             inputs["mm_token_type_ids"] = self.prompt_mm.expand(len(indices), -1)
-        self._visual.clear()
+        self.visual.clear()
         output = self.model(**inputs, output_hidden_states=True)
         target = torch.from_numpy(films.targets[indices])
         bce = torch.nn.functional.binary_cross_entropy_with_logits
-        return (bce(self.probe["visual"](self._visual[0].reshape(len(indices), -1)), target)
+        return (bce(self.probe["visual"](self.visual[0].reshape(len(indices), -1)), target)
                 + bce(self.probe["answer"](output.hidden_states[-1][:, -1]), target))
 
     def run(self, data: TrainingSet, *, deadline: float | None = None,
@@ -338,10 +338,10 @@ class WarmStart:
             inputs = self.batch(data, indices, rng)
             for group in self.optimizer.param_groups:
                 group["lr"] = group["initial_lr"] * self.lr_factor(step)
-            self._visual.clear()
+            self.visual.clear()
             output = model(**inputs, output_hidden_states=True)
             report_loss = output.loss
-            tokens = self._visual[0].reshape(len(indices), -1)
+            tokens = self.visual[0].reshape(len(indices), -1)
             # The answer probe reads every answer position (and the last prompt token), so each
             # position's attention over the image is trained to find what the report must say.
             n_prompt = len(self.prompt_ids)

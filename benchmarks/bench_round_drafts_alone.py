@@ -1,0 +1,61 @@
+"""A clinic story's models with their finding checks set aside: what each writes by itself, on the same test studies.
+
+Reads the data folder a clinic story left (`benchmarks.bench_round_story --data-dir DIR --seed S`) and scores,
+with each version's finding checks (orapo_core.models.verifier) set aside, the model round `--round` started
+from, its candidate and, when the folder has it, its GRPO twin (`benchmarks.bench_round_grpo_twin`), on the
+story's test studies (the same `--seed` draws the same ones): recall, false-positive rate (broken down by the
+negatives' other findings) and macro-F1 of the drafts alone.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_round_drafts_alone --finding F --data-dir DIR --seed S --json OUT
+    orapo bench round_drafts_alone --data-dir DIR --seed S
+
+The same models with their checks: `benchmarks.bench_round_rescore`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.round_story_common import (add_story_folder_arguments, add_test_set_arguments, command, grpo_twin_dir,
+                                           open_story, outcome, print_false_positives, round_version, test_dir,
+                                           test_studies)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_story_folder_arguments(parser, "the round whose models are scored (default 1, the story's one round)")
+    add_test_set_arguments(parser)
+    parser.add_argument("--json", default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = make_parser().parse_args(argv)
+
+    from app.services.served import resolve_path
+
+    data_dir = Path(args.data_dir)
+    settings, database = open_story(data_dir)
+    version = round_version(database, args.round)
+    base = resolve_path(settings, version.base_model_path)
+    positives, negatives = test_studies(args)
+    models = {"before": None, "candidate": resolve_path(settings, version.adapter_path)}
+    twin = grpo_twin_dir(data_dir, args.round)
+    if (twin / "adapter_config.json").is_file():
+        models["grpo"] = twin
+    result = {"command": command("bench_round_drafts_alone", argv), "round": args.round, "checks": False,
+              **{name: outcome(base, adapter, positives, negatives, args.finding, test_dir(data_dir), checks=False)
+                 for name, adapter in models.items()}}
+    for name in models:
+        print_false_positives(name, result[name])
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

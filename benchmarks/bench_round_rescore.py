@@ -1,0 +1,131 @@
+"""A clinic story's round scored again: its candidate and the model it started from, on the same test studies.
+
+Reads the data folder a clinic story left (`benchmarks.bench_round_story --data-dir DIR --seed S`) and, with no
+new round, scores round `--round`'s candidate and its starting model again on the story's test studies (the
+same `--seed` draws the same ones), with the same measures and the false positives broken down by the
+negatives' other findings. Optionally first fits the finding verifier of that round's version again, as a round
+with finding_verifier on does, and probes how well each model's states tell the films with the finding from
+those without.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_round_rescore --data-dir DIR --seed S [--fit-verifier] [--state-probes] --json OUT
+    orapo bench round_rescore --data-dir DIR --seed S
+
+The same models with their finding checks set aside: `benchmarks.bench_round_drafts_alone`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.round_story_common import (add_story_folder_arguments, add_test_set_arguments, command,
+                                           fit_version_verifier, open_story, outcome, phantom_test_records,
+                                           print_false_positives, round_version, test_dir, test_studies)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_story_folder_arguments(parser, "the round whose candidate and starting model are scored again (default 1, "
+                                       "the story's one round)")
+    add_test_set_arguments(parser)
+    parser.add_argument("--fit-verifier", action="store_true",
+                        help="first fit the finding verifier of that round's version as a round with "
+                             "finding_verifier on does (orapo_core.models.verifier.fit_round_verifier, on the round's "
+                             "own train.csv; --set finding_verifier_add_max_fpr=0 fits it without its additions), "
+                             "save it beside the version's adapter, then score")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --fit-verifier: the round setting finding_verifier_add_max_fpr to fit with")
+    parser.add_argument("--state-probes", action="store_true",
+                        help="also how well a linear probe tells the test films with the finding from those without, "
+                             "from each model's merged visual token and from its text model's last prompt state "
+                             "(where the report begins), beside the drafts' own d'")
+    parser.add_argument("--agreement", action="store_true",
+                        help="also score both models' drafts at operating points of sample agreement (the app's 4 "
+                             "samples; a finding's sentence kept where at least 1-4 of them assert it too)")
+    parser.add_argument("--json", default=None)
+    return parser
+
+
+def d_prime(recall: float, false_positive_rate: float, n: int = 200) -> float:
+    """Binormal separability of a yes/no operating point, z(recall) + z(1 - FPR); rates clipped to 1/(2n)."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf
+    clip = 1 / (2 * n)
+    return round(z(min(max(recall, clip), 1 - clip)) + z(min(max(1 - false_positive_rate, clip), 1 - clip)), 3)
+
+
+def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, splits: int = 5) -> dict:
+    """Held-out AUC of a ridge probe (60/40, `splits` random splits: mean and std) telling `truth` from the merged
+    visual token (`orapo_core.models.features`, what drafting stores) and from the text model's last prompt state,
+    and the AUCs' binormal d' (sqrt 2 * z(AUC)), comparable with the drafts' own."""
+    from statistics import NormalDist
+
+    from PIL import Image
+
+    from benchmarks.bench_finding_evidence import merged_tokens
+    from benchmarks.bench_probe import ridge_probe_auc
+    from orapo_core.models.draft import Drafter
+    from orapo_core.models.verifier import prompt_states
+
+    drafter = Drafter.from_dir(model_dir, adapter)
+    if hasattr(drafter.loaded.model, "merge_and_unload"):  # the merger hook needs the plain model's module names
+        drafter.loaded.model = drafter.loaded.model.merge_and_unload()
+    images = [Image.open(p).convert("RGB") for p in pictures]
+    states = prompt_states(drafter.loaded.model, drafter.loaded.processor, drafter.prompt_text, images, batch=50)
+    out = {}
+    for what, x in (("merged_token", merged_tokens(drafter, images)), ("prompt_state", states)):
+        aucs = []
+        for r in range(splits):
+            order = np.random.default_rng(r).permutation(len(truth))
+            aucs.append(ridge_probe_auc(x[order], truth[order][:, None], int(0.6 * len(truth)))[0])
+        mean = float(np.mean(aucs))
+        out[what] = {"auc": round(mean, 4), "auc_std": round(float(np.std(aucs)), 4),
+                     "d_prime": round(2 ** 0.5 * NormalDist().inv_cdf(min(mean, 1 - 1e-6)), 3)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = make_parser().parse_args(argv)
+
+    from app.services.served import resolve_path
+
+    data_dir = Path(args.data_dir)
+    settings, database = open_story(data_dir)
+    version = round_version(database, args.round)
+    base = resolve_path(settings, version.base_model_path)
+    if args.fit_verifier:
+        from app.services.rounds import parse_settings
+
+        add_max_fpr = parse_settings(args.set).get("finding_verifier_add_max_fpr")
+        adapter = resolve_path(settings, version.adapter_path)
+        print(f"finding verifier: {fit_version_verifier(settings, args.round, base, adapter, add_max_fpr=add_max_fpr)}")
+    positives, negatives = test_studies(args)
+    films = test_dir(data_dir)
+    models = {"before": None, "candidate": resolve_path(settings, version.adapter_path)}
+    result = {"command": command("bench_round_rescore", argv), "round": args.round, "checks": True,
+              **{name: outcome(base, adapter, positives, negatives, args.finding, films, agreement=args.agreement)
+                 for name, adapter in models.items()}}
+    if args.state_probes:
+        pictures = [r.image_paths[0] for r in phantom_test_records(positives, films, "pos")
+                    + phantom_test_records(negatives, films, "neg")]
+        truth = np.array([1.0] * len(positives) + [0.0] * len(negatives))
+        for name, adapter in models.items():
+            result[name]["state_probes"] = state_separability(base, adapter, pictures, truth)
+            result[name]["state_probes"]["drafts_d_prime"] = d_prime(result[name]["recall"],
+                                                                     result[name]["false_positive_rate"])
+            print(f"{name:10s} probe AUC, finding vs not: {result[name]['state_probes']}")
+    for name in models:
+        print_false_positives(name, result[name])
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
