@@ -31,10 +31,11 @@ class AppContext:
     # the API names of the administrators' tabs (Admin, Rounds), filled once the tabs are built: the session
     # middleware leaves them out of the API description a radiologist is shown
     admin_api: set[str] = field(default_factory=set)
-    metrics: Any = None  # the app's `app.services.metrics.AppMetrics`: Prometheus counters, served at /metrics
+    # the app's `app.services.operations.metrics.AppMetrics`: Prometheus counters, served at /metrics
+    metrics: Any = None
 
     def user(self, request: gr.Request | None, *, role: str | None = None, allow_password_change: bool = False):
-        from app.services.auth import signed_in
+        from app.services.accounts.auth import signed_in
 
         return signed_in(self.database, getattr(request, "username", None), role=role,
                          allow_password_change=allow_password_change)

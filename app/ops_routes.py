@@ -6,7 +6,7 @@ answer without a session and say nothing of any user, study or path. `/healthz` 
 serves HTTP; `/readyz` answers 200 when the database answers a trivial query and the served model is loaded, else
 503 with one word per check. `/metrics` needs a session, like every other route, and answers an administrator only
 (403 for a radiologist); with `ORAPO_METRICS_PORT` the same text is also served on 127.0.0.1 of that port
-(`app.services.metrics.AppMetrics.start`). Nothing is cached (`no-store`).
+(`app.services.operations.metrics.AppMetrics.start`). Nothing is cached (`no-store`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app import gradio_internals
-from app.services.metrics import METRICS_PATH, readiness_checks
+from app.services.operations.metrics import METRICS_PATH, readiness_checks
 from app.web_security import SESSION_USER
 
 NO_STORE = {"Cache-Control": "no-store"}
@@ -25,7 +25,7 @@ NO_STORE = {"Cache-Control": "no-store"}
 
 def routes(settings, database) -> list[Route]:
     """The routes, bound to this app's database; the app's metrics and models come from its `AppContext`."""
-    from app.services.auth import is_admin
+    from app.services.accounts.auth import is_admin
 
     def context(request: Request):
         return gradio_internals.context_of(request.scope.get("app"))

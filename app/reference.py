@@ -115,8 +115,8 @@ def configuration_markdown() -> str:
                          f"{_cell(field.description or '')} |")
         lines.append("")
     lines += ["## Read where they are used", "",
-              "These are read from the environment where they are used (the archive's by `app.services.pacs`), not "
-              "through a settings class.", "",
+              "These are read from the environment where they are used (the archive's by "
+              "`app.services.archive.pacs`), not through a settings class.", "",
               "| variable | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| {', '.join(_code(n) for n in names)} | {default} | {_cell(meaning)} |"
               for names, default, meaning in OTHER_VARIABLES]

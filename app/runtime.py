@@ -20,8 +20,8 @@ def upload_cache_dir(settings: Settings) -> Path:
 def server_cache_dir(settings: Settings, identity=None) -> Path:
     """Gradio's upload and file cache for one server (default: this process; the server sets GRADIO_TEMP_DIR to
     it), `<data>/upload-cache/<server>/`, so a killed server's uploads can go whole while others run
-    (`app.services.cache_sweep`)."""
-    from app.services.leader import this_process
+    (`app.services.operations.cache_sweep`)."""
+    from app.services.operations.leader import this_process
 
     return upload_cache_dir(settings) / (identity or this_process()).folder
 

@@ -26,7 +26,7 @@ import gradio as gr
 from app import gradio_internals
 from app.context import AppContext
 from app.runtime import server_cache_dir
-from app.services.cache_sweep import CACHE_MAX_AGE_S, CACHE_SWEEP_S
+from app.services.operations.cache_sweep import CACHE_MAX_AGE_S, CACHE_SWEEP_S
 from app.settings import web_settings
 from app.web_security import RequireSession
 from orapo_core.config import Settings
@@ -38,27 +38,28 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
               warm_model: bool = False) -> gr.Blocks:
     """The Blocks of the whole app. `rounds` (a `RoundScheduler`, default one with the default policy, whose
     leader jobs include the shared cache's sweep) is not started here: the server's lifespan (`launch_options`)
-    starts it (it joins the election of servers on this database, `app.services.leader`) and stops it, so building an
-    app, as tests do, leaves no thread behind; with `warm_model` (as `orapo serve` asks) the lifespan also
+    starts it (it joins the election of servers on this database, `app.services.operations.leader`) and stops
+    it, so building an app, as tests do, leaves no thread behind; with `warm_model` (as `orapo serve` asks) the lifespan also
     loads and warms the served model in the background. `signin` (a `SignInGuard`) defaults to the
     standard limits."""
-    from app.services.drafting import ModelRegistry
-    from app.services.metrics import AppMetrics
-    from app.services.export_downloads import prune_downloads
+    from app.services.reading.drafting import ModelRegistry
+    from app.services.operations.metrics import AppMetrics
+    from app.services.operations.export_downloads import prune_downloads
     from app.services.rounds import RoundScheduler
-    from app.services.sessions import SessionBook
-    from app.services.signin import SignInGuard
+    from app.services.accounts.sessions import SessionBook
+    from app.services.accounts.signin import SignInGuard
     from app.messages import in_page
     from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist
 
     settings = web_settings(settings)
     # keep uploads in this server's folder in the data folder, where ingest deletes each one after use and the
-    # sweeps delete the whole folder once this server stopped or died (app.services.cache_sweep)
+    # sweeps delete the whole folder once this server stopped or died (app.services.operations.cache_sweep)
     cache = server_cache_dir(settings)
     cache.mkdir(parents=True, exist_ok=True)
     gradio_internals.use_cache_dir(cache)
     prune_downloads(settings, work=True)  # what a previous run left behind, once its download time is up
-    if rounds is None:  # the leading server also sweeps every server's upload cache (app.services.cache_sweep)
+    # the leading server also sweeps every server's upload cache (app.services.operations.cache_sweep)
+    if rounds is None:
         rounds = RoundScheduler(database, settings, leader_jobs=[
             (CACHE_SWEEP_JOB, lambda: _sweep_stale(settings, database), CACHE_SWEEP_S)])
     registry = registry or ModelRegistry(settings, database)
@@ -117,7 +118,7 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
 def _sweep_stale(settings, database) -> None:
     import sys
 
-    from app.services.cache_sweep import sweep_stale
+    from app.services.operations.cache_sweep import sweep_stale
 
     report = sweep_stale(settings, database)
     if report.cache_files or report.exports:
@@ -131,8 +132,8 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
 
     from app import ops_routes, page_scripts, viewer_routes
     from app.tabs.read_upload import FILE_TYPES
-    from app.services.export_downloads import downloads_dir
-    from app.services.signin import ACCOUNT_FAILURES, WINDOW_MINUTES
+    from app.services.operations.export_downloads import downloads_dir
+    from app.services.accounts.signin import ACCOUNT_FAILURES, WINDOW_MINUTES
 
     async def signed_in_only_through_the_middleware(username: str, password: str) -> bool:
         # `auth` makes Gradio show its sign-in page; the middleware answers every POST to /login itself
@@ -169,7 +170,7 @@ async def _sweep_stale_uploads(ctx, every_s: float = 60.0) -> None:
     would keep them up to an hour)."""
     from anyio import to_thread
 
-    from app.services.cache_sweep import delete_uploads
+    from app.services.operations.cache_sweep import delete_uploads
 
     book = getattr(ctx, "sessions", None)
     if book is None:

@@ -64,7 +64,7 @@ from starlette.routing import compile_path
 from app import gradio_internals, web_signin
 from app.gradio_internals import DEEP_LINK_PATH, STARTUP_EVENTS_PATH, TOKEN_PATHS, UPLOAD_PATHS
 from app.page_scripts import EARLY_HEAD
-from app.services.metrics import HEALTH_PATHS
+from app.services.operations.metrics import HEALTH_PATHS
 from app.web_requests import (OWN_REFUSAL, cross_site, from_own_page, inside, route_templates, with_api_info,
                               with_early_script, with_headers)
 
@@ -238,7 +238,7 @@ class RequireSession:
     async def _is_admin(self, username: str) -> bool:
         from anyio import to_thread
 
-        from app.services.auth import is_admin
+        from app.services.accounts.auth import is_admin
 
         return await to_thread.run_sync(is_admin, self.database, username)
 

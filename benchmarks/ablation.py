@@ -5,7 +5,9 @@ Which part of OraPO buys what: the reward (ROUGE-L text overlap, the paper's
 instead of DPO) and the training pool (400 or 1,000 class-balanced studies).
 
 Each trained method is one `orapo_core.train.run.train_round`, the function
-`orapo train` and every round run, on a recipe parsed by `parse_recipe`
+`orapo train` and every round run (through `orapo_core.experimental`'s
+`train_ablation_round`, whose trainer also has the ablation's oracle modes, SFT
+on the oracle and none), on a recipe parsed by `parse_ablation_recipe`
 (default: the round recipe, `orapo_core/train/recipes/round-cpu.yaml`, LoRA
 and all) with three layers of overrides, later ones winning: the plan's
 `overrides` (any recipe setting, for every method), the budget every method
@@ -43,12 +45,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from orapo_core.facts.metrics import EvalMetrics
+
 ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_RECIPE = ROOT / "orapo_core" / "train" / "recipes" / "round-cpu.yaml"
 RARE_FINDINGS = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
+#: The numbers results.json keeps per run and averages per method: `EvalMetrics` keys, and the rare findings' own
+#: (`evaluate`). They are the keys of every recorded results.json, so they are written out here as stored.
 REPORTED = ("macro_f1_14", "macro_precision_14", "macro_recall_14", "micro_f1_14", "rare_f1", "rare_precision",
             "rare_recall", "facts_reward_mean", "mean_report_length")
+PER_CLASS = "f1_per_class"  # results.json's per-class F1 of a run and of a method, `EvalMetrics.f1_per_class`
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
 # The recipe settings a reader of the results needs to know (the rest is in each run's orapo_recipe.json).
 RECIPE_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_completion_length",
@@ -211,7 +218,7 @@ def corrected_pool(pool_csv: Path, records: Sequence, drafter, *, threshold: flo
             chosen, rejected = pairs.get(row["id"], ("", ""))
             writer.writerow({**row, "clinician_chosen": chosen, "clinician_rejected": rejected})
     summary = {"studies": len(records), "corrected": len(pairs), "rare_findings_added": added,
-               "draft_seconds": result.metrics["seconds"]}
+               "draft_seconds": result.metrics.seconds}
     stamp.write_text(json.dumps({"wanted": wanted, "summary": summary}, indent=2))
     return out, summary
 
@@ -230,23 +237,25 @@ class HeldOut:
 
 
 def evaluate(drafter, held_out: HeldOut, *, n: int | None = None, batch: int = 32, max_new_tokens: int = 128) -> dict:
-    """`evaluate_drafter` on the first `n` held-out studies, plus the rare findings' macro precision, recall and F1."""
+    """`evaluate_drafter` on the first `n` held-out studies, plus the rare findings' macro precision, recall and F1:
+    a run's record in results.json (its `EvalMetrics.to_dict()` and the rare findings', the first draft, and each
+    study's positives)."""
     from orapo_core.facts.metrics import clinical_efficacy
     from orapo_core.models.evaluate import evaluate_drafter
 
     n = len(held_out.records) if n is None else min(n, len(held_out.records))
     result = evaluate_drafter(drafter, held_out.records[:n], images=held_out.images[:n], batch_size=batch,
                               max_new_tokens=max_new_tokens)
-    metrics = result.metrics
+    # the rare findings' macro values: over "all the observations given", here the four
     rare = clinical_efficacy([p["labels"] for p in result.predictions], [p["reference"] for p in result.predictions],
                              observations=RARE_FINDINGS)
-    for kind in ("f1", "precision", "recall"):
-        metrics[f"rare_{kind}"] = rare[f"macro_{kind}_14"]  # "_14" is the suffix of "all the observations given"
-    metrics["example_draft"] = result.predictions[0]["draft"] if result.predictions else ""
-    # per study, which of the 14 the draft and the reference call positive: for paired comparisons (paired_delta)
-    metrics["positives"] = [positives_of(p["labels"]) for p in result.predictions]
-    metrics["reference_positives"] = [positives_of(p["reference"]) for p in result.predictions]
-    return metrics
+    return {**result.metrics.to_dict(),
+            "rare_f1": rare.macro_f1_14, "rare_precision": rare.macro_precision_14, "rare_recall": rare.macro_recall_14,
+            "example_draft": result.predictions[0]["draft"] if result.predictions else "",
+            # per study, which of the 14 the draft and the reference call positive: for paired comparisons
+            # (paired_delta)
+            "positives": [positives_of(p["labels"]) for p in result.predictions],
+            "reference_positives": [positives_of(p["reference"]) for p in result.predictions]}
 
 
 def positives_of(labels: dict) -> str:
@@ -329,7 +338,7 @@ def oracle_logp(model, processor, images: Sequence, oracles: Sequence[str], *, b
 
     The answer is tokenised as the trainer tokenises an oracle: the text, then the end-of-turn token.
     """
-    from orapo_core.models.draft import to_rgb_image
+    from orapo_core.models.picture import to_rgb_image
     from orapo_core.models.scoring import answer_token_logps
 
     tokenizer = processor.tokenizer
@@ -355,7 +364,7 @@ def oracle_logp(model, processor, images: Sequence, oracles: Sequence[str], *, b
 
 def method_recipe(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Path, model_dir: str, run_dir: Path):
     """The three configs of one method's round: recipe, then plan overrides, then the shared budget, then the method."""
-    from orapo_core.train.config import parse_recipe
+    from orapo_core.experimental.ablation import parse_ablation_recipe
 
     settings = dict(plan.overrides)
     settings.update(max_steps=plan.steps, seed=seed, data_seed=seed)
@@ -372,12 +381,7 @@ def method_recipe(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pa
         settings["use_clinician_pairs"] = False
     elif method.corrections:
         settings["use_clinician_pairs"] = True  # the method is the corrections: a recipe that ignores them is not it
-    return parse_recipe(plan.recipe, settings)
-
-
-def studies_per_step(training_args) -> int:
-    per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
-    return max(1, per_step // max(1, training_args.num_generations))
+    return parse_ablation_recipe(plan.recipe, settings)
 
 
 def trained_reward(plan: AblationPlan, method: Method) -> str | None:
@@ -398,13 +402,13 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
 
     from transformers import TrainerCallback, set_seed
 
-    from orapo_core.train.run import train_round
+    from orapo_core.experimental.ablation import train_ablation_round
 
     run_dir = Path(plan.out_dir) / "runs" / method.name / f"seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
     script_args, training_args, model_args = method_recipe(plan, method, seed, pool_csv=pool_csv, model_dir=model_dir,
                                                            run_dir=run_dir)
-    per_step = studies_per_step(training_args)
+    per_step = training_args.studies_per_step
     checkpoints = plan.checkpoint_steps()
     probe = held_out.records[: plan.probe_studies]
     probe_images, probe_oracles = held_out.images[: len(probe)], [r.report for r in probe]
@@ -426,16 +430,18 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
             n = plan.n_eval if last else (plan.n_eval_curve or plan.n_eval)
             metrics = evaluate(drafter_for(model, processing_class, model_dir), held_out, n=n, batch=plan.eval_batch,
                                max_new_tokens=plan.eval_max_new_tokens)
-            curve.append({"step": step, "studies_seen": step * per_step, "n_eval": n, **{k: metrics[k] for k in REPORTED}})
-            log(f"  {method.name} seed {seed} step {step}: macro-F1 {metrics['macro_f1_14']:.3f}, "
-                f"oracle log-prob {likelihood[-1]['oracle_logp']:.3f} (n={n}, {metrics['seconds']:.0f}s)")
+            curve.append({"step": step, "studies_seen": step * per_step, "n_eval": n,
+                          **{k: metrics.get(k) for k in REPORTED}})
+            scores = EvalMetrics.from_dict(metrics)
+            log(f"  {method.name} seed {seed} step {step}: macro-F1 {scores.macro_f1_14:.3f}, "
+                f"oracle log-prob {likelihood[-1]['oracle_logp']:.3f} (n={n}, {scores.seconds:.0f}s)")
             if last:
                 final.update(metrics)
                 trained["model"], trained["processor"] = model, processing_class
 
     set_seed(seed)  # the LoRA initialisation happens before the trainer seeds itself
     started = time.perf_counter()
-    train_round(script_args, training_args, model_args, callbacks=[Checkpoints()])
+    train_ablation_round(script_args, training_args, model_args, callbacks=[Checkpoints()])
     wall = time.perf_counter() - started
     unverified = None
     if method.corrections and trained:
@@ -447,11 +453,12 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
         if verifier is not None:
             drafter = drafter_for(trained["model"], trained["processor"], model_dir)
             drafter.verifier = verifier
-            unverified = {k: final[k] for k in (*REPORTED, "f1_per_class")}
+            unverified = {k: final.get(k) for k in REPORTED} | {PER_CLASS: EvalMetrics.from_dict(final).f1_per_class}
             final.update(evaluate(drafter, held_out, n=plan.n_eval, batch=plan.eval_batch,
                                   max_new_tokens=plan.eval_max_new_tokens))
-            log(f"  {method.name} seed {seed}, with the verifier: macro-F1 {final['macro_f1_14']:.3f}, rare-finding F1 "
-                f"{final['rare_f1']:.3f} (without: {unverified['macro_f1_14']:.3f}, {unverified['rare_f1']:.3f})")
+            log(f"  {method.name} seed {seed}, with the verifier: macro-F1 {EvalMetrics.from_dict(final).macro_f1_14:.3f}, "
+                f"rare-finding F1 {final['rare_f1']:.3f} (without: {EvalMetrics.from_dict(unverified).macro_f1_14:.3f}, "
+                f"{unverified['rare_f1']:.3f})")
     trained.clear()
     if not plan.keep_weights:
         for pattern in WEIGHT_FILES:
@@ -549,9 +556,10 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
             f"corrected to the reference (rare findings added: {corrected[1]['rare_findings_added']}), "
             f"{corrected[1]['draft_seconds']:.0f}s")
     del drafter
-    start_point = {"step": 0, "studies_seen": 0, "n_eval": curve_n, **{k: start_eval[curve_n][k] for k in REPORTED}}
-    log(f"starting model ({model_dir}): macro-F1 {start_eval[plan.n_eval]['macro_f1_14']:.3f} on {plan.n_eval} held-out "
-        f"studies ({start_eval[plan.n_eval]['seconds']:.0f}s)")
+    start_point = {"step": 0, "studies_seen": 0, "n_eval": curve_n, **{k: start_eval[curve_n].get(k) for k in REPORTED}}
+    starter_scores = EvalMetrics.from_dict(start_eval[plan.n_eval])
+    log(f"starting model ({model_dir}): macro-F1 {starter_scores.macro_f1_14:.3f} on {plan.n_eval} held-out "
+        f"studies ({starter_scores.seconds:.0f}s)")
 
     results: dict = {"plan": plan.to_dict(), "model": model_dir, "checkpoint_steps": plan.checkpoint_steps(),
                      "recipe": {k: recipe_args[k] for k in RECIPE_KEYS if k in recipe_args}, "methods": {}}
@@ -561,16 +569,16 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
         results["corrections"] = corrected[1]
 
     def record_method(name: str, method: Method, runs: list[dict]) -> None:
-        summary = {k: _mean_std([r["metrics"][k] for r in runs]) for k in REPORTED}
+        summary = {k: _mean_std([r["metrics"].get(k) for r in runs]) for k in REPORTED}
+        per_class = [EvalMetrics.from_dict(r["metrics"]).f1_per_class for r in runs]
         results["methods"][name] = {
             "label": method_label(plan, method), "reward": method.reward_name,
             "oracle_mode": method.oracle_mode if method.reward_name else None,
             "train_studies": min(method.train_studies, len(pool)) if method.reward_name else 0,
             "mean": {k: v[0] for k, v in summary.items()}, "std": {k: v[1] for k, v in summary.items()},
-            "f1_per_class": {c: _mean_std([r["metrics"]["f1_per_class"][c] for r in runs])[0]
-                             for c in runs[0]["metrics"]["f1_per_class"]},
+            PER_CLASS: {c: _mean_std([p[c] for p in per_class])[0] for c in per_class[0]},
             "runs": [{k: v for k, v in r.items() if k != "metrics"}
-                     | {"metrics": {k: r["metrics"][k] for k in (*REPORTED, "f1_per_class", "example_draft", "positives")
+                     | {"metrics": {k: r["metrics"][k] for k in (*REPORTED, PER_CLASS, "example_draft", "positives")
                                   if k in r["metrics"]}}
                      for r in runs],
         }
@@ -592,7 +600,8 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
                                   pool_size=len(pool), model_dir=model_dir, held_out=held_out, log=log)
             record["curve"].insert(0, start_point)
             runs.append(record)
-            log(f"{name} seed {seed}: macro-F1 {record['metrics']['macro_f1_14']:.3f}, {record['wall_seconds']:.0f}s")
+            log(f"{name} seed {seed}: macro-F1 {EvalMetrics.from_dict(record['metrics']).macro_f1_14:.3f}, "
+                f"{record['wall_seconds']:.0f}s")
             record_method(name, method, runs)
     return results
 
@@ -648,19 +657,20 @@ def pooled_runs(row: dict, other: dict) -> dict:
     """One method's row from two rows of it on different seeds: the runs together (by seed), mean and std again."""
     runs = sorted(row["runs"] + other["runs"], key=lambda r: r["seed"])
     summary = {k: _mean_std([r["metrics"].get(k) for r in runs]) for k in REPORTED}
-    per_class = [r["metrics"]["f1_per_class"] for r in runs if "f1_per_class" in r["metrics"]]
+    per_class = [EvalMetrics.from_dict(r["metrics"]).f1_per_class for r in runs]
+    per_class = [p for p in per_class if p]
     return row | {"runs": runs, "mean": {k: v[0] for k, v in summary.items()}, "std": {k: v[1] for k, v in summary.items()},
-                  "f1_per_class": {c: _mean_std([p[c] for p in per_class])[0] for c in per_class[0]} if per_class else {}}
+                  PER_CLASS: {c: _mean_std([p[c] for p in per_class])[0] for c in per_class[0]} if per_class else {}}
 
 
 def shared_recipe(plan: AblationPlan) -> tuple[dict, dict, dict]:
     """The recipe with the plan's overrides and budget (no method), as plain dicts: what every method shares."""
-    from orapo_core.train.config import parse_recipe
+    from orapo_core.experimental.ablation import parse_ablation_recipe
 
     settings = dict(plan.overrides, max_steps=plan.steps, output_dir=str(Path(plan.out_dir) / "runs"))
     if plan.learning_rate is not None:
         settings["learning_rate"] = plan.learning_rate
-    script_args, training_args, model_args = parse_recipe(plan.recipe, settings)
+    script_args, training_args, model_args = parse_ablation_recipe(plan.recipe, settings)
     training = training_args.to_dict() | {"use_peft": model_args.use_peft, "lora_r": model_args.lora_r,
                                           "lora_alpha": model_args.lora_alpha}
     return asdict(script_args), training, asdict(model_args)
@@ -670,10 +680,13 @@ def shared_recipe(plan: AblationPlan) -> tuple[dict, dict, dict]:
 
 
 def markdown_table(results: dict) -> str:
+    from orapo_core.train.config import OraPOConfig
+
     plan, recipe = results["plan"], results.get("recipe", {})
     seeds = len(plan["seeds"])
-    per_step = recipe.get("per_device_train_batch_size", 0) * recipe.get("gradient_accumulation_steps", 1) // max(
-        1, recipe.get("num_generations", 1))
+    per_step = OraPOConfig.studies_per_step_of(recipe.get("per_device_train_batch_size", 0),
+                                               recipe.get("gradient_accumulation_steps", 1),
+                                               recipe.get("num_generations", 1))
     lora = (f"LoRA r={recipe.get('lora_r')}" if recipe.get("use_peft") else "full fine-tuning") if recipe else ""
     lines = [
         f"Recipe: {Path(plan['recipe']).name} ({lora}, learning rate {recipe.get('learning_rate')}); "
@@ -719,7 +732,7 @@ def markdown_table(results: dict) -> str:
     lines += ["", "Rare findings, F1 per class (mean over seeds):", "",
               "| Method | " + " | ".join(RARE_FINDINGS) + " |", "|---|" + "---|" * len(RARE_FINDINGS)]
     for row in results["methods"].values():
-        lines.append(f"| {row['label']} | " + " | ".join(f"{row['f1_per_class'].get(c, float('nan')):.3f}"
+        lines.append(f"| {row['label']} | " + " | ".join(f"{row[PER_CLASS].get(c, float('nan')):.3f}"
                                                        for c in RARE_FINDINGS) + " |")
     corrections = results.get("corrections")
     if corrections:
@@ -798,7 +811,8 @@ def write_outputs(results: dict, out: Path, *, include_plotlyjs: bool | str = Tr
     curves, zeros, likelihood = go.Figure(), go.Figure(), go.Figure()
     for row in results["methods"].values():
         runs = row["runs"]
-        steps, f1 = _by_step([[{"step": p["studies_seen"], "f1": p["macro_f1_14"]} for p in r["curve"]] for r in runs], "f1")
+        steps, f1 = _by_step([[{"step": p["studies_seen"], "f1": EvalMetrics.from_dict(p).macro_f1_14} for p in r["curve"]]
+                              for r in runs], "f1")
         curves.add_trace(go.Scatter(x=steps, y=f1, mode="lines+markers", name=row["label"]))
         if row["reward"] is None:
             continue

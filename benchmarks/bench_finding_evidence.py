@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_finding_evidence [--model DIR] [--n 150]
 
-The worklist's "most useful first" ordering (app/services/reading_order.py) can
+The worklist's "most useful first" ordering (app/services/reading/reading_order.py) can
 only put studies with a missed finding first if something the model computes
 tells them apart. Its drafts do not (the starter never writes pneumothorax, and
 its samples almost never do). This checks the next candidate: teacher-forced,
@@ -19,7 +19,7 @@ token(s) (what the language model reads) projected on the direction from the
 mean token of 100 signed studies without the finding to the mean of K signed
 studies whose correction added it (a nearest-centroid score), and its largest
 cosine similarity to one of the K (nearest neighbour). The first is the
-worklist's own scorer (`app.services.reading_order.finding_resemblance`, whose
+worklist's own scorer (`app.services.reading.reading_order.finding_resemblance`, whose
 probability is monotone in that projection). Exemplars come from
 generator streams the scored studies do not use.
 """
@@ -83,7 +83,7 @@ def nearness_scores(unread: np.ndarray, positives: np.ndarray, negatives: np.nda
     `reading_order.finding_resemblance` over signed rows whose corrections added the finding to `positives`."""
     from types import SimpleNamespace
 
-    from app.services.reading_order import finding_resemblance
+    from app.services.reading.reading_order import finding_resemblance
 
     def signed(x, truth):
         return (SimpleNamespace(image_features=list(x), model_version_id=1, model_name="m"), "", truth, set())

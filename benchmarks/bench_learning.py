@@ -4,7 +4,8 @@
     orapo bench learning --quick
     .venv/bin/python -m benchmarks.bench_learning --merge RUN1 RUN2 --out DIR   # one table from runs of one plan
 
-Every trained method is trained by the code rounds use (`train_round` on the
+Every trained method is trained by the code rounds use (`train_round`, with
+`orapo_core.experimental`'s trainer for the oracle modes only the ablation has, on the
 round recipe, `orapo_core/train/recipes/round-cpu.yaml` unless --recipe says
 otherwise, LoRA as the recipe says) from the same model, with the same step
 budget (--steps, --learning-rate, and any --set KEY=VALUE recipe setting for

@@ -62,8 +62,8 @@ RARE = {"pneumothorax": "Pneumothorax", "fracture": "Fracture", "lung_lesion": "
 def draft_pool(args, base: Path) -> dict[int, object]:
     """The drafted clinic in `base`: pool studies uploaded and drafted; returns study id -> PhantomCXR study."""
     from app.runtime import open_database
-    from app.services import drafting
-    from app.services.ingest import ingest_bytes
+    from app.services.reading import drafting
+    from app.services.reading.ingest import ingest_bytes
     from benchmarks.round_story_common import write_dicoms
     from db import UserRepository
     from orapo_core.config import Settings
@@ -99,7 +99,7 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
     'useful-words' (without either image term); with `every`, the rare-finding studies read so far after every
     `every` corrections too."""
     from app.runtime import open_database
-    from app.services import reading_order, reports
+    from app.services.reading import reading_order, reports
     from benchmarks.round_story_common import report_of
     from db import StudyRepository, UserRepository
     from orapo_core.config import Settings
@@ -147,7 +147,7 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
 def run_round(arm: Path) -> dict:
     from app.runtime import open_database
     from app.services.rounds import RoundService
-    from app.services.served import resolve_path
+    from app.services.reading.served import resolve_path
     from db import ModelVersionRepository, UserRepository
     from orapo_core.config import Settings
 
@@ -203,7 +203,7 @@ def score(model: tuple[str, str | None], studies, kinds, folder: Path) -> dict:
     return {"rare_recall": round(float(np.mean(list(recall.values()))), 4),
             "recall": {k: round(v, 4) for k, v in recall.items()},
             "rare_false_positive_rate": round(sum(bool(said[i]) for i in negatives) / len(negatives), 4),
-            "macro_f1_14": result.metrics["macro_f1_14"]}
+            **result.metrics.headline()}
 
 
 def reading_only(args, root: Path, by_id: dict, report: dict, started: float) -> int:
@@ -322,7 +322,7 @@ def rescore(args) -> int:
     """Each arm's candidate scored again, its finding verifier fitted again by today's `fit_round_verifier` on the
     round's own train.csv (`round_story_common.fit_version_verifier`), on the same test studies."""
     from app.runtime import open_database
-    from app.services.served import resolve_path
+    from app.services.reading.served import resolve_path
     from benchmarks.round_story_common import fit_version_verifier
     from db import ModelVersionRepository
     from orapo_core.config import Settings

@@ -2,7 +2,8 @@
 
 Reads the data folder a clinic story left (`benchmarks.bench_round_story --data-dir DIR --seed S`), trains GRPO
 (`oracle_mode none`, no clinician pairs) from the model round `--round` started from, on that round's own
-train.csv with its recipe and step budget (`orapo train`), keeps it in the folder (`grpo-from-round-ID`, which
+train.csv with its recipe and step budget (`orapo train`'s round, through `orapo_core.experimental.ablation`,
+whose trainer has the ablation's oracle modes), keeps it in the folder (`grpo-from-round-ID`, which
 `bench_round_drafts_alone` scores beside the candidate), and scores it on the story's test studies (the same
 `--seed` draws the same ones) with the story's measures: OraPO against GRPO.
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from benchmarks.round_story_common import (add_story_folder_arguments, add_test_set_arguments, command, grpo_twin_dir,
                                            open_story, outcome, round_version, test_dir, test_studies)
+from orapo_core.facts.metrics import EvalMetrics
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     import subprocess
 
     from app.services.rounds.processes import override_argv
-    from app.services.served import resolve_path
+    from app.services.reading.served import resolve_path
     from db import RoundRepository
 
     data_dir = Path(args.data_dir)
@@ -51,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {**record.config.get("overrides", {}), "model_name_or_path": base, "train_csv": str(folder / "train.csv"),
                  "output_dir": str(out), "oracle_mode": "none", "use_clinician_pairs": False}
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "app.cli", "train", "--config", record.config["recipe"],
+    # `orapo train` with the ablation's oracle modes (the product trains only OraPO's): orapo_core.experimental
+    subprocess.run([sys.executable, "-m", "orapo_core.experimental.ablation", "--config", record.config["recipe"],
                     *override_argv(overrides)], check=True, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - started
     positives, negatives = test_studies(args)
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
               "command": command("bench_round_grpo_twin", argv)}
     r = result["grpo"]
     print(f"GRPO, same rows and steps as round {record.id}: recall {r['recall']:.3f}, false-positive rate "
-          f"{r['false_positive_rate']:.3f}, macro-F1(14) {r['macro_f1_14']:.3f} ({seconds / 60:.1f} min training)")
+          f"{r['false_positive_rate']:.3f}, macro-F1(14) {EvalMetrics.from_dict(r).macro_f1_14:.3f} ({seconds / 60:.1f} min training)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return 0

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
 
-    from app.services.served import resolve_path
+    from app.services.reading.served import resolve_path
 
     data_dir = Path(args.data_dir)
     settings, database = open_story(data_dir)

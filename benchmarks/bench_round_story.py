@@ -37,6 +37,7 @@ from pathlib import Path
 
 from benchmarks.round_story_common import (AGREEMENT, LABEL, add_test_set_arguments, command, draw, outcome,
                                            print_outcome, report_of, shown, test_dir, test_studies, write_dicoms)
+from orapo_core.facts.metrics import EvalMetrics
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -60,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     from app.runtime import open_database
-    from app.services import drafting, reports
-    from app.services.ingest import ingest_bytes
+    from app.services.reading import drafting, reports
+    from app.services.reading.ingest import ingest_bytes
     from app.services.rounds import RoundService, parse_settings
-    from app.services.served import served_model
+    from app.services.reading.served import served_model
     from db import ModelVersionRepository, UserRepository
     from orapo_core.config import Settings
     from orapo_core.facts import label_report
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     report["before"] = outcome(before.model_dir, before.adapter_dir, positives, negatives, args.finding, films,
                                agreement=args.agreement)
     if version is not None:
-        from app.services.served import resolve_path
+        from app.services.reading.served import resolve_path
 
         report["candidate"] = outcome(resolve_path(settings, version.base_model_path),
                                       resolve_path(settings, version.adapter_path), positives, negatives, args.finding,
@@ -137,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         c, b = (shown(report["candidate"], shown_at), shown(report["before"], shown_at))
         report["goals"] = {"promoted": version.status == "promoted", "recall>=0.6": c["recall"] >= 0.6,
                            "fpr<=0.05": c["false_positive_rate"] <= 0.05,
-                           "macro_f1_not_lower": c["macro_f1_14"] >= b["macro_f1_14"], "round<=30min": wall <= 1800}
+                           "macro_f1_not_lower": EvalMetrics.from_dict(c).macro_f1_14 >= EvalMetrics.from_dict(b).macro_f1_14,
+                           "round<=30min": wall <= 1800}
         print("goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in report["goals"].items()))
     print(f"command: {report['command']}")
     if args.json:

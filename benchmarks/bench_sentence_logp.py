@@ -51,7 +51,7 @@ def finding_sentence(report: str, finding: str):
 def read_reports(loaded, images, reports, *, batch: int = 8):
     """Per report: its token ids, each token's character span, per-token log-probs and the argmax token ids."""
     from orapo_core.models.scoring import answer_token_logps
-    from orapo_core.models.draft import to_rgb_image
+    from orapo_core.models.picture import to_rgb_image
 
     tokenizer = loaded.processor.tokenizer
     out = []
@@ -131,7 +131,7 @@ def state_probe_auc(loaded, records, images, *, folds: int = 5) -> dict:
     """Per context of `STATE_CONTEXTS` and rare finding: the cross-fitted AUC of a ridge readout of the finding
     from the text model's last-layer state at the context's last token (`orapo_core.models.verifier.fit_check`,
     the verifier's own readout): how well the state a report decides in carries the finding."""
-    from orapo_core.models.draft import to_rgb_image
+    from orapo_core.models.picture import to_rgb_image
     from orapo_core.models.prompt import render_prompt
     from orapo_core.models.verifier import fit_check, prompt_states
 
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     drafts = [p["draft"] for p in result.predictions]
     tokenizer = drafter.loaded.processor.tokenizer
     out = {"model": opts.model, "adapter": opts.adapter, "n": opts.n, "seed": opts.seed, "prevalence": prevalence,
-           "macro_f1_14": result.metrics["macro_f1_14"],
+           **result.metrics.headline(),
            "findings": {f: measure(drafter.loaded, held.records, held.images, drafts, f, tokenizer) for f in RARE}}
     if opts.state_probe_n:
         _, probe_records = phantom_split(Path(opts.data) / f"seed{opts.seed + 1}-n{opts.state_probe_n}{tag}",

@@ -52,7 +52,7 @@ def serve(data_dir: str, port: int, mode: str) -> None:
     """The server process: the app as `orapo serve` launches it, until stdin closes."""
     from app.runtime import open_database
     from app.server import build_app, launch_options
-    from app.services.signin import SignInGuard
+    from app.services.accounts.signin import SignInGuard
     from orapo_core.config import Settings
 
     class OnTheEventLoop(SignInGuard):

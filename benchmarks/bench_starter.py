@@ -8,7 +8,14 @@ The model is the one given, else `<ORAPO_DATA_DIR>/models/starter`, else the
 shipped `assets/starter`. Latencies are medians over `--repeats` drafts of
 different studies through `Drafter.draft` (the product's path, image at 512 px).
 Build time is the card's (`starter_card.json`), or a fresh build with
-`--rebuild`. Clinical efficacy: greedy drafts of `--n-eval` PhantomCXR studies
+`--rebuild DIR`, which also builds the architecture experiments `orapo starter
+build` leaves out (`--image-side`, `--patch-size`, `--vision-n-train`,
+`--vision-steps`, `--perception-batch`, `--rare-fraction`; through
+`orapo_core.experimental.starter`); `--build-only` stops after the build:
+
+    OMP_NUM_THREADS=2 .venv/bin/python -m benchmarks.bench_starter --build-only --rebuild DIR --minutes 90 \
+        --vision-n-train 8000 --vision-steps 3000 --perception-batch 16 --rare-fraction 0.5
+ Clinical efficacy: greedy drafts of `--n-eval` PhantomCXR studies
 at the default (natural) prevalences from a seed the build never uses, labelled
 by FactS on both sides (draft and reference report), 14 CheXpert observations;
 the drafts are decoded in batches of identical prompts, which is greedy
@@ -58,7 +65,7 @@ def latency(drafter, studies, samples: int) -> float:
 def greedy_drafts(loaded, images, batch: int = 25, max_new_tokens: int = 160) -> list[str]:
     import torch
 
-    from orapo_core.models.draft import to_rgb_image
+    from orapo_core.models.picture import to_rgb_image
     from orapo_core.models.prompt import render_prompt
 
     processor, prompt = loaded.processor, render_prompt(loaded.processor)
@@ -74,7 +81,9 @@ def greedy_drafts(loaded, images, batch: int = 25, max_new_tokens: int = 160) ->
     return texts
 
 
-def efficacy(loaded, n: int, seed: int) -> dict:
+def efficacy(loaded, n: int, seed: int):
+    """Greedy drafts of `n` held-out phantoms scored: their `EvalMetrics`, and the rare and common findings' macro-F1
+    with the first draft."""
     from orapo_core.data.phantom import iter_studies
     from orapo_core.facts import label_report
     from orapo_core.facts.metrics import clinical_efficacy
@@ -84,23 +93,56 @@ def efficacy(loaded, n: int, seed: int) -> dict:
     drafts = greedy_drafts(loaded, [s.image for s in studies])
     predicted = [label_report(t) for t in drafts]
     reference = [label_report(report_text(s.report_findings, s.report_impression)) for s in studies]
-    result = clinical_efficacy(predicted, reference, texts=drafts)
-    per_class = result["f1_per_class"]
-    result["rare_macro_f1"] = sum(per_class[o] for o in RARE) / len(RARE)
-    result["common_macro_f1"] = sum(per_class[o] for o in COMMON) / len(COMMON)
-    result["example_draft"] = drafts[0]
-    return result
+    metrics = clinical_efficacy(predicted, reference, texts=drafts)
+    per_class = metrics.f1_per_class
+    return metrics, {"rare_macro_f1": sum(per_class[o] for o in RARE) / len(RARE),
+                     "common_macro_f1": sum(per_class[o] for o in COMMON) / len(COMMON), "example_draft": drafts[0]}
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="starter folder (default: the built one, else assets/starter)")
     parser.add_argument("--repeats", type=int, default=10, help="drafts per latency median")
     parser.add_argument("--n-eval", type=int, default=500, help="held-out studies for clinical efficacy")
     parser.add_argument("--eval-seed", type=int, default=1000, help="seed of the held-out studies")
     parser.add_argument("--rebuild", metavar="DIR", default=None, help="also time a fresh `build_starter` into DIR")
+    parser.add_argument("--build-only", action="store_true", help="stop after the --rebuild build")
     parser.add_argument("--skip-efficacy", action="store_true")
-    args = parser.parse_args()
+    build = parser.add_argument_group("the --rebuild build (default: the shipped starter's)")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--n-train", type=int, default=None, metavar="N", help="PhantomCXR studies of the report run")
+    build.add_argument("--steps", type=int, default=None, metavar="N", help="report training steps")
+    build.add_argument("--minutes", type=float, default=None, metavar="M", help="cap on the whole build")
+    build.add_argument("--image-side", type=int, default=None, metavar="PX", help="input side in pixels (96)")
+    build.add_argument("--patch-size", type=int, default=None, metavar="PX",
+                       help="vision patch side (half the image side: one visual token; a quarter: four)")
+    build.add_argument("--vision-n-train", type=int, default=None, metavar="N",
+                       help="films for the vision warm-up, every finding at 0.3 (2000)")
+    build.add_argument("--vision-steps", type=int, default=None, metavar="N", help="vision warm-up steps (1000)")
+    build.add_argument("--perception-batch", type=int, default=None, metavar="N",
+                       help="films read through the prompt at each report step (0: off, the shipped build)")
+    build.add_argument("--rare-fraction", type=float, default=None, metavar="F",
+                       help="the rare findings' share of their PhantomCXR prevalence in the report studies (0.25)")
+    return parser
+
+
+def rebuild(args: argparse.Namespace) -> Path:
+    """The --rebuild build: the shipped starter, or the variant the build options ask for, into `args.rebuild`."""
+    from orapo_core.experimental.starter import starter_variant
+    from orapo_core.models.starter import build_starter
+
+    plan, arch = starter_variant(seed=args.seed, rare_fraction=args.rare_fraction, image_side=args.image_side,
+                                 patch_size=args.patch_size, n_train=args.n_train, steps=args.steps,
+                                 max_minutes=args.minutes, vision_n_train=args.vision_n_train,
+                                 vision_steps=args.vision_steps, perception_batch=args.perception_batch)
+    return build_starter(args.rebuild, plan, arch, show_progress=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.build_only and not args.rebuild:
+        parser.error("--build-only builds into --rebuild DIR: give it")
 
     import torch
     from transformers.utils import logging as hf_logging
@@ -112,16 +154,17 @@ def main() -> None:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     torch.set_num_threads(2)
-    print("command:", " ".join([os.path.basename(sys.executable), "-m", "benchmarks.bench_starter", *sys.argv[1:]]))
+    print("command:", " ".join([os.path.basename(sys.executable), "-m", "benchmarks.bench_starter",
+                                *(sys.argv[1:] if argv is None else argv)]))
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
           f"torch threads {torch.get_num_threads()}, torch {torch.__version__}")
     if args.rebuild:
-        from orapo_core.models.starter import build_starter
-
         start = time.perf_counter()
-        build_starter(args.rebuild, show_progress=False)
-        print(f"build (fresh, seed 0): {time.perf_counter() - start:.1f} s")
-        model_dir = Path(args.rebuild)
+        model_dir = rebuild(args)
+        print(f"build (fresh, seed {args.seed}): {time.perf_counter() - start:.1f} s")
+        if args.build_only:
+            print(model_dir)
+            return
     else:
         model_dir = _model_dir(args.model)
     card = read_card(model_dir) or {}
@@ -146,16 +189,16 @@ def main() -> None:
 
     if not args.skip_efficacy:
         start = time.perf_counter()
-        result = efficacy(drafter.loaded, args.n_eval, args.eval_seed)
+        m, result = efficacy(drafter.loaded, args.n_eval, args.eval_seed)
         print(f"clinical efficacy on {args.n_eval} held-out phantoms (seed {args.eval_seed}, "
               f"{time.perf_counter() - start:.0f} s):")
-        print(f"  macro P/R/F1 (14): {result['macro_precision_14']:.3f} / {result['macro_recall_14']:.3f} / "
-              f"{result['macro_f1_14']:.3f}; micro F1 (14) {result['micro_f1_14']:.3f}")
+        print(f"  macro P/R/F1 (14): {m.macro_precision_14:.3f} / {m.macro_recall_14:.3f} / "
+              f"{m.macro_f1_14:.3f}; micro F1 (14) {m.micro_f1_14:.3f}")
         print(f"  macro F1 common {result['common_macro_f1']:.3f}; rare ({', '.join(RARE)}) "
               f"{result['rare_macro_f1']:.3f}")
         print("  per class F1 (support): " + json.dumps(
-            {k: f"{v:.2f} ({result['support_per_class'][k]})" for k, v in result["f1_per_class"].items()}))
-        print(f"  mean draft length {result['mean_report_length']:.1f} words; first draft: "
+            {k: f"{v:.2f} ({m.support_per_class[k]})" for k, v in m.f1_per_class.items()}))
+        print(f"  mean draft length {m.mean_report_length:.1f} words; first draft: "
               f"{result['example_draft']!r}")
 
 

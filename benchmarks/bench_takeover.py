@@ -6,7 +6,7 @@ Starts two `orapo serve --no-model` processes on 127.0.0.1 sharing one PostgreSQ
 dropped after) and one data folder, with ORAPO_LEADER_LEASE_S=`--lease-s` (15 s, the default, unless told). Then
 `--runs` times: finds the leader (the holder of the leader lease), kills it with SIGKILL (no clean hand-over),
 times until the other server holds the lease (polled every 50 ms), and starts the killed one again as a follower
-for the next run. Prints each takeover, their median and the bound `app.services.leader` states
+for the next run. Prints each takeover, their median and the bound `app.services.operations.leader` states
 (`lease_s + lease_s / 3`).
 
 A kill lands anywhere in the leader's renewal cycle, so a takeover takes between about `lease_s - lease_s / 3`
@@ -28,7 +28,7 @@ from pathlib import Path
 
 
 def leader_pid(database) -> int | None:
-    from app.services.leader import LEADER_LEASE, ServerIdentity
+    from app.services.operations.leader import LEADER_LEASE, ServerIdentity
     from db import LeaseRepository
 
     lease = LeaseRepository(database).get(LEADER_LEASE)

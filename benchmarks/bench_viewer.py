@@ -62,7 +62,7 @@ def served(data_dir: Path):
     """The app, launched as `orapo serve` launches it, with RG1_UNCI.dcm uploaded by rita; yields the URL."""
     from app.runtime import open_database
     from app.server import build_app, launch_options
-    from app.services import drafting
+    from app.services.reading import drafting
     from db import UserRepository
     from orapo_core.config import Settings
 

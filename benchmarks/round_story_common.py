@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from orapo_core.facts.metrics import EvalMetrics
+
 SEVERE = {"pneumothorax": ("moderate", "large"), "pleural_effusion": ("moderate", "large")}
 LABEL = {"pneumothorax": "Pneumothorax", "pleural_effusion": "Pleural Effusion", "fracture": "Fracture",
          "lung_lesion": "Lung Lesion", "pleural_other": "Pleural Other"}
@@ -202,8 +204,7 @@ def _rates(result, n_positive: int, finding: str) -> dict:
     pos = said[:n_positive]
     neg = said[n_positive:]
     return {"recall": sum(pos) / len(pos), "false_positive_rate": sum(neg) / len(neg),
-            "macro_f1_14": result.metrics["macro_f1_14"], "macro_precision_14": result.metrics.get("macro_precision_14"),
-            "macro_recall_14": result.metrics.get("macro_recall_14"), "n_positive": len(pos), "n_negative": len(neg),
+            **result.metrics.headline(), "n_positive": len(pos), "n_negative": len(neg),
             **false_positives_by_finding(result.predictions[n_positive:], neg)}
 
 
@@ -226,10 +227,11 @@ def false_positives_by_finding(rows: list[dict], said: list[bool]) -> dict:
 def print_outcome(name: str, r: dict, finding: str) -> None:
     """One model's outcome (and its operating points of sample agreement, when scored) on the console."""
     print(f"{name:10s} recall {r['recall']:.3f} ({r['n_positive']} with {finding}), false-positive rate "
-          f"{r['false_positive_rate']:.3f} ({r['n_negative']} without), macro-F1(14) {r['macro_f1_14']:.3f}")
+          f"{r['false_positive_rate']:.3f} ({r['n_negative']} without), "
+          f"macro-F1(14) {EvalMetrics.from_dict(r).macro_f1_14:.3f}")
     for q, a in (r.get("agreement") or {}).items():
         print(f"{'':10s} kept where >= {float(q):.2f} of samples agree: recall {a['recall']:.3f}, "
-              f"false-positive rate {a['false_positive_rate']:.3f}, macro-F1(14) {a['macro_f1_14']:.3f}")
+              f"false-positive rate {a['false_positive_rate']:.3f}, macro-F1(14) {EvalMetrics.from_dict(a).macro_f1_14:.3f}")
 
 
 def print_false_positives(name: str, r: dict) -> None:

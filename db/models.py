@@ -303,8 +303,8 @@ class AuditLog(Base):
 
 
 class Lease(Base):
-    """A named lease one process holds until `expires_at` unless it renews it (app.services.leader): the servers'
-    scheduler election ("scheduler") and each server's sign of life ("server:<host>:<pid>:<start>").
+    """A named lease one process holds until `expires_at` unless it renews it (app.services.operations.leader):
+    the servers' scheduler election ("scheduler") and each server's sign of life ("server:<host>:<pid>:<start>").
 
     Times are seconds since the epoch on the database's clock (`LeaseRepository` reads it in the same
     transaction), so servers whose clocks disagree still agree on who holds what."""

@@ -18,7 +18,7 @@ def _uids(split: str, prefix: str = "dash-uid"):
 def seed(db) -> tuple:
     """rita: 3 studies (one draft corrected for a missed effusion, one accepted unchanged, one only drafted);
     omar: one over-called effusion and missed edema (saved, then amended), and one held-out study with nothing yet."""
-    from app.services import reports
+    from app.services.reading import reports
     from db import DraftRepository, StudyRepository, UserRepository
 
     users = UserRepository(db)
@@ -52,7 +52,7 @@ def seeded(tmp_path):
 
 
 def test_a_radiologist_sees_her_own_numbers(seeded):
-    from app.services.dashboard import FindingRate, dashboard_data
+    from app.services.insight.dashboard import FindingRate, dashboard_data
 
     db, boss, rita, omar = seeded
     data = dashboard_data(db, rita)
@@ -70,7 +70,7 @@ def test_a_radiologist_sees_her_own_numbers(seeded):
 
 
 def test_an_administrator_sees_everyone_and_agrees_with_the_repository_counts(seeded):
-    from app.services.dashboard import FindingRate, dashboard_data
+    from app.services.insight.dashboard import FindingRate, dashboard_data
     from db import DashboardRepository
 
     db, boss, rita, omar = seeded
@@ -93,7 +93,7 @@ def test_an_administrator_sees_everyone_and_agrees_with_the_repository_counts(se
 
 
 def test_everyone_is_refused_to_a_radiologist(seeded):
-    from app.services.dashboard import dashboard_data
+    from app.services.insight.dashboard import dashboard_data
 
     db, boss, rita, omar = seeded
     with pytest.raises(OrapoError) as refused:
@@ -106,8 +106,8 @@ def test_everyone_is_refused_to_a_radiologist(seeded):
 
 
 def test_only_signed_reports_count_as_misses(seeded):
-    from app.services import reports
-    from app.services.dashboard import dashboard_data
+    from app.services.reading import reports
+    from app.services.insight.dashboard import dashboard_data
     from db import DraftRepository, StudyRepository
 
     db, boss, rita, omar = seeded
@@ -124,7 +124,7 @@ def test_only_signed_reports_count_as_misses(seeded):
 def test_acceptance_is_grouped_by_day_or_iso_week(seeded):
     from sqlalchemy import update
 
-    from app.services.dashboard import dashboard_data
+    from app.services.insight.dashboard import dashboard_data
     from db.models import Correction
 
     db, boss, rita, omar = seeded
@@ -148,8 +148,8 @@ def test_acceptance_is_grouped_by_day_or_iso_week(seeded):
 
 @pytest.mark.slow
 def test_the_charts_draw_the_numbers_and_an_empty_dashboard(seeded):
-    from app.services import dashboard_charts as charts
-    from app.services.dashboard import dashboard_data
+    from app.services.insight import dashboard_charts as charts
+    from app.services.insight.dashboard import dashboard_data
 
     db, boss, rita, omar = seeded
     data = dashboard_data(db, boss)

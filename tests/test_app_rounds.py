@@ -15,6 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from orapo_core.facts.metrics import EvalMetrics
+
 ROUND_ENDPOINTS = {  # api_name -> arguments
     "/rounds_overview": (None,),
     "/start_round": ("", ""),
@@ -41,15 +43,16 @@ def version(vid, name, heldout, status="retired"):
 
 
 def heldout(f1, length):
-    return {"macro_f1_14": f1, "macro_precision_14": f1 + 0.1, "macro_recall_14": f1 - 0.1, "facts_reward_mean": 0.4,
-            "mean_report_length": length, "f1_per_class": {"Cardiomegaly": f1, "Pleural Effusion": f1 / 2}}
+    """A version's stored held-out metrics, as a round stores them."""
+    return EvalMetrics(macro_f1_14=f1, macro_precision_14=f1 + 0.1, macro_recall_14=f1 - 0.1, facts_reward_mean=0.4,
+                       mean_report_length=length, f1_per_class={"Cardiomegaly": f1, "Pleural Effusion": f1 / 2}).to_dict()
 
 
 # --- pure functions ----------------------------------------------------------------------------------------
 
 
 def test_live_charts_plot_each_logged_curve_by_step():
-    from app.services import round_charts
+    from app.services.insight import round_charts
 
     reward, zero, weight, losses = round_charts.live_figures(HISTORY)
     band, mean = reward.data
@@ -62,7 +65,7 @@ def test_live_charts_plot_each_logged_curve_by_step():
 
 
 def test_version_charts_compare_evaluated_versions_oldest_first():
-    from app.services import round_charts
+    from app.services.insight import round_charts
 
     versions = [version(3, "round-2", heldout(0.5, 30), "promoted"), version(1, "tiny-base", None),
                 version(2, "round-1", heldout(0.4, 20), "rejected")]
@@ -137,7 +140,7 @@ def test_the_scheduler_runs_with_the_server_and_fails_rounds_left_behind(server)
 def test_a_radiologist_is_refused_by_every_rounds_and_export_handler(server):
     from gradio_client.exceptions import AppError
 
-    from app.services.export_downloads import downloads_dir, work_dir
+    from app.services.operations.export_downloads import downloads_dir, work_dir
     from db import AuditRepository, ModelVersionRepository, ScheduleRepository
     from tests.support.app import client
 
@@ -156,7 +159,7 @@ def test_a_radiologist_is_refused_by_every_rounds_and_export_handler(server):
 def test_an_administrator_schedules_cancels_promotes_rolls_back_and_exports(server):
     from gradio_client.exceptions import AppError
 
-    from app.services.export_downloads import work_dir
+    from app.services.operations.export_downloads import work_dir
     from db import AuditRepository, ModelVersionRepository, RoundRepository, ScheduleRepository
     from tests.support.app import client
 

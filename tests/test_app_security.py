@@ -153,7 +153,7 @@ def test_exports_leave_nothing_patient_derived_behind(tmp_path):
 
     import httpx
 
-    from app.services.export_downloads import DOWNLOAD_RETENTION_S, downloads_dir
+    from app.services.operations.export_downloads import DOWNLOAD_RETENTION_S, downloads_dir
     from db import UserRepository
     from orapo_core.data import load_dataset
     from orapo_core.data.phantom import write_dataset

@@ -35,7 +35,7 @@ def _train_study(db, user, text="There is a small right pleural effusion. No pne
 
 
 def test_sign_in_checks_the_users_table(app_env):
-    from app.services.auth import check_credentials
+    from app.services.accounts.auth import check_credentials
     from db import UserRepository
 
     settings, db, admin, rad, other = app_env
@@ -47,7 +47,7 @@ def test_sign_in_checks_the_users_table(app_env):
 
 
 def test_signed_in_enforces_active_role_and_password_change(app_env):
-    from app.services.auth import signed_in
+    from app.services.accounts.auth import signed_in
     from db import UserRepository
 
     settings, db, admin, rad, other = app_env
@@ -71,7 +71,7 @@ def test_signed_in_enforces_active_role_and_password_change(app_env):
 
 
 def test_admin_services_refuse_a_radiologist_and_work_for_an_admin(app_env):
-    from app.services import auth
+    from app.services.accounts import auth
     from db import AuditRepository, UserRepository
 
     settings, db, admin, rad, other = app_env
@@ -94,7 +94,7 @@ def test_admin_services_refuse_a_radiologist_and_work_for_an_admin(app_env):
 
 @pytest.mark.slow
 def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
-    from app.services import drafting, reports
+    from app.services.reading import drafting, reports
     from db import AuditRepository, CorrectionRepository, PairRepository, StudyRepository
 
     settings, db, admin, rad, other = app_env
@@ -142,7 +142,7 @@ def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
 
 
 def test_an_edit_becomes_a_pair_and_an_amendment_a_new_version(app_env):
-    from app.services import reports
+    from app.services.reading import reports
     from db import CorrectionRepository, PairRepository, StudyRepository
 
     settings, db, admin, rad, other = app_env
@@ -170,7 +170,7 @@ def test_an_edit_becomes_a_pair_and_an_amendment_a_new_version(app_env):
 
 
 def test_accepting_an_edited_report_is_refused_and_the_signed_text_is_the_text_given(app_env):
-    from app.services import reports
+    from app.services.reading import reports
     from db import AuditRepository, CorrectionRepository
 
     settings, db, admin, rad, other = app_env
@@ -215,7 +215,7 @@ def test_accepting_an_edited_report_is_refused_and_the_signed_text_is_the_text_g
 
 
 def test_an_unsigned_save_that_amends_a_signed_report_asks_first(app_env):
-    from app.services import reports
+    from app.services.reading import reports
 
     settings, db, admin, rad, other = app_env
     study, draft = _train_study(db, rad)
@@ -229,7 +229,7 @@ def test_an_unsigned_save_that_amends_a_signed_report_asks_first(app_env):
 
 
 def test_highlights_before_and_after_editing(app_env):
-    from app.services import reports
+    from app.services.reading import reports
 
     settings, db, admin, rad, other = app_env
     study, draft = _train_study(db, rad)
@@ -249,7 +249,7 @@ def test_highlights_before_and_after_editing(app_env):
 
 
 def test_what_the_drafter_left_out_is_shown_before_and_after_editing(app_env):
-    from app.services import reports
+    from app.services.reading import reports
     from app.tabs.read_report import _missed_md
     from db import DraftRepository
 
@@ -277,7 +277,7 @@ def test_what_the_drafter_left_out_is_shown_before_and_after_editing(app_env):
 
 def test_confidence_and_verdict_highlights_speak_different_languages(app_env):
     """Before editing a number on blue, after editing a symbol on green/red/grey: no label, colour or title shared."""
-    from app.services import reports
+    from app.services.reading import reports
 
     settings, db, admin, rad, other = app_env
     study, draft = _train_study(db, rad)  # "There is a small right pleural effusion." 0.4, "No pneumothorax." 1.0
@@ -313,7 +313,7 @@ def test_confidence_and_verdict_highlights_speak_different_languages(app_env):
 
 
 def test_worklist_scopes_and_filters(app_env):
-    from app.services import drafting, reports
+    from app.services.reading import drafting, reports
 
     settings, db, admin, rad, other = app_env
     mine, draft = _train_study(db, rad)
@@ -336,7 +336,7 @@ def test_worklist_scopes_and_filters(app_env):
 def test_readers_drafting_at_once_share_one_running_batch(app_env, tmp_path):
     import threading
 
-    from app.services import drafting
+    from app.services.reading import drafting
     from db import DraftRepository
     from orapo_core.models.draft import Drafter
 

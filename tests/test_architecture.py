@@ -87,7 +87,7 @@ def test_the_engine_configuration_knows_no_server_and_no_database() -> None:
 def test_tabs_place_figures_the_services_build() -> None:
     offenders = [f"{path.relative_to(APP.parent)} imports {name}" for path in sorted((APP / "tabs").glob("*.py"))
                  for name in _imported_modules(path) if name.split(".")[0] == "plotly"]
-    assert not offenders, f"build figures in app/services (round_charts, dashboard_charts): {offenders}"
+    assert not offenders, f"build figures in app/services/insight (round_charts, dashboard_charts): {offenders}"
 
 
 # Gradio's internals (its token map and cookie names, the Blocks behind the running server, the cache folder's
@@ -195,12 +195,13 @@ def test_the_loader_check_tells_a_model_load_from_a_processor_load(tmp_path: Pat
         "AutoModelForImageTextToText", "Qwen2VLForConditionalGeneration", "model_class", "PeftModel"]
 
 
-def _app_import_graph(app_dir: Path, *, package: str = "app") -> dict[str, set[str]]:
-    """Module -> the app modules it imports, from every import statement (lazy ones too). `from pkg import sub`
-    of a submodule counts as importing the submodule, not the package's `__init__`."""
+def _import_graph(folder: Path, *, package: str) -> dict[str, set[str]]:
+    """Module -> the modules of `package` (whose files are under `folder`, subpackages included) it imports, from
+    every import statement (lazy ones too). `from pkg import sub` of a submodule counts as importing the submodule,
+    not the package's `__init__`; `from pkg import name` of anything else counts as importing `pkg/__init__.py`."""
     modules: dict[str, Path] = {}
-    for path in app_dir.rglob("*.py"):
-        parts = (package,) + path.relative_to(app_dir).with_suffix("").parts
+    for path in folder.rglob("*.py"):
+        parts = (package,) + path.relative_to(folder).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
@@ -251,13 +252,27 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circle_in_the_app() -> None:
     """No two app modules import each other, directly or round about, not even lazily inside a function."""
-    assert _cycles(_app_import_graph(APP)) == []
+    graph = _import_graph(APP, package="app")
+    assert _cycles(graph) == []
+    # the walk saw the services' groups: a tab imports a module of a group, not the group's `__init__`
+    assert "app.services.reading.drafting" in graph["app.tabs.read"]
+    assert "app.services.reading" not in graph["app.tabs.read"]
+
+
+def test_no_import_circle_in_the_engine() -> None:
+    """The same for `orapo_core`: what two engine modules share lives in a module both import (the picture a model
+    is shown, `orapo_core.models.picture`, drafting's and the finding verifier's), not in one importing the other
+    back inside a function."""
+    graph = _import_graph(ENGINE, package="orapo_core")
+    assert _cycles(graph) == []
+    assert "orapo_core.models.verifier" in graph["orapo_core.models.draft"]  # the walk saw the imports
+    assert "orapo_core.models.picture" in graph["orapo_core.models.verifier"]
 
 
 def test_no_import_circle_in_the_benchmarks() -> None:
     """The same for the `benchmarks` package: what two benchmarks share lives in a module of its own
     (`round_story_common`), not in one of them importing the other back."""
-    graph = _app_import_graph(ENGINE.parent / "benchmarks", package="benchmarks")
+    graph = _import_graph(ENGINE.parent / "benchmarks", package="benchmarks")
     assert _cycles(graph) == []
     assert "benchmarks.round_story_common" in graph["benchmarks.bench_round_story"]  # the walk saw the imports
 
@@ -267,4 +282,19 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
     (tmp_path / "server.py").write_text("from app.tabs import read\n")
     (tmp_path / "tabs" / "__init__.py").write_text("")
     (tmp_path / "tabs" / "read.py").write_text("def f():\n    from app.server import build\n")
-    assert _cycles(_app_import_graph(tmp_path)) == [["app.server", "app.tabs.read"]]
+    assert _cycles(_import_graph(tmp_path, package="app")) == [["app.server", "app.tabs.read"]]
+
+
+def test_the_circle_check_follows_subpackages(tmp_path: Path) -> None:
+    """A circle through a group of services is found whether its modules are named by their dotted path or
+    imported from their group (`from app.services.reading import drafting`); the groups' empty `__init__` is no
+    module anyone imports."""
+    group = tmp_path / "services" / "reading"
+    group.mkdir(parents=True)
+    for init in (tmp_path / "services" / "__init__.py", group / "__init__.py"):
+        init.write_text("")
+    (group / "drafting.py").write_text("def f():\n    from app.services.reading.reports import save\n")
+    (group / "reports.py").write_text("from app.services.reading import drafting\n")
+    graph = _import_graph(tmp_path, package="app")
+    assert graph["app.services.reading.reports"] == {"app.services.reading.drafting"}
+    assert _cycles(graph) == [["app.services.reading.drafting", "app.services.reading.reports"]]

@@ -14,7 +14,7 @@ from tests.support.orthanc import phantom_dicoms
 
 
 def test_without_an_archive_the_view_says_how_to_get_one() -> None:
-    from app.services.archive_import import NO_ARCHIVE, archive_note
+    from app.services.archive.archive_import import NO_ARCHIVE, archive_note
 
     assert archive_note({}) == NO_ARCHIVE and "ORAPO_DICOMWEB_URL" in NO_ARCHIVE
     assert archive_note({"ORAPO_DICOMWEB_URL": "http://pacs/dicom-web"}) is None
@@ -22,7 +22,7 @@ def test_without_an_archive_the_view_says_how_to_get_one() -> None:
 
 
 def test_an_import_outcome_reads_as_a_sentence() -> None:
-    from app.services.archive_import import StudyImport
+    from app.services.archive.archive_import import StudyImport
 
     assert StudyImport("1.2", (4,), stored=1).line == "imported as study 4 (1 image(s))"
     assert StudyImport("1.2", (4,), duplicates=1).line == "already imported as study 4"
@@ -54,7 +54,7 @@ def archived(orthanc, data_dir, monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_a_reader_searches_imports_and_sees_what_was_refused(archived) -> None:
-    from app.services import archive_import
+    from app.services.archive import archive_import
     from db import StudyRepository
 
     (first, first_who), (second, _) = archived.studies

@@ -34,7 +34,7 @@ def _environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def _seed(root: Path, url: str | None = None) -> tuple[Path, dict]:
     """A data folder with the three users, three ingested studies, drafts, a signed and amended report, a model
     version with its folder, and the de-identification secret in its file (the default); and what it holds."""
-    from app.services.ingest import ingest_paths
+    from app.services.reading.ingest import ingest_paths
     from db import CorrectionRepository, DraftRepository, ModelVersionRepository, UserRepository
     from orapo_core.config import Settings
 
@@ -97,7 +97,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def _restored_check(data: Path, url: str | None = None) -> list[str]:
-    from app.services.restore import check_integrity
+    from app.services.operations.restore import check_integrity
     from app.settings import WebSettings
     from db import Database
 
@@ -276,7 +276,7 @@ def test_a_backup_taken_while_8_clients_save_holds_every_save_acknowledged_befor
     settings, db = make_env(tmp_path / "site")
     pngs = tmp_path / "pngs"
     pngs.mkdir()
-    from app.services.ingest import ingest_paths
+    from app.services.reading.ingest import ingest_paths
 
     for seed in range(2):
         phantom_png(pngs / f"study-{seed}.png", seed, size=96)

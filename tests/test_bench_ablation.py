@@ -144,7 +144,7 @@ def test_the_paired_comparison_is_macro_f1_on_the_same_studies_with_a_resampled_
     as_bits = [positives_of(x) for x in reference]
     d = paired_delta([[positives_of(x) for x in better]], [[positives_of(x) for x in baseline]], as_bits, resamples=200)
     # the point estimate is exactly the difference of the evaluator's macro-F1s
-    expected = clinical_efficacy(better, reference)["macro_f1_14"] - clinical_efficacy(baseline, reference)["macro_f1_14"]
+    expected = clinical_efficacy(better, reference).macro_f1_14 - clinical_efficacy(baseline, reference).macro_f1_14
     assert d["delta"] == pytest.approx(expected) and d["studies"] == 60 and d["runs"] == d["baseline_runs"] == 1
     assert 0 < d["low"] < d["delta"] < d["high"]  # a real gain: the interval excludes 0
     same = paired_delta([[positives_of(x) for x in baseline]], [[positives_of(x) for x in baseline]], as_bits, resamples=50)
@@ -161,8 +161,8 @@ def test_the_paired_comparison_is_macro_f1_on_the_same_studies_with_a_resampled_
     rare = RARE_FINDINGS
     narrowed = paired_delta([[positives_of(x) for x in better]], [[positives_of(x) for x in baseline]], as_bits,
                             observations=rare, resamples=50)
-    assert narrowed["delta"] == pytest.approx(clinical_efficacy(better, reference, observations=rare)["macro_f1_14"]
-                                              - clinical_efficacy(baseline, reference, observations=rare)["macro_f1_14"])
+    assert narrowed["delta"] == pytest.approx(clinical_efficacy(better, reference, observations=rare).macro_f1_14
+                                              - clinical_efficacy(baseline, reference, observations=rare).macro_f1_14)
     assert narrowed["delta"] != pytest.approx(expected)
 
 

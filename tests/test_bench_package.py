@@ -73,7 +73,7 @@ def test_the_private_name_check_catches_each_form(tmp_path: Path) -> None:
         "import orapo_core.models.verifier as verifier\n"
         "import orapo_core.facts\n"
         "from orapo_core.facts.metrics import _positive, clinical_efficacy\n"
-        "from app.services import reading_order as ro\n"
+        "from app.services.reading import reading_order as ro\n"
         "from orapo_core.models.draft import Drafter\n"
         "class Guard:\n"
         "    def check(self):\n"

@@ -30,7 +30,7 @@ def test_macro_f1_from_expected_counts_matches_the_evaluator_on_hard_labels():
     predicted = [{"Cardiomegaly": 1, "Edema": 1}, {"Cardiomegaly": 0, "Pneumothorax": -1}, {"No Finding": 1}]
     reference = [{"Cardiomegaly": 1}, {"Cardiomegaly": 1, "Pneumothorax": 1}, {"No Finding": 1, "Edema": 0}]
     rows = [per_study_counts([p], r, [1.0], names) for p, r in zip(predicted, reference, strict=True)]
-    assert macro_f1(summed(rows, [0, 1, 2])) == pytest.approx(clinical_efficacy(predicted, reference)["macro_f1_14"])
+    assert macro_f1(summed(rows, [0, 1, 2])) == pytest.approx(clinical_efficacy(predicted, reference).macro_f1_14)
     # two samples at half weight each count half: one right and one wrong call of a finding is F1 0.5
     half = per_study_counts([{"Edema": 1}, {}], {"Edema": 1}, [0.5, 0.5], names)
     assert half[names.index("Edema")] == [0.5, 0.0, 0.5]

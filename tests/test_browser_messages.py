@@ -29,8 +29,8 @@ def app(tmp_path_factory):
     """Users, one study of rita's with a report she signed, and a version the gate rejected."""
     from sqlalchemy import update
 
-    from app.services import reports
-    from app.services.ingest import ingest_bytes
+    from app.services.reading import reports
+    from app.services.reading.ingest import ingest_bytes
     from db import ModelVersionRepository, UserRepository
     from db.models import Study
     from tests.support.app import phantom_png

@@ -25,7 +25,7 @@ SAMPLES = [GREEDY, "No pleural effusion. No pneumothorax. Heart size is normal."
 
 def scripted_registry(settings, db):
     """A ModelRegistry whose drafters load the configured tiny model but write a fixed, readable report."""
-    from app.services.drafting import ModelRegistry
+    from app.services.reading.drafting import ModelRegistry
     from orapo_core.models.draft import Drafter
     from orapo_core.models.loading import load_model
 

@@ -3,7 +3,7 @@
 The race: a reader uploads study A and presses Draft report; while the draft runs, she uploads study B. A's draft
 must stay with A (it shows when A is opened again) and change nothing of what the page shows for B; what she then
 signs is stored on B, and the confirmation names B. The switches: another upload, a study opened from the Worklist
-and "Continue where you left off" each keep an unsaved edit (`app.services.autosave`), which comes back when the
+and "Continue where you left off" each keep an unsaved edit (`app.services.reading.autosave`), which comes back when the
 study is opened again.
 
 The served model is a fake drafter that holds each draft until the test lets it go, so the upload of B happens
@@ -49,7 +49,7 @@ class HeldDrafter:
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     from app.server import build_app, launch_options
-    from app.services.drafting import ModelRegistry
+    from app.services.reading.drafting import ModelRegistry
     from tests.support.app import free_port, make_env
 
     root = tmp_path_factory.mktemp("switches")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def _data(**changes):
-    from app.services.dashboard import AcceptancePoint, DashboardData, FindingRate
+    from app.services.insight.dashboard import AcceptancePoint, DashboardData, FindingRate
 
     values = dict(
         scope="everyone", studies=6, studies_by_status={"new": 1, "drafted": 1, "corrected": 0, "signed": 4, "trained": 0},
@@ -26,7 +26,7 @@ def _data(**changes):
 
 
 def test_most_missed_bars_are_as_long_as_the_count_they_are_labelled_with():
-    from app.services.dashboard_charts import findings_figure
+    from app.services.insight.dashboard_charts import findings_figure
 
     missed, overcalled = findings_figure(_data()).data
     # plotly draws the first bar at the bottom: the most missed is last, on top
@@ -37,7 +37,7 @@ def test_most_missed_bars_are_as_long_as_the_count_they_are_labelled_with():
 
 
 def test_the_panels_come_in_the_tabs_order_and_say_when_there_is_nothing_yet():
-    from app.services.dashboard_charts import panels
+    from app.services.insight.dashboard_charts import panels
 
     tiles, status, acceptance, findings, models = panels(_data())
     assert "25%" in tiles and "Showing everyone" in tiles

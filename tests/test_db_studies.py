@@ -215,7 +215,7 @@ def test_dashboard_counts(database: Database, alice: UserRecord) -> None:
 
 def test_an_archive_link_is_kept_once_and_only_for_the_archives_own_study(database: Database, alice: UserRecord,
                                                                           tmp_path) -> None:
-    from app.services.pacs import link_to_archive
+    from app.services.archive.pacs import link_to_archive
     from db.repositories import ArchiveLinkRepository
     from orapo_core.config import Settings
     from orapo_core.imaging.deid import hashed_uid, unseal_archive_uid

@@ -67,7 +67,7 @@ def test_the_cli_reference_has_every_command_and_option() -> None:
     page = (PAGES / "reference" / "cli.md").read_text()
     for name in SUBCOMMANDS:
         assert f"## `orapo {name}`" in page
-    for option in ("--min-agreement", "--rare-fraction", "--allow-aet", "--format", "--send", "--dry-run"):
+    for option in ("--min-agreement", "--if-missing", "--allow-aet", "--format", "--send", "--dry-run"):
         assert f"`{option}" in page, option
     assert "rounds worker" not in page  # the rounds' own helper processes are not listed, as in --help
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from tests.support.tiny_vlms import build_tiny_vlm
 
 from app.cli import main
+from orapo_core.facts.metrics import EvalMetrics
 
 
 def test_eval_reports_clinical_efficacy(tmp_path: Path, data_dir: Path, capsys) -> None:
@@ -20,11 +21,12 @@ def test_eval_reports_clinical_efficacy(tmp_path: Path, data_dir: Path, capsys) 
     printed = capsys.readouterr().out
     assert "14 observations: macro P/R/F1" in printed
     result = json.loads(out.read_text())
-    metrics = result["metrics"]
-    assert metrics["n_reports"] == 4 and len(result["predictions"]) == 4
-    for key in ("macro_f1_14", "micro_f1_14", "macro_f1_5", "micro_precision_5"):
-        assert 0.0 <= metrics[key] <= 1.0
-    assert metrics["mean_report_length"] > 0
+    metrics = EvalMetrics.from_dict(result["metrics"])
+    assert metrics.to_dict() == result["metrics"]  # the file holds the metrics under their names, nothing else
+    assert metrics.n_reports == 4 and len(result["predictions"]) == 4
+    for value in (metrics.macro_f1_14, metrics.micro_f1_14, metrics.macro_f1_5, metrics.micro_precision_5):
+        assert 0.0 <= value <= 1.0
+    assert metrics.mean_report_length > 0
     # References come from the phantom's own labels, so at least one study carries a positive finding.
     assert any(v == 1 for p in result["predictions"] for v in p["reference"].values())
 

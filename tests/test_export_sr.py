@@ -36,7 +36,7 @@ def clinic(data_dir, tmp_path):
 
     def add_study(data: bytes, name: str = "chest.dcm", *, report: str | None = REPORT, signed: bool = True) -> int:
         """Ingest one file as an upload would, then a model draft and rita's report."""
-        from app.services.ingest import ingest_bytes
+        from app.services.reading.ingest import ingest_bytes
         from db import CorrectionRepository, DraftRepository
 
         outcome = ingest_bytes(data, name, db=db, settings=settings)
@@ -110,7 +110,7 @@ def test_a_signed_report_becomes_a_comprehensive_sr_that_reads_back(clinic, tmp_
 @pytest.mark.skipif(not (shutil.which("dciodvfy") or shutil.which("dsrdump")),
                     reason="neither dicom3tools' dciodvfy nor DCMTK's dsrdump is installed (apt-get install dicom3tools dcmtk)")
 def test_the_sr_passes_the_iod_checkers_of_dicom3tools_and_dcmtk(clinic, tmp_path):
-    from app.services.export_sr import study_sr
+    from app.services.archive.export_sr import study_sr
 
     (original, _), = phantom_dicoms(clinic.files, 1, seed=4243)
     path = tmp_path / "report.dcm"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orapo_core.facts.consistency import keep_agreed, self_consistency
-from orapo_core.facts.metrics import clinical_efficacy
+from orapo_core.facts.metrics import EvalMetrics, clinical_efficacy
 from orapo_core.facts.ontology import CHESTXRAY14, CHESTXRAY14_TO_CHEXPERT, CHEXPERT_14, FIVE_OBSERVATIONS
 
 
@@ -31,21 +31,41 @@ def test_clinical_efficacy_by_hand():
     ]
     m = clinical_efficacy(predicted, reference, texts=["a b c", "d e", "f"])
     # Counts over all classes: TP 2 (cardiomegaly, effusion), FP 2 (edema, atelectasis), FN 1 (cardiomegaly)
-    assert m["micro_precision_14"] == pytest.approx(2 / 4)
-    assert m["micro_recall_14"] == pytest.approx(2 / 3)
-    assert m["micro_f1_14"] == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
+    assert m.micro_precision_14 == pytest.approx(2 / 4)
+    assert m.micro_recall_14 == pytest.approx(2 / 3)
+    assert m.micro_f1_14 == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
     # Per class F1: cardiomegaly P=1 R=1/2 -> 2/3; effusion 1; edema 0; atelectasis 0; consolidation 0
-    assert m["f1_per_class"]["Cardiomegaly"] == pytest.approx(2 / 3)
-    assert m["f1_per_class"]["Pleural Effusion"] == 1.0
-    assert m["f1_per_class"]["Edema"] == 0.0
-    assert m["macro_f1_5"] == pytest.approx((2 / 3 + 1) / 5)
-    assert m["macro_f1_14"] == pytest.approx((2 / 3 + 1) / 14)
-    assert m["macro_precision_5"] == pytest.approx((1 + 1) / 5)
-    assert m["macro_recall_5"] == pytest.approx((0.5 + 1) / 5)
+    assert m.f1_per_class["Cardiomegaly"] == pytest.approx(2 / 3)
+    assert m.f1_per_class["Pleural Effusion"] == 1.0
+    assert m.f1_per_class["Edema"] == 0.0
+    assert m.macro_f1_5 == pytest.approx((2 / 3 + 1) / 5)
+    assert m.macro_f1_14 == pytest.approx((2 / 3 + 1) / 14)
+    assert m.macro_precision_5 == pytest.approx((1 + 1) / 5)
+    assert m.macro_recall_5 == pytest.approx((0.5 + 1) / 5)
     # The five observations hold all counts here, so micro values agree with the 14.
-    assert m["micro_f1_5"] == pytest.approx(m["micro_f1_14"])
-    assert m["mean_report_length"] == pytest.approx(2.0)
-    assert m["support_per_class"]["Cardiomegaly"] == 2
+    assert m.micro_f1_5 == pytest.approx(m.micro_f1_14)
+    assert m.mean_report_length == pytest.approx(2.0)
+    assert m.support_per_class["Cardiomegaly"] == 2
+
+
+def test_metrics_are_stored_with_their_names_and_read_back_from_any_stored_result():
+    m = clinical_efficacy([{"Edema": 1}], [{"Edema": 1}], observations=("Edema", "Fracture"))
+    stored = m.to_dict()
+    # the stored layout (the keys of every recorded result) is pinned here; what nothing computed is left out, as
+    # the dicts of older code left it out: no report length without texts, no "_5" group without one of the five
+    assert stored == {"n_reports": 1, "micro_precision_14": 1.0, "micro_recall_14": 1.0, "micro_f1_14": 1.0,
+                      "macro_precision_14": 0.5, "macro_recall_14": 0.5, "macro_f1_14": 0.5,
+                      "micro_precision_5": 1.0, "micro_recall_5": 1.0, "micro_f1_5": 1.0, "macro_precision_5": 1.0,
+                      "macro_recall_5": 1.0, "macro_f1_5": 1.0, "f1_per_class": {"Edema": 1.0, "Fracture": 0.0},
+                      "support_per_class": {"Edema": 1, "Fracture": 0}}
+    assert EvalMetrics.from_dict(stored) == m
+    rare = clinical_efficacy([{"Fracture": 1}], [{"Fracture": 1}], observations=("Fracture",))
+    assert rare.macro_f1_5 is None and not any(key.endswith("_5") for key in rare.to_dict())
+    # a benchmark's row keeps its own numbers beside the metrics; they are not metrics and are left out
+    assert EvalMetrics.from_dict({**stored, "rare_f1": 0.3, "example_draft": "x"}) == m
+    assert EvalMetrics.from_dict(None) == EvalMetrics() and EvalMetrics().to_dict() == {}
+    assert m.with_values(facts_reward_mean=0.25).to_dict()["facts_reward_mean"] == 0.25
+    assert m.headline() == {"macro_f1_14": 0.5, "macro_precision_14": 0.5, "macro_recall_14": 0.5}
 
 
 def test_clinical_efficacy_shape_mismatch():

@@ -21,13 +21,13 @@ from orapo_core.errors import OrapoError
 
 
 def _identity(host: str, pid: int, started: float = 1000.0):
-    from app.services.leader import ServerIdentity
+    from app.services.operations.leader import ServerIdentity
 
     return ServerIdentity(host, pid, started)
 
 
 def _candidate(database, host: str, lease_s: float = 1.0, **callbacks):
-    from app.services.leader import Leadership
+    from app.services.operations.leader import Leadership
 
     return Leadership(database, lease_s=lease_s, identity=_identity(host, 100 + len(host)), **callbacks)
 
@@ -181,7 +181,7 @@ def _running(supervisor=None, supervisor_pid=None):
 def test_who_watches_a_round_decides_whether_recover_may_fail_it():
     import psutil
 
-    from app.services.leader import this_process, watch_of
+    from app.services.operations.leader import this_process, watch_of
 
     me = this_process()
     other = _identity("other-host", 4321)
@@ -204,11 +204,11 @@ def test_who_watches_a_round_decides_whether_recover_may_fail_it():
 
 
 def test_a_servers_cache_folder_is_named_after_it_and_lives_as_long_as_it_does(database):
-    """The upload cache's folders by server (`app.services.cache_sweep`): on this machine the process decides,
-    elsewhere the sign-of-life lease; a name that is no server's folder is never a live one."""
+    """The upload cache's folders by server (`app.services.operations.cache_sweep`): on this machine the process
+    decides, elsewhere the sign-of-life lease; a name that is no server's folder is never a live one."""
     import psutil
 
-    from app.services.leader import SERVER_PREFIX, ServerIdentity, live_server_folders, this_process
+    from app.services.operations.leader import SERVER_PREFIX, ServerIdentity, live_server_folders, this_process
     from db import LeaseRepository
 
     me = this_process()

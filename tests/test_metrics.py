@@ -76,8 +76,8 @@ def env(tmp_path):
 
 
 def test_nothing_is_counted_without_metrics_and_each_event_with_them(env):
-    from app.services.ingest import IngestOutcome
-    from app.services.metrics import AppMetrics, count_draft, count_sign_in_failure, count_uploads
+    from app.services.reading.ingest import IngestOutcome
+    from app.services.operations.metrics import AppMetrics, count_draft, count_sign_in_failure, count_uploads
 
     settings, db = env
     count_draft(None, "v1", 1.0)  # a service used without an app: nothing to count, nothing raised
@@ -103,8 +103,8 @@ def test_nothing_is_counted_without_metrics_and_each_event_with_them(env):
 
 
 def test_a_scrape_reads_the_queue_the_rounds_and_the_served_version_when_it_happens(env):
-    from app.services.metrics import AppMetrics
-    from app.services.served import ServedModel
+    from app.services.operations.metrics import AppMetrics
+    from app.services.reading.served import ServedModel
     from db import RoundRepository
 
     settings, db = env
@@ -131,7 +131,7 @@ def test_a_scrape_reads_the_queue_the_rounds_and_the_served_version_when_it_happ
 
 
 def test_a_draft_is_in_the_queue_until_its_caller_has_it():
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
 
     gate, started = threading.Event(), threading.Event()
 
@@ -161,8 +161,8 @@ def test_a_draft_is_in_the_queue_until_its_caller_has_it():
 def test_failed_sign_ins_are_counted_by_reason_and_never_by_name(env):
     import anyio
 
-    from app.services.metrics import AppMetrics
-    from app.services.signin import SignInGuard
+    from app.services.operations.metrics import AppMetrics
+    from app.services.accounts.signin import SignInGuard
     settings, db = env
     guard = SignInGuard(db, account_limit="2 per 15 minutes", hash_slots=1)
     metrics = AppMetrics(settings, db, FakeModels())
@@ -178,8 +178,8 @@ def test_failed_sign_ins_are_counted_by_reason_and_never_by_name(env):
 
 
 def test_the_readiness_checks_say_one_word_each():
-    from app.services.metrics import readiness_checks
-    from app.services.served import ServedModel
+    from app.services.operations.metrics import readiness_checks
+    from app.services.reading.served import ServedModel
 
     class Up:
         def ping(self):
@@ -205,8 +205,8 @@ def test_the_readiness_checks_say_one_word_each():
 def test_neither_a_scrape_nor_readyz_waits_for_a_model_that_is_loading(tmp_path):
     """A load holds the registry's lock for as long as it takes (a minute on a CPU): what the probes and the scrape
     read of the registry must not wait for it."""
-    from app.services.drafting import ModelRegistry
-    from app.services.metrics import AppMetrics, readiness_checks
+    from app.services.reading.drafting import ModelRegistry
+    from app.services.operations.metrics import AppMetrics, readiness_checks
 
     settings, db = make_env(tmp_path, model_dir=tmp_path / "fake-model")  # never read: the loader is a fake
     gate, started = threading.Event(), threading.Event()
@@ -228,7 +228,7 @@ def test_neither_a_scrape_nor_readyz_waits_for_a_model_that_is_loading(tmp_path)
 def test_the_metrics_port_listens_on_localhost_only_and_closes_with_its_thread(env):
     import httpx
 
-    from app.services.metrics import AppMetrics
+    from app.services.operations.metrics import AppMetrics
 
     settings, db = env
     port = free_port()
@@ -251,7 +251,7 @@ def test_the_metrics_port_listens_on_localhost_only_and_closes_with_its_thread(e
 
 
 def test_the_health_paths_are_public_and_metrics_is_not():
-    from app.services.metrics import HEALTH_PATHS, METRICS_PATH
+    from app.services.operations.metrics import HEALTH_PATHS, METRICS_PATH
     from app.web_security import PUBLIC_PATHS
 
     assert HEALTH_PATHS == {"/healthz", "/readyz"}
@@ -302,7 +302,7 @@ def test_the_app_counts_what_happens_and_an_administrator_scrapes_it(tmp_path):
     from gradio_client import handle_file
 
     from app import gradio_internals
-    from app.services.drafting import ModelRegistry
+    from app.services.reading.drafting import ModelRegistry
     from db import RoundRepository
     from tests.support.app import client, launched_app, phantom_png
 

@@ -119,7 +119,7 @@ def _draft_at_once(batcher, names, **settings):
 
 
 def test_the_batcher_drafts_concurrent_requests_together_and_each_caller_gets_its_own():
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
 
     fake = CountingDrafter()
     batcher = DraftBatcher(fake, max_batch=8, max_wait_s=0.05)
@@ -132,7 +132,7 @@ def test_the_batcher_drafts_concurrent_requests_together_and_each_caller_gets_it
 
 
 def test_the_batcher_caps_a_batch_and_never_mixes_settings():
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
 
     fake = CountingDrafter(delay_s=0.1)
     batcher = DraftBatcher(fake, max_batch=3, max_wait_s=0.05)
@@ -154,7 +154,7 @@ def test_the_batcher_caps_a_batch_and_never_mixes_settings():
 
 
 def test_a_failed_batch_fails_every_caller_in_it_and_the_batcher_keeps_working():
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
 
     fake = CountingDrafter(fail_when=lambda images: "poison" in images)
     batcher = DraftBatcher(fake, max_batch=8, max_wait_s=0.1)
@@ -167,7 +167,7 @@ def test_a_failed_batch_fails_every_caller_in_it_and_the_batcher_keeps_working()
 
 
 def test_the_worker_stops_when_idle_and_starts_again_on_demand():
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
 
     batcher = DraftBatcher(CountingDrafter(delay_s=0), max_wait_s=0, idle_s=0.05)
     assert batcher.draft("a").text == "report of a"
@@ -179,7 +179,7 @@ def test_the_worker_stops_when_idle_and_starts_again_on_demand():
 
 
 def test_a_bad_image_fails_only_its_own_caller(drafter):
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
 
     batcher = DraftBatcher(drafter, max_wait_s=0.05)
     with pytest.raises(OrapoError) as refused:
@@ -188,7 +188,7 @@ def test_a_bad_image_fails_only_its_own_caller(drafter):
 
 
 def test_the_batcher_in_front_of_a_real_drafter_matches_drafting_alone(drafter):
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
 
     calls = []
     original = drafter.draft_many

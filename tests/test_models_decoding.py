@@ -141,7 +141,7 @@ def test_a_generation_config_the_loop_does_not_do_falls_back_to_generate(tmp_pat
 @pytest.mark.parametrize("drafter", ["qwen2_vl"], indirect=True)
 def test_the_batcher_lets_a_late_draft_join_and_returns_each_when_its_own_rows_end(drafter):
     """A reader who asks while another's long draft decodes is answered first, and gets the same text as alone."""
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
 
     batcher = DraftBatcher(drafter, max_batch=8, max_wait_s=0)
     done: dict[str, float] = {}
@@ -167,7 +167,7 @@ def test_the_batcher_lets_a_late_draft_join_and_returns_each_when_its_own_rows_e
 
 @pytest.mark.parametrize("drafter", ["qwen2_vl"], indirect=True)
 def test_a_failed_step_fails_the_drafts_in_it_and_the_batcher_goes_on(drafter, monkeypatch):
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
     from orapo_core.models import decoding
 
     batcher = DraftBatcher(drafter, max_wait_s=0)

@@ -196,7 +196,7 @@ def test_a_round_with_the_verifier_saves_it_and_its_drafts_withhold_what_it_does
     assert sentence not in silent.text and silent.added == []
     assert said.text.endswith(sentence) and said.added == [sentence]
     # the app's running batch (the reading room's path) applies the same checks as draft_many
-    from app.services.draft_batcher import DraftBatcher
+    from app.services.reading.draft_batcher import DraftBatcher
 
     assert drafter.new_decoder() is not None  # the tiny model decodes in a running batch, so finish() is the path
     batcher = DraftBatcher(drafter, max_wait_s=0.01)

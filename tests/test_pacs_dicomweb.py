@@ -12,7 +12,7 @@ import pydicom
 import pytest
 
 from app.cli import main
-from app.services.pacs import archive_settings, dicom_date_range
+from app.services.archive.pacs import archive_settings, dicom_date_range
 from orapo_core.errors import OrapoError
 from tests.support.app import free_port
 from tests.support.orthanc import phantom_dicoms

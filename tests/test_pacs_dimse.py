@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow  # live servers
 def node(data_dir):
     """The listener on a free local port with the CLI's database, and what it reported, stopped afterwards."""
     from app.runtime import open_database
-    from app.services.dimse import start_listener
+    from app.services.archive.dimse import start_listener
     from orapo_core.config import Settings
 
     settings = Settings()

@@ -19,7 +19,7 @@ def env(tmp_path):
 
 
 def _study(db, settings, root, seed: int, username: str = "rita") -> int:
-    from app.services import drafting
+    from app.services.reading import drafting
     from db import UserRepository
 
     user = UserRepository(db).get_by_username(username)
@@ -58,7 +58,7 @@ def test_a_sign_for_a_study_the_page_no_longer_shows_is_refused(env):
 
 
 def test_an_unsaved_edit_is_kept_per_reader_and_study_and_ends_when_stored(env):
-    from app.services import autosave
+    from app.services.reading import autosave
     from db import AutosaveRepository, UserRepository
 
     settings, db, root = env
@@ -80,7 +80,7 @@ def test_an_unsaved_edit_is_kept_per_reader_and_study_and_ends_when_stored(env):
 def test_a_page_reopening_a_study_gets_its_unsaved_edit_back(env):
     from app.gradio_internals import context_of
     from app.server import build_app
-    from app.services import autosave
+    from app.services.reading import autosave
     from app.tabs.read import load_study
     from db import CorrectionRepository, UserRepository
 

@@ -25,7 +25,7 @@ def sentence(confidence, *agreements):
 
 
 def test_usefulness_is_the_documented_formula_on_literal_numbers() -> None:
-    from app.services.reading_order import usefulness
+    from app.services.reading.reading_order import usefulness
 
     draft = overview(1, text="Findings: Small left pleural effusion. Heart size normal.",
                      sentences=[sentence(0.5, 0.5), sentence(1.0, 1.0), {"text": "Impression.", "confidence": 1.0}])
@@ -40,7 +40,7 @@ def test_usefulness_is_the_documented_formula_on_literal_numbers() -> None:
 
 
 def test_useful_first_puts_the_least_sure_draft_first_and_keeps_ties_oldest_first(monkeypatch) -> None:
-    from app.services.reading_order import ordered
+    from app.services.reading.reading_order import ordered
 
     sure = overview(1, minutes=0, text="Findings: Clear.", sentences=[sentence(1.0, 1.0)])
     unsure = overview(2, minutes=5, text="Findings: Possible effusion.", sentences=[sentence(0.25, 0.25)])
@@ -50,8 +50,8 @@ def test_useful_first_puts_the_least_sure_draft_first_and_keeps_ties_oldest_firs
     newest_first = [undrafted_new, unsure, sure, undrafted_old, signed]
     db = None  # miss rates come from the database only when ordering by usefulness: see the next test
     assert [o.study.id for o in ordered(db, newest_first, "oldest first")] == [3, 1, 2, 4, 5]
-    monkeypatch.setattr("app.services.reading_order.signed_drafts", lambda db: [])
-    monkeypatch.setattr("app.services.reading_order.served_miss_rates", lambda db, signed=None: {})
+    monkeypatch.setattr("app.services.reading.reading_order.signed_drafts", lambda db: [])
+    monkeypatch.setattr("app.services.reading.reading_order.served_miss_rates", lambda db, signed=None: {})
     assert [o.study.id for o in ordered(db, newest_first, "most useful to the model first")] == [2, 3, 1, 4, 5]
     with pytest.raises(OrapoError) as exc:
         ordered(db, newest_first, "random")
@@ -86,7 +86,7 @@ def clinic(data_dir):
 
 
 def test_miss_rates_are_the_served_models_smoothed(clinic) -> None:
-    from app.services.reading_order import served_miss_rates
+    from app.services.reading.reading_order import served_miss_rates
 
     clear = "Findings: The lungs are clear.\nImpression: Normal."
     effusion = "Findings: Small right pleural effusion.\nImpression: Effusion."
@@ -98,8 +98,8 @@ def test_miss_rates_are_the_served_models_smoothed(clinic) -> None:
 
 
 def test_a_correction_records_the_ordering_it_was_opened_from(clinic) -> None:
-    from app.services import reading_order
-    from app.services.reports import save_report
+    from app.services.reading import reading_order
+    from app.services.reading.reports import save_report
     from app.services.rounds.data import select_round_studies
     from db import CorrectionRepository
 
@@ -144,7 +144,7 @@ def test_the_database_refuses_an_unknown_ordering(clinic) -> None:
 
 
 def test_a_silent_drafts_missed_term_is_the_chance_its_film_holds_a_finding_the_model_misses() -> None:
-    from app.services.reading_order import MIN_EXEMPLARS, finding_resemblance, usefulness
+    from app.services.reading.reading_order import MIN_EXEMPLARS, finding_resemblance, usefulness
 
     def draft(features, version=1):
         return SimpleNamespace(image_features=features, model_version_id=version, model_name="m", text="")
@@ -183,7 +183,7 @@ def test_a_silent_drafts_missed_term_is_the_chance_its_film_holds_a_finding_the_
 
 
 def test_useful_first_brings_forward_the_unread_film_like_the_ones_readers_added_a_finding_to(clinic) -> None:
-    from app.services.reading_order import ordered
+    from app.services.reading.reading_order import ordered
     from db import StudyRepository
 
     clear = "Findings: The lungs are clear.\nImpression: Normal."
@@ -202,8 +202,8 @@ def test_useful_first_brings_forward_the_unread_film_like_the_ones_readers_added
 def test_atypicality_scores_what_the_drafts_findings_do_not_explain_of_the_image() -> None:
     import numpy as np
 
-    from app.services.dashboard import stated_findings
-    from app.services.reading_order import MIN_ATYPICAL, image_atypicality
+    from app.services.insight.dashboard import stated_findings
+    from app.services.reading.reading_order import MIN_ATYPICAL, image_atypicality
 
     rng = np.random.default_rng(0)
     cardiomegaly = "Findings: The heart is enlarged.\nImpression: Cardiomegaly."
@@ -241,7 +241,7 @@ def test_atypicality_scores_what_the_drafts_findings_do_not_explain_of_the_image
 def test_useful_first_reads_the_unexplained_film_first_before_any_correction(clinic) -> None:
     import numpy as np
 
-    from app.services.reading_order import MIN_ATYPICAL, ordered
+    from app.services.reading.reading_order import MIN_ATYPICAL, ordered
     from db import StudyRepository
 
     rng = np.random.default_rng(1)

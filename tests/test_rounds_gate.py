@@ -7,28 +7,29 @@ from pathlib import Path
 import pytest
 
 from app.services.rounds import GatePolicy, decide
+from orapo_core.facts.metrics import EvalMetrics
 
-SERVED = {"macro_f1_14": 0.40, "facts_reward_mean": 0.50, "n_reports": 20}
+SERVED = EvalMetrics(macro_f1_14=0.40, facts_reward_mean=0.50, n_reports=20)
 
 
 @pytest.mark.parametrize(
     ("candidate", "promote", "because"),
     [
-        ({"macro_f1_14": 0.41, "facts_reward_mean": 0.55}, True, "FactS reward 0.5500 > 0.5000"),
-        ({"macro_f1_14": 0.39, "facts_reward_mean": 0.55}, True, "tolerance 0.02"),  # within the tolerance
-        ({"macro_f1_14": 0.37, "facts_reward_mean": 0.55}, False, "worse than the served model's 0.4000"),
-        ({"macro_f1_14": 0.45, "facts_reward_mean": 0.50}, False, "not better"),  # equal reward is not better
-        ({"macro_f1_14": 0.45, "facts_reward_mean": None}, False, "no macro-F1 or FactS reward"),
+        (EvalMetrics(macro_f1_14=0.41, facts_reward_mean=0.55), True, "FactS reward 0.5500 > 0.5000"),
+        (EvalMetrics(macro_f1_14=0.39, facts_reward_mean=0.55), True, "tolerance 0.02"),  # within the tolerance
+        (EvalMetrics(macro_f1_14=0.37, facts_reward_mean=0.55), False, "worse than the served model's 0.4000"),
+        (EvalMetrics(macro_f1_14=0.45, facts_reward_mean=0.50), False, "not better"),  # equal reward is not better
+        (EvalMetrics(macro_f1_14=0.45, facts_reward_mean=None), False, "no macro-F1 or FactS reward"),
     ],
 )
 def test_gate(candidate, promote, because):
     decision = decide(candidate, SERVED, GatePolicy(f1_tolerance=0.02))
     assert decision.promote is promote and because in decision.reason
-    assert decision.served["macro_f1_14"] == 0.40
+    assert decision.served.macro_f1_14 == 0.40
 
 
 def test_gate_margin_and_both_reasons():
-    decision = decide({"macro_f1_14": 0.1, "facts_reward_mean": 0.52}, SERVED, GatePolicy(reward_margin=0.05))
+    decision = decide(EvalMetrics(macro_f1_14=0.1, facts_reward_mean=0.52), SERVED, GatePolicy(reward_margin=0.05))
     assert not decision.promote and "macro-F1" in decision.reason and "+ 0.05" in decision.reason
 
 
@@ -50,11 +51,11 @@ def test_heldout_falls_back_to_phantom_validation_and_never_uses_training_studie
 
 
 def test_an_untrusted_heldout_set_holds_the_candidate_for_an_administrator():
-    better = {"macro_f1_14": 0.9, "facts_reward_mean": 0.9}
+    better = EvalMetrics(macro_f1_14=0.9, facts_reward_mean=0.9)
     decision = decide(better, SERVED, GatePolicy(), untrusted="only 3 signed held-out studies")
     assert not decision.promote and decision.hold
     assert "promote by hand" in decision.reason and "only 3 signed" in decision.reason
-    assert decision.candidate["macro_f1_14"] == 0.9  # the numbers are still shown
+    assert decision.candidate.macro_f1_14 == 0.9  # the numbers are still shown
     assert not decide(better, SERVED, GatePolicy()).hold
 
 
@@ -63,7 +64,7 @@ def test_phantom_stands_in_for_the_gate_only_for_the_phantomcxr_starter(tmp_path
 
     from app.services.rounds.data import HeldoutSet
     from app.services.rounds.steps import untrusted_heldout
-    from app.services.served import ServedModel
+    from app.services.reading.served import ServedModel
 
     starter = tmp_path / "starter"
     starter.mkdir()

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("trl")
 
 from orapo_core.errors import OrapoError
+from orapo_core.facts.metrics import EvalMetrics
 
 from tests.support.rounds import FAST_TRAINING, SMOKE, seed_study
 
@@ -77,7 +78,9 @@ def test_round_from_corrections_to_promoted_version_with_real_evaluation(env):
     adapter = env.settings.resolved_data_dir / version.adapter_path
     assert adapter == env.settings.models_dir / "versions" / f"round-{record.id}"
     assert (adapter / "adapter_model.safetensors").is_file()
-    assert {"macro_f1_14", "facts_reward_mean"} <= set(version.metrics["heldout"])
+    heldout = EvalMetrics.from_dict(version.metrics["heldout"])
+    assert heldout.macro_f1_14 is not None and heldout.facts_reward_mean is not None
+    assert heldout.to_dict() == version.metrics["heldout"]  # stored under the metrics' own names
     assert version.config["overrides"]["max_steps"] == 2 and version.config["resolved"]["training"]["max_steps"] == 2
     assert ModelVersionRepository(env.db).get(env.base.id).status == "retired"
 
@@ -111,7 +114,7 @@ def test_worse_candidate_is_kept_as_rejected_with_its_numbers(env):
     assert record.status == "rejected", (record.error, record.log)
     version = rounds.round_details(record.id).version
     assert version.status == "rejected" and "FactS reward" in version.reason
-    assert version.metrics["gate"]["candidate"]["facts_reward_mean"] is not None
+    assert EvalMetrics.from_dict(version.metrics["gate"]["candidate"]).facts_reward_mean is not None
     assert ModelVersionRepository(env.db).promoted().id == env.base.id  # the served model is unchanged
     assert CorrectionRepository(env.db).count_untrained() == 0  # used by the round, replayable later
     with pytest.raises(OrapoError) as exc:
@@ -225,6 +228,46 @@ def test_round_csv_carries_labels_oracle_and_clinician_pairs_to_the_trainer(env)
     assert row["oracle_report"].startswith("Findings:") and row["clinician_rejected"].startswith("Findings: The lungs are clear")
     assert row["clinician_chosen"] == row["oracle_report"] and row["image"].size == (64, 64)
     assert any(v is not None for v in json.loads(row["labels"]).values())
+
+
+def test_a_round_writes_the_pair_ids_and_stored_labels_the_loader_reads_in_one_pass(env):
+    """What a round trains on is written once, from ids and the labels stored at save time, and read once."""
+    import csv
+
+    from app.services.rounds.data import select_round_studies, write_training_csv
+    from db import CorrectionRepository, PairRepository
+    from orapo_core.data.loaders import ROUND_COLUMNS
+    from orapo_core.facts import label_report
+    from orapo_core.train.dataset import load_training_records
+
+    record = env.phantom[5]
+    study, first = seed_study(env.db, env.settings, record, author=env.rad, tag="-amended")
+    # Amended to the same text with other labels stored (ones FactS would not give it, so labels computed again
+    # would show) and its own pair: the round takes this version's pair, found by its id, and these labels.
+    stored = {**label_report(first.text), "Fracture": 1}
+    assert label_report(first.text).get("Fracture") != 1
+    latest = CorrectionRepository(env.db).amend(first.id, author_id=env.rad.id, text=first.text, labels=stored,
+                                                signed=True)
+    pair = PairRepository(env.db).add(study.id, prompt="p", chosen=first.text, rejected="Findings: An older draft.",
+                                      source="clinician_edit", correction_id=latest.id)
+    selection = select_round_studies(env.db, env.settings)
+    (amended,) = [s for s in selection.new if s.study_id == study.id]
+    assert amended.correction_id == latest.id and amended.pair_ids == (pair.id,)  # not the first version's pair
+    assert amended.draft_text == "Findings: An older draft." and amended.labels == stored
+
+    path = write_training_csv(selection, env.settings.rounds_dir / "ids" / "train.csv")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = {row["id"]: row for row in reader}
+        assert tuple(reader.fieldnames) == ROUND_COLUMNS  # exactly what the loader reads
+    assert rows[f"study-{study.id}"]["pair_id"] == str(pair.id) and rows[f"study-{study.id}"]["Fracture"] == "1.0"
+    loaded = {r.study_id: r for r in load_training_records(path)}
+    assert loaded[f"study-{study.id}"].labels["Fracture"] == 1
+    assert loaded[f"study-{study.id}"].extra["pair_id"] == str(pair.id)
+    assert loaded[f"study-{study.id}"].extra["clinician_rejected"] == "Findings: An older draft."
+    for other in env.train:  # seeded with a pair each, found by its correction's id too
+        (trained,) = [s for s in selection.new if s.study_id == other.id]
+        assert loaded[f"study-{other.id}"].extra["pair_id"] == str(trained.pair_id) != "None"
 
 
 def test_a_bad_setting_is_refused_before_any_round_exists(env):

@@ -9,6 +9,7 @@ import pytest
 from app.services.rounds import Decision, Evaluation, EvaluationSpec, ModelScores, RoundMetrics, RoundPolicy
 from app.services.rounds.metrics import SCHEMA, HeldoutSummary, Selection
 from orapo_core.errors import OrapoError
+from orapo_core.facts.metrics import EvalMetrics
 
 
 def test_a_policy_takes_text_by_each_fields_type_and_names_what_does_not_fit():
@@ -38,7 +39,8 @@ def test_the_evaluation_worker_reads_and_writes_the_shapes_the_round_writes_and_
     strict = EvaluationSpec(spec.heldout, spec.served, spec.candidate, max_new_tokens=8, min_agreement=0.5)
     assert EvaluationSpec.from_dict(strict.to_dict()) == strict
     assert EvaluationSpec.from_dict({k: v for k, v in strict.to_dict().items() if k != "min_agreement"}) == spec
-    evaluation = Evaluation(ModelScores({"macro_f1_14": 0.4}), ModelScores({"macro_f1_14": 0.5}, [{"study_id": "s"}]))
+    evaluation = Evaluation(ModelScores(EvalMetrics(macro_f1_14=0.4)),
+                            ModelScores(EvalMetrics(macro_f1_14=0.5), [{"study_id": "s"}]))
     assert Evaluation.from_dict(evaluation.to_dict()) == evaluation
 
 
@@ -47,9 +49,10 @@ def test_round_metrics_are_written_typed_and_versioned_and_read_back():
     stored.update(RoundMetrics.update(phase="preparing", supervisor_pid=12, selection=Selection(new_studies=[1, 2]),
                                       heldout=HeldoutSummary(source="holdout_studies", n=2), max_steps=4))
     stored.update(RoundMetrics.update(phase="training", train={"step": 2, "loss": 0.5}))
-    decision = Decision(True, "better", {"macro_f1_14": 0.5}, {"macro_f1_14": 0.4})
+    decision = Decision(True, "better", EvalMetrics(macro_f1_14=0.5), EvalMetrics(macro_f1_14=0.4))
     stored.update(RoundMetrics.update(phase="finished", gate=decision))
     assert stored["schema"] == SCHEMA and stored["gate"]["reason"] == "better"
+    assert stored["gate"]["candidate"] == {"macro_f1_14": 0.5}  # the stored keys are the metrics' names, as ever
     metrics = RoundMetrics.from_json(stored)
     assert metrics.phase == "finished" and metrics.supervisor_pid == 12 and metrics.max_steps == 4
     assert metrics.selection.new_studies == [1, 2] and metrics.heldout.n == 2 and metrics.train["step"] == 2
@@ -74,7 +77,7 @@ def test_rows_written_before_the_layout_was_versioned_still_read():
 
 
 def test_one_served_model_for_drafting_and_rounds(tmp_path):
-    from app.services import drafting, served
+    from app.services.reading import drafting, served
     from app.services.rounds import plan
 
     assert drafting.ServedModel is served.ServedModel is plan.ServedModel

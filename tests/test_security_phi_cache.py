@@ -283,7 +283,7 @@ def test_a_killed_servers_originals_go_at_the_next_start_while_another_server_ru
     import psutil
 
     from app.runtime import server_cache_dir, upload_cache_dir
-    from app.services.leader import ServerIdentity
+    from app.services.operations.leader import ServerIdentity
 
     settings, db = make_env(tmp_path)
     servers = {name: Served(tmp_path / name, settings) for name in "abc"}
@@ -338,8 +338,8 @@ def _file(path: Path, data: bytes = b"x") -> Path:
 def test_the_start_sweep_empties_the_cache_of_the_old_layout_keeps_rows_and_removes_the_rest(tmp_path):
     """No other server alive: the whole cache goes, as with a single server; stored files with a row stay."""
     from app.runtime import upload_cache_dir
-    from app.services.cache_sweep import ORPHAN_GRACE_S, sweep_at_start
-    from app.services.export_downloads import DOWNLOAD_RETENTION_S, work_dir
+    from app.services.operations.cache_sweep import ORPHAN_GRACE_S, sweep_at_start
+    from app.services.operations.export_downloads import DOWNLOAD_RETENTION_S, work_dir
     from db import StudyRepository
 
     settings, db = make_env(tmp_path)
@@ -390,8 +390,8 @@ def test_the_start_sweep_empties_the_cache_of_the_old_layout_keeps_rows_and_remo
 
 def test_the_stop_sweep_deletes_the_servers_own_folder_exports_included(tmp_path):
     from app.runtime import server_cache_dir, upload_cache_dir
-    from app.services.cache_sweep import sweep_at_stop
-    from app.services.export_downloads import downloads_dir
+    from app.services.operations.cache_sweep import sweep_at_stop
+    from app.services.operations.export_downloads import downloads_dir
 
     settings, db = make_env(tmp_path)
     _file(downloads_dir(settings) / ("a" * 32) / "orapo-fhir.zip")
@@ -417,7 +417,7 @@ class Servers:
     def folder(self, identity, lease: str | None) -> Path:
         """`identity`'s cache folder holding an original; `lease`: "live", "expired" or None (never took one)."""
         from app.runtime import server_cache_dir
-        from app.services.leader import SERVER_PREFIX
+        from app.services.operations.leader import SERVER_PREFIX
         from db import LeaseRepository
 
         folder = server_cache_dir(self.settings, identity)
@@ -435,7 +435,7 @@ class Servers:
 
         import psutil
 
-        from app.services.leader import ServerIdentity
+        from app.services.operations.leader import ServerIdentity
 
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         self.procs.append(proc)
@@ -461,8 +461,8 @@ def test_a_start_deletes_dead_servers_folders_whole_and_keeps_live_ones(servers)
     took one, are dead: a third server's start deletes their folders whole, at once; a live server's folder (lease
     live elsewhere, or a running process here whatever its lease) is left as it is."""
     from app.runtime import upload_cache_dir
-    from app.services.cache_sweep import sweep_at_start
-    from app.services.leader import ServerIdentity, this_process
+    from app.services.operations.cache_sweep import sweep_at_start
+    from app.services.operations.leader import ServerIdentity, this_process
 
     killed, killed_id = servers.local_process()
     running, running_id = servers.local_process()
@@ -490,9 +490,9 @@ def test_a_start_deletes_dead_servers_folders_whole_and_keeps_live_ones(servers)
 
 def test_the_leaders_sweep_deletes_dead_folders_at_once_and_ages_out_live_ones(servers):
     from app.runtime import server_cache_dir
-    from app.services.cache_sweep import CACHE_MAX_AGE_S, sweep_stale
-    from app.services.export_downloads import DOWNLOAD_RETENTION_S, EXPORTS
-    from app.services.leader import ServerIdentity, this_process
+    from app.services.operations.cache_sweep import CACHE_MAX_AGE_S, sweep_stale
+    from app.services.operations.export_downloads import DOWNLOAD_RETENTION_S, EXPORTS
+    from app.services.operations.leader import ServerIdentity, this_process
 
     now = time.time()
     dead = servers.folder(ServerIdentity("elsewhere", 41, 1000.0), "expired")

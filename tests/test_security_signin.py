@@ -27,7 +27,7 @@ ADDRESS_LIMIT = 8  # the test server's per-address limit, to keep the test short
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from app.services.signin import SignInGuard
+    from app.services.accounts.signin import SignInGuard
 
     from app.settings import web_settings
 
@@ -61,7 +61,7 @@ def actions(db, **query) -> list[tuple]:
 def test_the_defaults_are_five_per_account_and_twenty_per_address():
     from limits import parse
 
-    from app.services import signin
+    from app.services.accounts import signin
 
     assert parse(signin.ACCOUNT_LIMIT).amount == 5 and parse(signin.ADDRESS_LIMIT).amount == 20
     assert parse(signin.ACCOUNT_LIMIT).get_expiry() == parse(signin.ADDRESS_LIMIT).get_expiry() == 15 * 60
@@ -122,7 +122,7 @@ def test_a_flood_of_names_from_one_address_writes_a_bounded_number_of_audit_rows
     """D5: changing the name on every attempt used to write one `locked_out` row each (1,301 rows in 10 s). One
     address now writes at most ADDRESS_AUDITED rows a minute; the rest are counted into one summary row."""
     from app.gradio_internals import context_of
-    from app.services.signin import ADDRESS_AUDITED
+    from app.services.accounts.signin import ADDRESS_AUDITED
     from db import AuditRepository
 
     url, settings, db, demo = server
@@ -211,7 +211,7 @@ def test_a_password_change_ends_the_other_sessions(server):
 def test_the_session_changing_its_password_is_not_ended_by_its_own_requests_meanwhile(server, monkeypatch):
     """Between the new hash's commit and this session's restamp, a request of the same session (the page's event
     stream, say) used to see a stale stamp and end the session: the page lost its connection (seen in CI)."""
-    from app.services.sessions import SessionBook
+    from app.services.accounts.sessions import SessionBook
     from db import UserRepository
 
     url, settings, db, demo = server

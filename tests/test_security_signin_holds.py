@@ -28,7 +28,7 @@ class Clock:
 
 @pytest.fixture()
 def guarded(tmp_path, monkeypatch):
-    from app.services import signin
+    from app.services.accounts import signin
 
     settings, db = make_env(tmp_path)
     clock = Clock()
@@ -41,7 +41,7 @@ def sign_in(guard, name: str, password: str, address: str):
 
 
 def test_holds_grow_with_failures_and_a_stranger_cannot_keep_a_colleague_out_for_long(guarded):
-    from app.services.signin import ACCOUNT_FAILURES, ACCOUNT_MAX_HOLD_S, PAIR_FIRST_HOLD_S, PAIR_MAX_HOLD_S
+    from app.services.accounts.signin import ACCOUNT_FAILURES, ACCOUNT_MAX_HOLD_S, PAIR_FIRST_HOLD_S, PAIR_MAX_HOLD_S
 
     guard, clock, db = guarded
     stranger, colleague = "203.0.113.66", "203.0.113.67"
@@ -64,7 +64,7 @@ def test_holds_grow_with_failures_and_a_stranger_cannot_keep_a_colleague_out_for
 
 
 def test_guessing_from_many_addresses_holds_the_account_a_minute_at_most(guarded):
-    from app.services.signin import ACCOUNT_FAILURES, ACCOUNT_FIRST_HOLD_S, ACCOUNT_MAX_HOLD_S
+    from app.services.accounts.signin import ACCOUNT_FAILURES, ACCOUNT_FIRST_HOLD_S, ACCOUNT_MAX_HOLD_S
 
     guard, clock, db = guarded
     waits, failures, i = [], 0, 0
@@ -86,7 +86,7 @@ def test_guessing_from_many_addresses_holds_the_account_a_minute_at_most(guarded
 def test_guessers_never_queue_a_clean_sign_in(guarded):
     """With one hashing slot, two guessers stuck in their check (an address that already failed) used to hold the
     only slot; a clean sign-in now hashes in its own lane."""
-    from app.services.signin import SignInGuard
+    from app.services.accounts.signin import SignInGuard
 
     _, clock, db = guarded
     stuck = threading.Event()
@@ -132,7 +132,7 @@ def test_a_sign_in_is_one_commit(guarded):
 @pytest.mark.slow
 def test_proxy_headers_are_believed_only_from_the_proxies_a_site_names(tmp_path):
     """From 127.0.0.1, X-Forwarded-For used to be believed: a local caller picked the address the limits count."""
-    from app.services.signin import SignInGuard
+    from app.services.accounts.signin import SignInGuard
     from app.settings import web_settings
 
     settings, db = make_env(tmp_path)

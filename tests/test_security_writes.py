@@ -76,7 +76,7 @@ def _same_study_other_instance(tmp_path: Path) -> bytes:
 
 def test_reused_study_uid_of_another_radiologist_is_refused_before_anything_is_written(
         database, people, settings, tmp_path):
-    from app.services.ingest import ingest_bytes
+    from app.services.reading.ingest import ingest_bytes
 
     first = ingest_bytes(pydicom_data_file("RG1_UNCI.dcm").read_bytes(), "pa.dcm", db=database, settings=settings,
                          user=people.rita)
@@ -101,7 +101,7 @@ def test_reused_study_uid_of_another_radiologist_is_refused_before_anything_is_w
 @pytest.mark.slow
 def test_eight_simultaneous_uploads_of_one_file_store_one_image(database, people, settings, monkeypatch):
     import orapo_core.imaging
-    from app.services.ingest import ingest_bytes
+    from app.services.reading.ingest import ingest_bytes
 
     decode = orapo_core.imaging.ingest_bytes
     together = threading.Barrier(8)
@@ -189,7 +189,7 @@ def _train_study_with_draft(database: Database, user):
 
 @pytest.mark.parametrize("fault", ["pair", "audit"])
 def test_a_correction_its_pair_and_its_audit_entry_are_one_transaction(database, people, monkeypatch, fault):
-    from app.services import reports
+    from app.services.reading import reports
 
     study, draft = _train_study_with_draft(database, people.rita)
     before = AuditRepository(database).query()
@@ -210,7 +210,7 @@ def test_a_correction_its_pair_and_its_audit_entry_are_one_transaction(database,
 
 
 def test_signing_a_saved_report_and_its_audit_entry_are_one_transaction(database, people, monkeypatch):
-    from app.services import reports
+    from app.services.reading import reports
 
     study, draft = _train_study_with_draft(database, people.rita)
     saved = reports.save_report(database, people.rita, study.id, draft.id, "Small effusion.", sign=False)
@@ -223,8 +223,8 @@ def test_signing_a_saved_report_and_its_audit_entry_are_one_transaction(database
 
 
 def test_a_draft_and_its_audit_entry_are_one_transaction(database, people, settings, monkeypatch):
-    from app.services import drafting
-    from app.services.ingest import ingest_bytes
+    from app.services.reading import drafting
+    from app.services.reading.ingest import ingest_bytes
 
     outcome = ingest_bytes(pydicom_data_file("RG1_UNCI.dcm").read_bytes(), "pa.dcm", db=database, settings=settings,
                            user=people.rita)
@@ -245,7 +245,7 @@ def test_a_draft_and_its_audit_entry_are_one_transaction(database, people, setti
 
 
 def test_a_study_its_image_its_files_and_its_audit_entry_are_one_transaction(database, people, settings, monkeypatch):
-    from app.services.ingest import ingest_bytes
+    from app.services.reading.ingest import ingest_bytes
 
     data = pydicom_data_file("RG1_UNCI.dcm").read_bytes()
     audit = AuditRepository(database).query()
@@ -332,8 +332,8 @@ def _reported_studies(db: Database, user):
 def test_fhir_export_skips_a_study_it_cannot_export_and_says_why(data_dir, tmp_path, capsys):
     from app.cli import main
     from app.runtime import open_database
-    from app.services.export import export_fhir
-    from app.services.export_downloads import download_fhir
+    from app.services.operations.export import export_fhir
+    from app.services.operations.export_downloads import download_fhir
 
     settings = Settings()
     db = open_database(settings)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from app import web_security
-from app.services.sessions import SessionBook
+from app.services.accounts.sessions import SessionBook
 
 OLD, NEW = "stamp-of-the-old-hash", "stamp-of-the-new-hash"
 

@@ -20,7 +20,7 @@ REPORT = "Findings: Small right pleural effusion.\nImpression: Right effusion."
 def clinic(data_dir, tmp_path, monkeypatch):
     """The app's database in ORAPO_DATA_DIR, an admin and a radiologist, and one ingested phantom study."""
     from app.runtime import open_database
-    from app.services.ingest import ingest_bytes
+    from app.services.reading.ingest import ingest_bytes
     from db import DraftRepository, UserRepository
     from orapo_core.config import Settings
 
@@ -40,7 +40,7 @@ def clinic(data_dir, tmp_path, monkeypatch):
 
 def _sign(clinic):
     """As the Read tab signs: the confirmation's pending report, stored with the app's settings."""
-    from app.services.reports import prepare_report, store_report
+    from app.services.reading.reports import prepare_report, store_report
 
     pending = prepare_report(clinic.db, clinic.rita, clinic.study_id, clinic.draft_id, REPORT, sign=True)
     return store_report(clinic.db, clinic.rita, pending, REPORT, settings=clinic.settings)
@@ -55,7 +55,7 @@ def _join_sends(study_id: int, timeout: float = 120) -> int:
 
 
 def test_the_setting_is_an_admins_and_starts_off(clinic) -> None:
-    from app.services import sr_send
+    from app.services.archive import sr_send
     from db import AuditRepository
 
     assert sr_send.sr_send_mode(clinic.db) == "off"
@@ -75,7 +75,7 @@ def test_the_setting_is_an_admins_and_starts_off(clinic) -> None:
 
 @pytest.mark.parametrize("mode", ["off", "manual", "on_sign"])
 def test_signing_without_an_archive_or_with_another_mode_sends_nothing(clinic, mode) -> None:
-    from app.services import sr_send
+    from app.services.archive import sr_send
 
     sr_send.set_sr_send_mode(clinic.db, clinic.boss, mode)
     record = _sign(clinic)
@@ -84,7 +84,7 @@ def test_signing_without_an_archive_or_with_another_mode_sends_nothing(clinic, m
 
 
 def test_an_unreachable_archive_never_fails_the_signing_and_the_admin_sees_why(clinic, monkeypatch) -> None:
-    from app.services import sr_send
+    from app.services.archive import sr_send
     from db import StudyRepository
 
     monkeypatch.setenv("ORAPO_DICOMWEB_URL", f"http://127.0.0.1:{free_port()}/dicom-web")  # nothing listens there
@@ -101,14 +101,14 @@ def test_an_unreachable_archive_never_fails_the_signing_and_the_admin_sees_why(c
 
     # A wrong archive URL is audited too, and still never undoes a signature.
     monkeypatch.setenv("ORAPO_DICOMWEB_URL", "dicom://pacs:104")
-    from app.services.reports import save_report
+    from app.services.reading.reports import save_report
 
     save_report(clinic.db, clinic.rita, clinic.study_id, clinic.draft_id, REPORT + " Stable.", sign=True)
     assert sr_send.last_send(clinic.db).details["error"] == "invalid_archive_url"
 
 
 def test_send_now_is_for_admins_and_needs_an_archive(clinic) -> None:
-    from app.services import sr_send
+    from app.services.archive import sr_send
 
     with pytest.raises(OrapoError) as exc:
         sr_send.send_now(clinic.db, clinic.settings, clinic.rita, clinic.study_id)
@@ -120,7 +120,7 @@ def test_send_now_is_for_admins_and_needs_an_archive(clinic) -> None:
 
 @pytest.mark.slow
 def test_signing_sends_the_sr_and_the_archive_finds_it(clinic, orthanc, monkeypatch) -> None:
-    from app.services import sr_send
+    from app.services.archive import sr_send
     from db import StudyRepository
     from orapo_core.imaging.report_sr import read_report_sr
 

@@ -55,7 +55,13 @@ def test_the_card_says_how_it_was_built(built):
 
     card = read_card(built)
     assert card["plan"]["seed"] == 0 and card["steps_done"] == 3 and card["stopped_by"] == "steps"
-    assert card["command"].startswith("orapo starter build --seed 0")
+    # TINY's vision warm-up is not the shipped one: an experiment's build, which the benchmark makes
+    assert card["command"].startswith(f"python -m benchmarks.bench_starter --build-only --rebuild {built} --seed 0 ")
+    from orapo_core.models.starter.build import build_command
+    from orapo_core.models.starter import StarterArchitecture, WarmStartPlan
+
+    assert build_command(built, WarmStartPlan(), StarterArchitecture()) == (
+        "orapo starter build --seed 0 --n-train 2000 --steps 300")  # the shipped starter's card says this
     prevalence = card["plan"]["prevalence"]
     from orapo_core.data.phantom import DEFAULT_PREVALENCE
 
@@ -130,30 +136,42 @@ def test_orapo_starter_refuses_bad_options_and_a_missing_model(data_dir, capsys)
 
     assert main(["starter", "build", "--steps", "0"]) == 2
     assert capsys.readouterr().err.startswith("bad_option: ")
-    assert main(["starter", "build", "--vision-steps", "-1"]) == 2
-    assert "--vision-steps must be above 0" in capsys.readouterr().err
-    assert main(["starter", "build", "--perception-batch", "0"]) == 2
-    assert "--perception-batch must be above 0" in capsys.readouterr().err
-    assert main(["starter", "build", "--rare-fraction", "1.5"]) == 2
-    assert "--rare-fraction must lie in (0, 1]" in capsys.readouterr().err
-    assert main(["starter", "build", "--image-side", "100", "--patch-size", "24"]) == 2  # 100 is not 2 x 2 x 24
-    assert "multiple of twice --patch-size" in capsys.readouterr().err
+    assert main(["starter", "build", "--minutes", "-1"]) == 2
+    assert "--minutes must be above 0" in capsys.readouterr().err
     assert main(["starter", "info"]) == 2
     assert "orapo starter build" in capsys.readouterr().err
 
 
-def test_a_variant_with_a_quarter_patch_has_four_visual_tokens_and_says_so(tmp_path):
-    from argparse import Namespace
+def test_the_architecture_experiments_are_the_benchmarks_not_the_commands(data_dir, capsys):
+    from app.cli import main
+    from orapo_core.errors import OrapoError
+    from orapo_core.experimental.starter import starter_variant
 
+    for option in ("--image-side", "--patch-size", "--vision-n-train", "--vision-steps", "--perception-batch",
+                   "--rare-fraction"):
+        with pytest.raises(SystemExit):
+            main(["starter", "build", option, "1"])
+        assert "unrecognized arguments" in capsys.readouterr().err
+    for options, said in (({"vision_steps": -1}, "--vision-steps must be above 0"),
+                          ({"perception_batch": 0}, "--perception-batch must be above 0"),
+                          ({"rare_fraction": 1.5}, "--rare-fraction must lie in (0, 1]"),
+                          ({"image_side": 100, "patch_size": 24}, "multiple of twice --patch-size")):  # 100: not 2x2x24
+        with pytest.raises(OrapoError, match="bad_option") as refused:
+            starter_variant(**options)
+        assert said in refused.value.message
+    plan, arch = starter_variant(rare_fraction=0.5, vision_steps=3)
+    assert (plan.rare_fraction, plan.vision_steps, arch) == (0.5, 3, None)  # None: the shipped architecture
+
+
+def test_a_variant_with_a_quarter_patch_has_four_visual_tokens_and_says_so(tmp_path):
     from PIL import Image
 
-    from app.commands import starter
+    from orapo_core.experimental.starter import starter_variant
     from orapo_core.models import load_model
     from orapo_core.models.starter import WarmStartPlan, build_starter, read_card
 
-    assert starter._architecture(Namespace(image_side=None, patch_size=None)) is None  # the default, shipped one
-    args = Namespace(image_side=96, patch_size=24)
-    arch = starter._architecture(args)
+    assert starter_variant()[1] is None  # the default, shipped one
+    _, arch = starter_variant(image_side=96, patch_size=24)
     out = build_starter(tmp_path / "four", WarmStartPlan(**TINY), arch, show_progress=False)
     card = read_card(out)
     assert card["architecture"]["patch_size"] == 24
@@ -180,18 +198,19 @@ def test_perception_batches_train_the_answer_state_on_the_films_and_the_card_say
     assert any(not (mine[k] == plain[k]).all() for k in mine if k.startswith("model.layers."))
 
 
-def test_the_rare_fraction_option_reaches_the_plan(data_dir, tmp_path, monkeypatch):
+def test_the_benchmark_builds_a_variant_with_the_options_the_command_leaves_out(data_dir, tmp_path, monkeypatch):
     import orapo_core.models.starter as starter_pkg
     from app.cli import main
+    from benchmarks import bench_starter
 
     seen = {}
 
-    def fake_build(out, plan, arch, *, show_progress):
-        seen["plan"] = plan
-        return out
+    def fake_build(out, plan, arch=None, *, show_progress):
+        seen["plan"], seen["arch"] = plan, arch
+        return Path(out)
 
     monkeypatch.setattr(starter_pkg, "build_starter", fake_build)
-    assert main(["starter", "build", "--rare-fraction", "0.5", "--out", str(tmp_path / "m"), "--quiet"]) == 0
-    assert seen["plan"].rare_fraction == 0.5
+    bench_starter.main(["--build-only", "--rebuild", str(tmp_path / "m"), "--rare-fraction", "0.5", "--patch-size", "24"])
+    assert seen["plan"].rare_fraction == 0.5 and seen["arch"].patch_size == 24
     assert main(["starter", "build", "--out", str(tmp_path / "n"), "--quiet"]) == 0
-    assert seen["plan"].rare_fraction == 0.25  # the shipped build's
+    assert seen["plan"].rare_fraction == 0.25 and seen["arch"] is None  # the shipped build's

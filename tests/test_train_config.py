@@ -33,14 +33,14 @@ def test_paper_defaults_and_metrics_path(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "fix"),
     [
-        ({"oracle_mode": "ppo"}, "oracle_mode must be one of dpo, sft, none"),
+        ({"oracle_mode": "ppo"}, "oracle_mode must be one of dpo, got 'ppo'"),
+        ({"oracle_mode": "sft"}, "'sft' and 'none' are orapo_core.experimental.AblationConfig's"),  # not the product's
         ({"dpo_weight_min": 0.2, "dpo_weight_max": 0.1}, "dpo_weight_min <= dpo_weight_max"),
         ({"dpo_weight_gamma": 0.0}, "dpo_weight_gamma must be > 0"),
         ({"zero_reward_ema_alpha": 1.0}, "zero_reward_ema_alpha must be in [0, 1)"),
         ({"zero_reward_threshold": -0.1}, "use 0.0 for 'reward exactly 0'"),
         ({"dpo_beta": 0.0}, "dpo_beta (τ) must be > 0"),
         ({"max_rejected_per_group": 0}, "max_rejected_per_group must be >= 1 or None"),
-        ({"use_clinician_pairs": True, "oracle_mode": "sft"}, "use_clinician_pairs needs oracle_mode='dpo'"),
         ({"reward_name": "facts", "reward_funcs": ["rouge_l"]}, "reward_name ('facts') is an alias of reward_funcs"),
         ({"reward_funcs": ["facts", "rouge_l"], "reward_weights": [1.0]}, "give one weight per name in reward_funcs"),
         ({"loss_type": "grpo2"}, "loss_type must be one of grpo, bnpo, dr_grpo"),
@@ -55,6 +55,21 @@ def test_bad_combinations_are_refused_with_a_fix(tmp_path, kwargs, fix):
     with pytest.raises(ValueError) as info:
         _config(tmp_path, **kwargs)
     assert fix in str(info.value)
+
+
+def test_studies_per_step_is_a_steps_rows_over_each_studys_rollouts(tmp_path):
+    # 16 rows a step, 4 rollouts a study: 4 studies; accumulation multiplies the rows
+    assert _config(tmp_path, per_device_train_batch_size=16, num_generations=4).studies_per_step == 4
+    assert _config(tmp_path, per_device_train_batch_size=8, num_generations=4,
+                   gradient_accumulation_steps=3).studies_per_step == 6
+    assert OraPOConfig.studies_per_step_of(4, 1, 8) == 1  # never 0: a step trains on at least one study
+    assert OraPOConfig.studies_per_step_of(16, 2, 4) == 8
+    # the steps a round takes: max_steps when set, else every epoch's steps, a partial step counted
+    config = _config(tmp_path, per_device_train_batch_size=16, num_generations=4, num_train_epochs=3)
+    assert config.optimizer_steps(10) == 3 * 3 and config.optimizer_steps(1) == 3
+    assert _config(tmp_path, per_device_train_batch_size=16, num_generations=4, max_steps=7).optimizer_steps(100) == 7
+    _, round_recipe, _ = parse_recipe(RECIPES / "round-cpu.yaml", ["--output_dir", str(tmp_path), "--bf16", "false"])
+    assert round_recipe.studies_per_step == 4  # 4 studies x 4 rollouts, as the recipe says
 
 
 def test_rewards_are_named_as_in_trls_grpo_script_and_reward_name_is_an_alias(tmp_path):
@@ -78,9 +93,9 @@ def test_yaml_cli_and_dict_build_the_same_config(tmp_path):
     assert from_cli.dpo_beta == 0.3 and from_cli.max_rejected_per_group == 2 and from_cli.num_generations == 2
     assert model_cli.model_name_or_path == model_dict.model_name_or_path == "/m"
     # a dict alone is a recipe too
-    script, alone, _ = parse_recipe(None, {"output_dir": out, "use_cpu": True, "bf16": False, "oracle_mode": "sft",
+    script, alone, _ = parse_recipe(None, {"output_dir": out, "use_cpu": True, "bf16": False, "dpo_beta": 0.25,
                                            "train_csv": "x.csv"})
-    assert alone.oracle_mode == "sft" and script.train_csv == "x.csv"
+    assert alone.dpo_beta == 0.25 and script.train_csv == "x.csv"
 
 
 def test_unknown_or_invalid_recipe_keys_are_refused(tmp_path):

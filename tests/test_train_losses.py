@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps, sft_loss
+from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps
 
 
 def _logsig(x: float) -> float:
@@ -27,7 +27,6 @@ def test_dpo_loss_by_hand():
     got = dpo_loss(pc, pr, rc, rr, beta=0.5)
     # row 0: (−4+5) − (−6+5) = 2 → −log σ(1); row 1: (−10+9) − (−3+4) = −2 → −log σ(−1)
     assert got.tolist() == pytest.approx([-_logsig(1.0), -_logsig(-1.0)])
-    assert sft_loss(torch.tensor([-0.7])).item() == pytest.approx(0.7)
 
 
 def test_combined_objective_by_hand():

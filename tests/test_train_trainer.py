@@ -167,54 +167,7 @@ def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_model
     assert elapsed < 60
 
 
-def test_grpo_only_ablation_has_no_oracle_term(tiny_model, dataset, tmp_path):
-    trainer = make_trainer(tiny_model, dataset, tmp_path / "run", oracle_mode="none")
-    assert trainer.ref_model is None  # beta = 0 and no DPO: no reference is built
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    batch = trainer._generate_and_score_completions([dataset[i] for i in (0, 0, 1, 1)])
-    assert "orapo_chosen_ids" not in batch and batch["orapo_coef"].abs().sum() == 0
-    from trl import GRPOTrainer
-
-    assert trainer._compute_loss(trainer.model, batch).item() == pytest.approx(
-        GRPOTrainer._compute_loss(trainer, trainer.model, batch).item()
-    )
-
-
-def test_finding_pairs_put_the_oracle_less_the_missed_finding_on_a_row(tiny_model, dataset, tmp_path):
-    from orapo_core.train.dataset import build_training_dataset
-
-    oracle = "FINDINGS: Pleural thickening along the left lateral chest wall. No pneumothorax."
-    study = build_training_dataset([{"study_id": "f1", "image": dataset[0]["image"], "labels": {},
-                                     "reference_report": oracle}])
-    trainer = make_trainer(tiny_model, study, tmp_path / "run", finding_pairs=True, zero_reward_threshold=0.99,
-                           max_completion_length=24)
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    batch = trainer._generate_and_score_completions([study[0]] * K)  # a random model's rollouts never say it
-    # Cut at the decision (the default): "FINDINGS: Pleural" over "FINDINGS: No", no end of turn, so the shared
-    # start cancels in the DPO margin and the pair is the one choice.
-    encode = lambda text: trainer._tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    says, omits = encode("FINDINGS: Pleural"), encode("FINDINGS: No")
-    rejected = [ids[m.bool()].tolist() for ids, m in zip(batch["orapo_rejected_ids"], batch["orapo_rejected_mask"])]
-    chosen = [ids[m.bool()].tolist() for ids, m in zip(batch["orapo_chosen_ids"], batch["orapo_chosen_mask"])]
-    row = rejected.index(omits)
-    assert rejected.count(omits) == 1 and chosen[row] == says
-    assert says[: len(encode("FINDINGS:"))] == omits[: len(encode("FINDINGS:"))]  # the shared start tokenises alike
-    assert trainer._metrics["train"]["orapo/finding_pairs"][-1] == 1.0
-    assert torch.isfinite(trainer._compute_loss(trainer.model, batch))
-
-    whole = make_trainer(tiny_model, study, tmp_path / "whole", finding_pairs=True, finding_pair_span="report",
-                         zero_reward_threshold=0.99, max_completion_length=24)
-    whole.model.train()
-    whole.current_gradient_accumulation_steps = 1
-    batch = whole._generate_and_score_completions([study[0]] * K)
-    less = (encode("FINDINGS: No pneumothorax.") + [whole.eos_token_ids[-1]])[: whole.max_completion_length]
-    rejected = [ids[m.bool()].tolist() for ids, m in zip(batch["orapo_rejected_ids"], batch["orapo_rejected_mask"])]
-    assert rejected.count(less) == 1
-
-
-def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(tiny_model, dataset, tmp_path):
+def test_clinician_pair_rides_on_a_free_row(tiny_model, dataset, tmp_path):
     from orapo_core.train.dataset import build_training_dataset
 
     image = dataset[0]["image"]
@@ -234,18 +187,3 @@ def test_clinician_pair_rides_on_a_free_row_and_sft_mode_scores_only_the_oracle(
     assert draft in rejected  # the clinician's own draft is a rejected answer of this study
     assert (batch["orapo_coef"] > 0).sum().item() == len([r for r in rejected if r])
     assert torch.isfinite(trainer._compute_loss(trainer.model, batch))
-
-    sft = make_trainer(tiny_model, dataset, tmp_path / "sft", oracle_mode="sft", zero_reward_threshold=0.5)
-    assert sft.ref_model is None  # SFT on the oracle needs no reference
-    sft.model.train()
-    sft.current_gradient_accumulation_steps = 1
-    batch = sft._generate_and_score_completions([dataset[i] for i in (1, 1, 3, 3)])
-    assert "orapo_rejected_ids" not in batch and (batch["orapo_coef"] > 0).any()
-    from trl import GRPOTrainer
-
-    grpo = GRPOTrainer._compute_loss(sft, sft.model, batch).item()
-    assert sft._compute_loss(sft.model, batch).item() > grpo  # + w·NLL(oracle) > 0 on a random model
-    # the oracle's mean per-token log-prob is logged beside the loss: in SFT mode the loss is exactly its negative
-    logged = sft._metrics["train"]
-    assert logged["orapo/oracle_logp"][-1] < 0
-    assert logged["orapo/oracle_logp"][-1] == pytest.approx(-logged["orapo/sft_loss"][-1], rel=1e-5)

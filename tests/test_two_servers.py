@@ -2,7 +2,7 @@
 
 What must happen once happens once: the cron fires from the leader alone (one round a tick, never two), and
 killing the leader (SIGKILL: no clean hand-over) hands the schedule to the other within the lease's stated time
-(`app.services.leader`). A reader's sign-in lives in one server's memory, which is why the proxy must keep a
+(`app.services.operations.leader`). A reader's sign-in lives in one server's memory, which is why the proxy must keep a
 reader on one server (docs/pages/deploy/scaling-out-servers.md): the test pins that, so the day sessions move to the
 database it fails and the doc changes with it.
 
@@ -58,7 +58,7 @@ def two(tmp_path_factory):
 
 def _leader(two, timeout: float = 2 * LEASE_S):
     """The server holding the leader lease, once one does."""
-    from app.services.leader import LEADER_LEASE, ServerIdentity
+    from app.services.operations.leader import LEADER_LEASE, ServerIdentity
     from db import LeaseRepository
 
     deadline = time.monotonic() + timeout

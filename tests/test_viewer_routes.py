@@ -37,7 +37,7 @@ def http_as(url: str, username: str | None = None, password: str | None = None):
     (np.array([[0.5, 2.25], [-3.0, 17.0]], dtype=np.float64), "float32"),  # a rescale slope of 0.5
 ])
 def test_the_wire_type_holds_every_value_exactly(values, dtype):
-    from app.services.viewer import _wire_array
+    from app.services.reading.viewer import _wire_array
 
     wire = _wire_array(values)
     assert wire.dtype.name == dtype and wire.dtype.byteorder in "<|="
@@ -46,7 +46,7 @@ def test_the_wire_type_holds_every_value_exactly(values, dtype):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from app.services import drafting
+    from app.services.reading import drafting
     from db import UserRepository
 
     tmp = tmp_path_factory.mktemp("viewer-routes")

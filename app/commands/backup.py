@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.commands.users import _cli_actor
-    from app.services.backup import SECRET_FILE, SECRET_WARNING, backup, counts_line
+    from app.services.operations.backup import SECRET_FILE, SECRET_WARNING, backup, counts_line
     from app.settings import WebSettings
 
     settings = WebSettings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))

@@ -60,14 +60,15 @@ def run(args: argparse.Namespace) -> int:
                               progress=progress)
     print(file=sys.stderr)
     m = result.metrics
-    print(f"studies: {m['n_reports']}" + (f" (findings kept where >= {agreement:g} of 4 samples state them)"
-                                          if agreement else " (greedy drafts)"))
-    for k in ("14", "5"):
-        print(f"{k} observations: macro P/R/F1 {m[f'macro_precision_{k}']:.3f}/{m[f'macro_recall_{k}']:.3f}/{m[f'macro_f1_{k}']:.3f}"
-              f"  micro P/R/F1 {m[f'micro_precision_{k}']:.3f}/{m[f'micro_recall_{k}']:.3f}/{m[f'micro_f1_{k}']:.3f}")
-    for name, f1 in m["f1_per_class"].items():
-        print(f"  {name:28s} F1 {f1:.3f}  (support {m['support_per_class'][name]})")
-    print(f"mean report length: {m['mean_report_length']:.1f} words; mean FactS reward: {m['facts_reward_mean']}")
+    print(f"studies: {m.n_reports}" + (f" (findings kept where >= {agreement:g} of 4 samples state them)"
+                                       if agreement else " (greedy drafts)"))
+    print(f"14 observations: macro P/R/F1 {m.macro_precision_14:.3f}/{m.macro_recall_14:.3f}/{m.macro_f1_14:.3f}"
+          f"  micro P/R/F1 {m.micro_precision_14:.3f}/{m.micro_recall_14:.3f}/{m.micro_f1_14:.3f}")
+    print(f"5 observations: macro P/R/F1 {m.macro_precision_5:.3f}/{m.macro_recall_5:.3f}/{m.macro_f1_5:.3f}"
+          f"  micro P/R/F1 {m.micro_precision_5:.3f}/{m.micro_recall_5:.3f}/{m.micro_f1_5:.3f}")
+    for name, f1 in m.f1_per_class.items():
+        print(f"  {name:28s} F1 {f1:.3f}  (support {m.support_per_class[name]})")
+    print(f"mean report length: {m.mean_report_length:.1f} words; mean FactS reward: {m.facts_reward_mean}")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(result.to_dict(), f, indent=1, default=str)

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings()
     database = open_database(settings)
     if args.export_command == "pairs":
-        from app.services.export import export_pairs
+        from app.services.operations.export import export_pairs
 
         print(export_pairs(database, settings, args.out, format=args.format, source=args.source, round_id=args.round))
         return 0
@@ -51,18 +51,18 @@ def run(args: argparse.Namespace) -> int:
                                          f"`orapo export {what} --all OUT`.")
     study_ids = None if args.all else [args.study]
     if what == "sr":
-        from app.services.export_sr import export_sr
+        from app.services.archive.export_sr import export_sr
 
         archive = None
         if args.send:  # before anything is written: a missing archive setting is known now
-            from app.services.pacs import Archive
+            from app.services.archive.pacs import Archive
 
             archive = Archive.from_environment()
         result = export_sr(database, settings, args.out, study_ids=study_ids, archive=archive)
         print(result)
         # As `orapo ingest`: 1 when some signed report was not written (skipped) or did not reach the archive.
         return 1 if result.skipped or result.unsent else 0
-    from app.services.export import export_fhir
+    from app.services.operations.export import export_fhir
 
     print(export_fhir(database, args.out, study_ids=study_ids))  # with what was skipped, and why
     return 0

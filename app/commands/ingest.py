@@ -16,7 +16,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.runtime import open_database
-    from app.services.ingest import ingest_paths
+    from app.services.reading.ingest import ingest_paths
     from orapo_core.config import Settings
 
     settings = Settings()

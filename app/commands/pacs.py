@@ -45,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.runtime import open_database
-    from app.services.pacs import Archive
+    from app.services.archive.pacs import Archive
     from orapo_core.config import Settings
     from orapo_core.errors import OrapoError
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 def _search(archive, args, database, settings) -> int:
     from dataclasses import asdict
 
-    from app.services.pacs import CHEST_MODALITIES, mark_imported
+    from app.services.archive.pacs import CHEST_MODALITIES, mark_imported
 
     studies = mark_imported(archive.search(date=args.date, modalities=args.modality or CHEST_MODALITIES,
                                            accession=args.accession, limit=args.limit), db=database, settings=settings)
@@ -86,7 +86,7 @@ def _search(archive, args, database, settings) -> int:
 
 
 def _pull(archive, args, database, settings) -> int:
-    from app.services.pacs import CHEST_MODALITIES, pull_study
+    from app.services.archive.pacs import CHEST_MODALITIES, pull_study
 
     if args.since:
         study_uids = []
@@ -121,7 +121,7 @@ def _listen(args, database, settings) -> int:
     import threading
     import time
 
-    from app.services.dimse import start_listener
+    from app.services.archive.dimse import start_listener
 
     def report(received) -> None:
         outcome = received.outcome

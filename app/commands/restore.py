@@ -21,8 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.commands.users import _cli_actor
-    from app.services.backup import counts_line
-    from app.services.restore import restore
+    from app.services.operations.backup import counts_line
+    from app.services.operations.restore import restore
     from app.settings import WebSettings
 
     settings = WebSettings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))

@@ -84,8 +84,8 @@ def _plain(value):
     from datetime import datetime
     from pathlib import Path
 
-    if is_dataclass(value):
-        return _plain(asdict(value))
+    if is_dataclass(value):  # one with its own JSON layout (a gate Decision, metrics) is written as it is stored
+        return _plain(value.to_dict() if hasattr(value, "to_dict") else asdict(value))
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds_command == "worker":
         return _worker(args)  # a round's child process: no database, no settings of its own
     from app.runtime import open_database
-    from app.services.rounds import RoundService, get_schedule, next_run, parse_settings, set_schedule
+    from app.services.rounds import RoundService, get_schedule, heldout_metrics, next_run, parse_settings, set_schedule
     from orapo_core.config import Settings
 
     settings = Settings()
@@ -201,9 +201,9 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(_plain(rows), indent=1))
             return 0
         for v in rows:
-            heldout = v.metrics.get("heldout", {})
-            numbers = (f"  macro-F1 {heldout['macro_f1_14']:.3f}  FactS {heldout['facts_reward_mean']:.3f}"
-                       if heldout.get("macro_f1_14") is not None and heldout.get("facts_reward_mean") is not None else "")
+            heldout = heldout_metrics(v)
+            numbers = (f"  macro-F1 {heldout.macro_f1_14:.3f}  FactS {heldout.facts_reward_mean:.3f}"
+                       if heldout.macro_f1_14 is not None and heldout.facts_reward_mean is not None else "")
             mark = "*" if v.status == "promoted" else " "
             print(f"{mark}{v.id}\t{v.name}\t{v.status}\tparent {v.parent_id}\tround {v.round_id}{numbers}")
         return 0

@@ -6,7 +6,7 @@ password is printed here once (it must be changed at first sign-in).
 
 Uploaded originals carry names and IDs, so the server cleans up after itself
 however it stops: before it listens it deletes what a killed run left in the
-upload cache and the storage folder (`app.services.cache_sweep`), and SIGTERM
+upload cache and the storage folder (`app.services.operations.cache_sweep`), and SIGTERM
 (what Docker and systemd send) stops it the way Ctrl-C does: Gradio closes
 (its lifespan deletes its cache files and stops the rounds scheduler), then
 this server's folder in the upload cache is deleted, and the process exits without
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from app import gradio_internals
     from app.runtime import open_database
     from app.server import build_app, launch_options
-    from app.services.cache_sweep import sweep_at_start, sweep_at_stop
+    from app.services.operations.cache_sweep import sweep_at_start, sweep_at_stop
     from app.settings import WebSettings
 
     settings = WebSettings()
@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         # The shipped starter is copied into the data folder; without one it is built here (minutes, once).
         ensure_starter(settings.models_dir / "starter")
     first_admin = bootstrap_admin(database)
-    # what this server's previous runs and any dead server left; live servers' folders stay (app.services.cache_sweep)
+    # what this server's previous runs and any dead server left; live servers' folders stay
+    # (app.services.operations.cache_sweep)
     print(sweep_at_start(settings, database).line("start-up sweep"), file=sys.stderr, flush=True)
     demo = build_app(settings=settings, database=database, warm_model=True)  # the model loads as the server starts
     with stop_signals() as stop:

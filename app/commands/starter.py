@@ -4,7 +4,10 @@
 on stderr). `build --if-missing` is what a first start runs: it leaves an
 existing model alone, and copies the model shipped under `assets/starter` when
 that asset was built with the same settings, since training would only make the
-same folder again.
+same folder again. The build's architecture experiments (another image side or
+patch size, a longer vision warm-up, perception batches, another rare-finding
+share) are not options here: `benchmarks.bench_starter --rebuild DIR` builds
+them (`orapo_core.experimental.starter`).
 """
 
 from __future__ import annotations
@@ -22,20 +25,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--steps", type=int, default=None, metavar="N", help="report training steps (default 300; after 1000 steps of the vision tower alone)")
     build.add_argument("--minutes", type=float, default=None, metavar="M",
                        help="stop training when the whole build has run this long (default 9)")
-    build.add_argument("--image-side", type=int, default=None, metavar="PX",
-                       help="input side in pixels (default 96); with --patch-size, an experiment's variant")
-    build.add_argument("--patch-size", type=int, default=None, metavar="PX",
-                       help="vision patch side (default half the image side: one visual token; a quarter: four)")
-    build.add_argument("--vision-n-train", type=int, default=None, metavar="N",
-                       help="films for the vision warm-up, every finding at 0.3 (default 2000)")
-    build.add_argument("--vision-steps", type=int, default=None, metavar="N",
-                       help="vision warm-up steps before the report training (default 1000)")
-    build.add_argument("--perception-batch", type=int, default=None, metavar="N",
-                       help="films (every finding at 0.3) read through the prompt at each report step, to train "
-                            "the answer state to carry the rare findings (default 0: off, the shipped build)")
-    build.add_argument("--rare-fraction", type=float, default=None, metavar="F",
-                       help="the rare findings' share of their PhantomCXR prevalence in the report studies, in (0, 1] "
-                            "(default 0.25: scarce, so the starter rarely says them)")
     build.add_argument("--if-missing", action="store_true",
                        help="do nothing if the folder holds a model; copy the shipped one if it matches")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -58,20 +47,14 @@ def _build(args: argparse.Namespace) -> int:
     from orapo_core.models.starter.build import copy_shipped_starter
 
     out = Path(args.out).expanduser() if args.out else Settings().models_dir / "starter"
-    arch = _architecture(args)
     plan = WarmStartPlan(seed=args.seed)
-    for name, value in (("n_train", args.n_train), ("steps", args.steps), ("max_minutes", args.minutes),
-                        ("vision_n_train", args.vision_n_train), ("vision_steps", args.vision_steps),
-                        ("perception_batch", args.perception_batch)):
+    for option, name, value in (("n-train", "n_train", args.n_train), ("steps", "steps", args.steps),
+                                ("minutes", "max_minutes", args.minutes)):
         if value is not None:
             if value <= 0:
-                raise OrapoError("bad_option", f"--{name.replace('_', '-')} must be above 0, not {value}.")
+                raise OrapoError("bad_option", f"--{option} must be above 0, not {value}.")
             plan = replace(plan, **{name: value})
-    if args.rare_fraction is not None:
-        if not 0 < args.rare_fraction <= 1:
-            raise OrapoError("bad_option", f"--rare-fraction must lie in (0, 1], not {args.rare_fraction}.")
-        plan = replace(plan, rare_fraction=args.rare_fraction)
-    if args.if_missing and arch is None:
+    if args.if_missing:
         if (out / "config.json").is_file():
             print(f"starter: {out} already holds a model; nothing to do.", file=sys.stderr)
             print(out)
@@ -81,24 +64,9 @@ def _build(args: argparse.Namespace) -> int:
             print(out)
             return 0
     out.parent.mkdir(parents=True, exist_ok=True)
-    path = build_starter(out, plan, arch, show_progress=not args.quiet)
+    path = build_starter(out, plan, show_progress=not args.quiet)
     print(path)
     return 0
-
-
-def _architecture(args: argparse.Namespace):
-    """The architecture the options ask for, or None for the default (the shipped starter's)."""
-    from orapo_core.errors import OrapoError
-    from orapo_core.models.starter.architecture import IMAGE_SIDE, StarterArchitecture
-
-    if args.image_side is None and args.patch_size is None:
-        return None
-    side = args.image_side or IMAGE_SIDE
-    patch = args.patch_size or side // 2
-    if side < 32 or patch < 4 or side % (2 * patch):
-        raise OrapoError("bad_option", f"--image-side {side} must be at least 32 and a multiple of twice "
-                                       f"--patch-size {patch} (at least 4): patches are merged 2x2 into tokens.")
-    return StarterArchitecture(image_side=side, patch_size=patch)
 
 
 def _info(args: argparse.Namespace) -> int:

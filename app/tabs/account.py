@@ -10,7 +10,7 @@ import gradio as gr
 
 from app.messages import in_page
 from app.context import AppContext
-from app.services import auth
+from app.services.accounts import auth
 
 
 @dataclass

@@ -5,7 +5,7 @@ Every handler asks for the admin role itself (through the services), so the tab
 being hidden from radiologists is a convenience, not the protection.
 Training rounds, the schedule and the version charts are the Rounds tab
 (`app.tabs.rounds`). An export is offered as one zip that lives only long
-enough to be downloaded (`app.services.export_downloads`); each is audited.
+enough to be downloaded (`app.services.operations.export_downloads`); each is audited.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import gradio as gr
 
 from app.messages import in_page
 from app.context import AppContext
-from app.services import auth, export_downloads, sr_send
-from app.services.export import PAIR_FORMATS
+from app.services.accounts import auth
+from app.services.archive import sr_send
+from app.services.operations import export_downloads
+from app.services.operations.export import PAIR_FORMATS
 
 USER_COLUMNS = ["Username", "Role", "Active", "Must change password", "Created", "Last sign-in"]
 AUDIT_COLUMNS = ["When", "Who", "Action", "Object", "Details"]

@@ -1,8 +1,8 @@
 """The Dashboard tab: big numbers and charts of studies, reports, acceptance and the drafts' misses.
 
-The numbers come from `app.services.dashboard`, which decides whose they are
+The numbers come from `app.services.insight.dashboard`, which decides whose they are
 (an administrator: everyone's by default; a radiologist: their own), and the
-figures from `app.services.dashboard_charts`; this module only places them.
+figures from `app.services.insight.dashboard_charts`; this module only places them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import gradio as gr
 
 from app.messages import in_page
 from app.context import AppContext
-from app.services import dashboard, dashboard_charts
+from app.services.insight import dashboard, dashboard_charts
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 import gradio as gr
 
 from app.context import AppContext
-from app.services import autosave, drafting
+from app.services.reading import autosave, drafting
 from app.tabs import read_actions, read_guard, read_report, read_upload, viewer
 
 

@@ -14,8 +14,8 @@ import gradio as gr
 
 from app.messages import in_page, status_line, title_of
 from app.context import AppContext
-from app.services import autosave, drafting, reports
-from app.services.draft_batcher import DRAFT_MAX_BATCH
+from app.services.reading import autosave, drafting, reports
+from app.services.reading.draft_batcher import DRAFT_MAX_BATCH
 from app.tabs import read_guard
 from app.tabs.read_guard import current, edited, require_current
 from app.tabs.read_report import (ReportColumn, _accept_allowed, _editing, _highlighted, _missed_md, _quoted,
@@ -98,8 +98,8 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
 
     @in_page()
     def keep_typing(text, session, request: gr.Request):
-        """As the reader types: an edit never stored is kept on the server (app.services.autosave), for this reader
-        and study; back at the stored report or the draft, there is nothing to keep."""
+        """As the reader types: an edit never stored is kept on the server (app.services.reading.autosave), for
+        this reader and study; back at the stored report or the draft, there is nothing to keep."""
         user = ctx.user(request)
         session = mine(session, user)
         if not session.get("study_id") or not current(ctx, request, session):

@@ -12,7 +12,7 @@ page's Gradio session hash, noted whenever a study is opened in the Read tab):
 - a save or a sign whose study is not the one the page has open is refused, and
   nothing is stored (`require_current`);
 - before the page opens another study, an unsaved edit of the report is kept for
-  that reader and study (`keep_edit`, `app.services.autosave`) and offered back
+  that reader and study (`keep_edit`, `app.services.reading.autosave`) and offered back
   when the study is opened again.
 
 Uploads are the session's own too (`ingest_own_uploads`): the handler reads only
@@ -29,8 +29,8 @@ from pathlib import Path
 import gradio as gr
 
 from app.context import AppContext
-from app.services import autosave, drafting, reports
-from app.services.ingest import IngestOutcome
+from app.services.reading import autosave, drafting, reports
+from app.services.reading.ingest import IngestOutcome
 from orapo_core.errors import OrapoError
 
 

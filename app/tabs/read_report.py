@@ -24,7 +24,7 @@ from typing import Any
 import gradio as gr
 
 from app.context import AppContext
-from app.services import drafting, reports
+from app.services.reading import drafting, reports
 from app.viewer_routes import render_url
 from orapo_core.errors import OrapoError
 

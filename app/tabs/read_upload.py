@@ -22,7 +22,7 @@ import gradio as gr
 
 from app.messages import in_page
 from app.context import AppContext
-from app.services.metrics import count_uploads
+from app.services.operations.metrics import count_uploads
 from app.tabs import read_guard
 from app.tabs.read_report import mine
 
@@ -80,7 +80,7 @@ def wire(ctx: AppContext, zone: DropZone, load_study: Callable, study_outputs: l
         user = ctx.user(request)
         session = mine(session, user)
         outcomes = read_guard.ingest_own_uploads(ctx, user, request, paths or [])
-        count_uploads(ctx.metrics, outcomes)  # refused ones, by code (app.services.metrics)
+        count_uploads(ctx.metrics, outcomes)  # refused ones, by code (app.services.operations.metrics)
         lines = []
         for o in outcomes:
             if o.ok:

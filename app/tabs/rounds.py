@@ -18,8 +18,9 @@ import gradio as gr
 from app.messages import in_page
 from app.context import AppContext
 from app.tabs.fields import entered_id, id_field
-from app.services import auth, round_charts
-from app.services.rounds import parse_settings, recipe_names, schedule_status, set_schedule
+from app.services.accounts import auth
+from app.services.insight import round_charts
+from app.services.rounds import heldout_metrics, parse_settings, recipe_names, schedule_status, set_schedule
 from orapo_core.errors import OrapoError
 
 ROUND_COLUMNS = ["Round", "Status", "Trigger", "Progress", "Started by", "Requested", "Started", "Finished", "Error"]
@@ -68,8 +69,8 @@ def round_rows(records, names: dict[int, str]) -> list[list]:
 def version_rows(versions) -> list[list]:
     rows = []
     for v in sorted(versions, key=lambda v: v.id, reverse=True):
-        heldout = (v.metrics or {}).get("heldout") or {}
-        f1, reward = heldout.get("macro_f1_14"), heldout.get("facts_reward_mean")
+        heldout = heldout_metrics(v)
+        f1, reward = heldout.macro_f1_14, heldout.facts_reward_mean
         rows.append([v.id, v.name, v.status, v.parent_id or "", v.round_id or "",
                      f"{f1:.4f}" if f1 is not None else "", f"{reward:.4f}" if reward is not None else "",
                      v.reason or "", _when(v.created_at)])
@@ -109,7 +110,7 @@ def round_html(details) -> str:
 
 def pairs_by_order_text(selection) -> str:
     """How many of a round's new clinician pairs each worklist ordering brought, in words."""
-    from app.services.reading_order import ORDER_LABELS
+    from app.services.reading.reading_order import ORDER_LABELS
 
     words = dict(ORDER_LABELS, unordered="not opened from an ordering")
     return " · ".join(f"{n} {words.get(order, order)}" for order, n in sorted(selection.pairs_by_order.items()))

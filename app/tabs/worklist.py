@@ -12,7 +12,7 @@ from app.context import AppContext
 from app.tabs import read_guard, worklist_archive
 from app.tabs.fields import entered_id, id_field
 from app.tabs.read_report import mine
-from app.services import reading_order, reports
+from app.services.reading import reading_order, reports
 from orapo_core.errors import OrapoError
 
 STATUSES = ["all", "new", "drafted", "corrected", "signed", "trained"]

@@ -13,8 +13,8 @@ import gradio as gr
 
 from app.context import AppContext
 from app.messages import in_page
-from app.services import archive_import
-from app.services.pacs import CHEST_MODALITIES
+from app.services.archive import archive_import
+from app.services.archive.pacs import CHEST_MODALITIES
 
 COLUMNS = ["Study date", "Modality", "Accession", "Images", "Description", "In this app", "Archive study UID"]
 

@@ -4,7 +4,10 @@ Each public dataset is read in the layout it is distributed in -- nothing is
 converted or downloaded -- and every reader ends in the same `StudyRecord`.
 Labels come from the dataset's own CheXpert/CheXbert label files when a copy
 has them; otherwise the report is labelled with FactS, imported only then, so
-a dataset that ships labels never needs the labeler at all.
+a dataset that ships labels never needs the labeler at all. A CheXpert Plus
+layout CSV may carry a correction's columns too (`CORRECTION_COLUMNS`, what a
+training round's CSV adds): they are read in the same pass, into each record's
+`extra`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,13 @@ from orapo_core.errors import OrapoError
 Labeler = Callable[[str], dict]
 KINDS = ("chexpert_plus", "mimic_cxr", "iu_xray", "phantom")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".dcm")
+# A study's correction, when the CSV has one: the corrected report (the oracle), the pair it makes (corrected over
+# drafted) and that pair's id in the app's database. Read into `StudyRecord.extra`; they only matter to training.
+CORRECTION_COLUMNS = ("oracle_report", "clinician_chosen", "clinician_rejected", "pair_id")
+#: Exactly the columns a round writes (`app.services.rounds.data.write_training_csv`), each of which this reader reads:
+#: the study key, its split, image, report sections, the 14 labels, and the correction.
+ROUND_COLUMNS = ("id", "split", "path_to_image", "section_findings", "section_impression", *CHEXPERT_14,
+                 *CORRECTION_COLUMNS)
 
 csv.field_size_limit(1 << 28)  # report cells in CheXpert Plus exceed the 128 KiB default
 
@@ -155,6 +165,10 @@ def load_chexpert_plus(path: Path, labeler: Labeler | None = None, source: str =
                 patient_id=row.get("deid_patient_id") or None,
             )
             studies[key] = record
+        for column in CORRECTION_COLUMNS:
+            value = (row.get(column) or "").strip()
+            if value:
+                record.extra.setdefault(column, value)
         if rel:
             record.image_paths.append(_resolve_image(root, rel))
             rels.setdefault(key, []).append(rel)

@@ -29,7 +29,7 @@ An image converted from PNG/JPEG has no date to shift, and there the date of
 signing is used. An SR about the archive's own images (their headers given, with
 the real identity, `dated_by_signing`) is dated by its signing (UTC, with the
 offset stated): the archive knows the real dates already, and that SR is only
-ever sent to it (`app.services.export_sr.archive_sr`).
+ever sent to it (`app.services.archive.export_sr.archive_sr`).
 
 The built SR is written to bytes and read back with pydicom and highdicom before
 it is returned; a document that does not read back as it was meant is an error

@@ -13,7 +13,7 @@ _EXPORTS = {
     "unload_adapter": "loading",
     "resolve_model_dir": "loading", "check_model_dir": "loading", "default_device": "loading",
     "REPORT_PROMPT": "prompt", "PROMPT_VERSION": "prompt", "build_messages": "prompt", "render_prompt": "prompt",
-    "Draft": "draft", "Drafter": "draft", "to_rgb_image": "draft",
+    "Draft": "draft", "Drafter": "draft", "to_rgb_image": "picture",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -35,12 +35,10 @@ from typing import Any
 from orapo_core.errors import OrapoError
 from orapo_core.models.decoding import ContinuousDecoder, DecodeRequest, unsupported_reason
 from orapo_core.models.loading import LoadedModel, load_model
+from orapo_core.models.picture import DEFAULT_MAX_SIDE, to_rgb_image
 from orapo_core.models.prompt import PROMPT_VERSION, REPORT_PROMPT, render_prompt
-from orapo_core.models.verifier import FindingVerifier
+from orapo_core.models.verifier import FindingVerifier, prompt_states
 
-# Radiographs are often 3000 px a side; a VLM's own resize would keep far more
-# visual tokens than a report needs, and those tokens dominate CPU latency.
-DEFAULT_MAX_SIDE = 1024
 #: How many sampled drafts measure each sentence's confidence (self-consistency), in the app and its gate.
 DRAFT_SAMPLES = 4
 
@@ -177,8 +175,6 @@ class Drafter:
         enough to state (none without a verifier): one prompt-only forward per batch, beside the decoding."""
         if self.verifier is None:
             return [set() for _ in pictures], [set() for _ in pictures]
-        from orapo_core.models.verifier import prompt_states
-
         with self._lock, self.loaded.using() as model:
             states = prompt_states(model, self.loaded.processor, self.prompt_text, pictures)
         return self.verifier.unsupported(states), self.verifier.supported(states)
@@ -334,45 +330,6 @@ class _GreedyRows:
         scores = scores.clone()
         scores[::self.rows] = greedy + keep
         return scores
-
-
-def to_rgb_image(image, *, max_side: int | None = DEFAULT_MAX_SIDE):
-    """An 8-bit RGB PIL image from a PIL image or an array, no larger than `max_side` a side.
-
-    A 2-D array that is not uint8 is full bit depth (a DICOM's stored values):
-    its full range is mapped to 0..255, the same default window the viewer uses.
-    """
-    import numpy as np
-    from PIL import Image
-
-    if isinstance(image, Image.Image) and image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
-        image = np.asarray(image)  # PIL's own conversion to 8 bits clips instead of scaling
-    if isinstance(image, np.ndarray):
-        picture = Image.fromarray(_to_uint8(image)).convert("RGB")
-    elif isinstance(image, Image.Image):
-        picture = image.convert("RGB")
-    else:
-        raise OrapoError("image_invalid", f"Cannot draft from a {type(image).__name__}: give an image or a 2-D array.")
-    if max_side and max(picture.size) > max_side:
-        picture = picture.copy()
-        picture.thumbnail((max_side, max_side), Image.Resampling.BICUBIC)
-    return picture
-
-
-def _to_uint8(pixels):
-    import numpy as np
-
-    if pixels.ndim == 3 and pixels.shape[2] in (3, 4) and pixels.dtype == np.uint8:
-        return pixels[..., :3]
-    if pixels.ndim != 2 or pixels.size == 0:
-        raise OrapoError("image_invalid", f"Expected a 2-D grey image; got an array of shape {pixels.shape}.")
-    if pixels.dtype == np.uint8:
-        return pixels
-    values = np.nan_to_num(pixels.astype(np.float32, copy=False))
-    low, high = float(values.min()), float(values.max())
-    if high <= low:
-        return np.zeros(values.shape, dtype=np.uint8)
-    return np.round((values - low) * (255.0 / (high - low))).astype(np.uint8)
 
 
 def score_self_consistency(greedy: str, samples: list[str]) -> tuple[list[dict], list[Any]]:

@@ -266,7 +266,7 @@ def fit_round_verifier(model, processor, dataset, *, keep: float = 0.9, min_taug
     on the prompt states `model` gives the round's own training rows (`dataset`: the trainer's `datasets.Dataset`,
     with ``image``, ``oracle_report`` and the clinician columns), the films prepared as drafting prepares them.
     None when the round's corrections taught no finding often enough."""
-    from orapo_core.models.draft import DEFAULT_MAX_SIDE, to_rgb_image
+    from orapo_core.models.picture import DEFAULT_MAX_SIDE, to_rgb_image
     from orapo_core.models.prompt import REPORT_PROMPT, render_prompt
 
     columns = set(dataset.column_names)

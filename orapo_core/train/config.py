@@ -8,20 +8,22 @@ and TRL's `ModelConfig` (model path, LoRA).
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import yaml
 from trl import GRPOConfig, ModelConfig
 
 from orapo_core.models.verifier import ADD_MAX_FPR
-from orapo_core.train.pairs import FINDING_PAIR_SPANS
 
-ORACLE_MODES = ("dpo", "sft", "none")
+# OraPO's oracle term. The ablation's other two (SFT on the oracle, none) are `orapo_core.experimental`'s.
+ORACLE_MODES = ("dpo",)
 # The loss aggregations TRL 1.16's GRPOTrainer computes (`_compute_loss`); any other name fails at the first step.
 TRL_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 
@@ -63,30 +65,12 @@ class OraPOConfig(GRPOConfig):
         default=False,
         metadata={"help": "Add the clinician's pair (columns clinician_chosen over clinician_rejected) to the study's DPO term."},
     )
-    finding_pairs: bool = field(
-        default=False,
-        metadata={
-            "help": "Add a finding pair per finding the oracle states and no rollout of the study does (the oracle "
-            "over the oracle without it) and per finding every rollout states and the oracle does not (the oracle "
-            "over the oracle with a rollout's sentence put in): orapo_core.train.pairs. Off: on the rare-enriched "
-            "ablation neither span changed rare-finding F1 beyond seed noise (docs, Research). Needs "
-            "oracle_mode='dpo'."
-        },
-    )
-    finding_pair_span: str = field(
-        default="decision",
-        metadata={
-            "help": "What a finding pair compares: 'decision' (both answers cut after their first differing word, "
-            "no end of turn: the margin is the choice to say the finding or not, in the same context) or 'report' "
-            "(the whole reports, whose margin is mostly the finding sentence's easier tokens). The logged "
-            "orapo/oracle_logp and orapo/dpo_loss then count the cut answers with the oracle's."
-        },
-    )
     oracle_mode: str = field(
         default="dpo",
         metadata={
-            "help": "How the oracle report enters the loss: 'dpo' (OraPO), 'sft' (NLL on the oracle instead, an ablation) "
-            "or 'none' (plain GRPO, an ablation).",
+            "help": "How the oracle report enters the loss: 'dpo', OraPO's term, the one the product trains with. The "
+            "ablation's 'sft' (NLL on the oracle instead) and 'none' (plain GRPO) are "
+            "orapo_core.experimental.AblationConfig's (benchmarks.bench_learning).",
         },
     )
     reward_funcs: list[str] | None = field(
@@ -155,10 +139,15 @@ class OraPOConfig(GRPOConfig):
         metadata={"help": "Where every logged step is appended as one JSON line; default: <output_dir>/metrics.jsonl."},
     )
 
+    #: The oracle modes this config trains with (`orapo_core.experimental.AblationConfig` adds the ablation's).
+    oracle_modes: ClassVar[tuple[str, ...]] = ORACLE_MODES
+
     def __post_init__(self):
         problems = []
-        if self.oracle_mode not in ORACLE_MODES:
-            problems.append(f"oracle_mode must be one of {', '.join(ORACLE_MODES)}, got {self.oracle_mode!r}")
+        if self.oracle_mode not in self.oracle_modes:
+            problems.append(f"oracle_mode must be one of {', '.join(self.oracle_modes)}, got {self.oracle_mode!r}"
+                            + ("" if self.oracle_modes != ORACLE_MODES else
+                               " (the ablation's 'sft' and 'none' are orapo_core.experimental.AblationConfig's)"))
         if not 0.0 <= self.dpo_weight_min <= self.dpo_weight_max <= 1.0:
             problems.append(
                 f"need 0 <= dpo_weight_min <= dpo_weight_max <= 1, got {self.dpo_weight_min} and {self.dpo_weight_max}: "
@@ -208,12 +197,6 @@ class OraPOConfig(GRPOConfig):
             problems.append(f"epsilon and epsilon_high (the clipping range) must be >= 0, got {self.epsilon} and {self.epsilon_high}")
         if self.max_completion_length is not None and self.max_completion_length < 1:
             problems.append(f"max_completion_length must be at least 1 token, got {self.max_completion_length}")
-        if self.finding_pair_span not in FINDING_PAIR_SPANS:
-            problems.append(f"finding_pair_span must be one of {', '.join(FINDING_PAIR_SPANS)}, got {self.finding_pair_span!r}")
-        if self.finding_pairs and self.oracle_mode != "dpo":
-            problems.append("finding_pairs needs oracle_mode='dpo' (a pair is a DPO signal): set one or the other")
-        if self.use_clinician_pairs and self.oracle_mode != "dpo":
-            problems.append("use_clinician_pairs needs oracle_mode='dpo' (a pair is a DPO signal): set one or the other")
         if self.reward_name and self.reward_funcs is not None and list(self.reward_funcs) != [self.reward_name]:
             problems.append(f"reward_name ({self.reward_name!r}) is an alias of reward_funcs: [NAME], and reward_funcs is "
                             f"{list(self.reward_funcs)!r}: set one of them (--reward_name '' clears a recipe's)")
@@ -229,6 +212,28 @@ class OraPOConfig(GRPOConfig):
         super().__post_init__()
         if self.metrics_jsonl is None:
             self.metrics_jsonl = os.path.join(self.output_dir, "metrics.jsonl")
+
+    @property
+    def studies_per_step(self) -> int:
+        """How many studies one optimizer step trains on (in one process): the rows of a step (per-device batch x
+        gradient accumulation) over each study's K rollouts, at least 1. The one statement of this rule: training
+        refuses a dataset smaller than it, a round needs that many studies, the ablation counts studies seen by it."""
+        return self.studies_per_step_of(self.per_device_train_batch_size, self.gradient_accumulation_steps,
+                                        self.num_generations)
+
+    @staticmethod
+    def studies_per_step_of(per_device_train_batch_size: int, gradient_accumulation_steps: int,
+                            num_generations: int) -> int:
+        """`studies_per_step` of these settings, for a reader of a recorded recipe (a results file) with no config."""
+        rows = int(per_device_train_batch_size) * int(gradient_accumulation_steps)
+        return max(1, rows // max(1, int(num_generations)))
+
+    def optimizer_steps(self, n_studies: int) -> int:
+        """The optimizer steps training on `n_studies` takes: `max_steps` if set, else its epochs of steps of
+        `studies_per_step` studies (a partial last step counts), at least 1."""
+        if self.max_steps > 0:
+            return self.max_steps
+        return max(1, math.ceil(self.num_train_epochs * math.ceil(n_studies / self.studies_per_step)))
 
 
 @dataclass
@@ -287,20 +292,23 @@ _PARSE_LOCK = threading.RLock()  # reentrant: check_overrides holds it around it
 def parse_recipe(
     config_path: str | Path | None = None,
     overrides: Mapping | Sequence[str] | None = None,
+    *,
+    config_class: type[OraPOConfig] = OraPOConfig,
 ) -> tuple[OraPOScriptArguments, OraPOConfig, ModelConfig]:
     """Recipe YAML, then overrides (CLI strings like ``["--learning_rate", "1e-5"]`` or a dict) -> the three configs.
 
     Unknown keys are refused (``ValueError``) rather than ignored, so a typo in a
-    recipe or the admin form cannot silently train with a default.
+    recipe or the admin form cannot silently train with a default. `config_class` is a subclass of
+    `OraPOConfig` to parse into (the ablation's, `orapo_core.experimental.AblationConfig`).
     """
     with _PARSE_LOCK:
-        return _parse_recipe(config_path, overrides)
+        return _parse_recipe(config_path, overrides, config_class)
 
 
-def _parse_recipe(config_path, overrides):
+def _parse_recipe(config_path, overrides, config_class):
     from trl import TrlParser
 
-    parser = TrlParser((OraPOScriptArguments, OraPOConfig, ModelConfig))
+    parser = TrlParser((OraPOScriptArguments, config_class, ModelConfig))
     argv = []
     tmp = None
     if config_path is not None:

@@ -8,8 +8,9 @@ when there is one, else the reference report) and, when any record has them,
 ``clinician_chosen``/``clinician_rejected``.
 
 Studies are read by `orapo_core.data.load_dataset`, like every other part of
-the product, so a round trains on any layout it reads; only the correction
-columns a round's CSV adds to the CheXpert Plus layout are read here.
+the product, so a round trains on any layout it reads; the correction columns a
+round's CSV adds to the CheXpert Plus layout come with them, read in the same
+pass (`orapo_core.data.loaders.CORRECTION_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -78,28 +79,6 @@ def build_training_dataset(records: Iterable, *, prompt_text: str | None = None)
     return Dataset.from_dict(columns).cast_column("image", Image())
 
 
-# Columns a round's CSV may add to the CheXpert Plus layout: the clinician's corrected report and the pair
-# (corrected over drafted) it makes. The dataset loaders read the shared layout; these only matter to training.
-CORRECTION_COLUMNS = ("oracle_report", "clinician_chosen", "clinician_rejected")
-
-
-def _corrections(csv_path: Path) -> dict[str, dict[str, str]]:
-    """The correction columns of a CSV by study key (the loader's key: ``id``, else the image's folder)."""
-    with csv_path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        wanted = [c for c in CORRECTION_COLUMNS if c in (reader.fieldnames or [])]
-        if not wanted:
-            return {}
-        table: dict[str, dict[str, str]] = {}
-        for row in reader:
-            rel = row.get("path_to_image") or row.get("path_to_dcm") or ""
-            key = row.get("id") or str(Path(rel).parent)
-            values = {c: row[c].strip() for c in wanted if (row.get(c) or "").strip()}
-            if values and key not in table:
-                table[key] = values
-    return table
-
-
 def _check_csv(path: Path) -> None:
     with path.open(newline="", encoding="utf-8") as handle:
         header = next(csv.reader(handle), [])
@@ -115,7 +94,7 @@ def _check_csv(path: Path) -> None:
 def load_training_records(
     path: str | Path, *, kind: str = "auto", image_root: str | Path | None = None, split: str | None = None
 ) -> list[StudyRecord]:
-    """The studies of a dataset (`orapo_core.data.load_dataset`, any layout it reads), with a CSV's corrections.
+    """The studies of a dataset (`orapo_core.data.load_dataset`, any layout it reads), a CSV's corrections with them.
 
     ``image_root`` re-roots images that the CSV lists relative to its own folder; ``split`` keeps only the
     studies of that split (train/valid/test), none: all of them.
@@ -128,13 +107,8 @@ def load_training_records(
     if path.is_file() and path.suffix == ".csv" and kind in ("auto", "chexpert_plus", "phantom"):
         _check_csv(path)
     records = load_dataset(path, kind=kind)
-    # A folder's CSV (PhantomCXR, CheXpert Plus) may carry corrections too; `_corrections` reads only their columns.
     csv_path = path if path.is_file() else next(iter(sorted(path.glob("*.csv"))), None)
     if csv_path is not None and csv_path.suffix == ".csv":
-        corrections = _corrections(csv_path)
-        for record in records:
-            for column, value in corrections.get(record.study_id, {}).items():
-                record.extra.setdefault(column, value)
         if image_root is not None:
             base, root = csv_path.parent.resolve(), Path(image_root)
             for record in records:

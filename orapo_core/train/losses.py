@@ -35,11 +35,6 @@ def dpo_loss(
     return -F.logsigmoid(beta * margin)
 
 
-def sft_loss(policy_chosen_mean_logps: torch.Tensor) -> torch.Tensor:
-    """Per-row negative log-likelihood of the oracle (per-token mean), for the SFT-on-oracle ablation."""
-    return -policy_chosen_mean_logps
-
-
 def oracle_term(
     row_losses: torch.Tensor,
     row_coefs: torch.Tensor,

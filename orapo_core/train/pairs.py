@@ -25,23 +25,6 @@ Choices the paper leaves open, made here:
 - A clinician pair (``clinician_chosen`` over ``clinician_rejected``, i.e. the
   corrected report over the model's own draft) joins the group's DPO term as one
   more pair when enabled, whether or not a rollout failed.
-- Finding pairs (``finding_pairs``, off by default; ours, not the paper's): for
-  each finding the oracle states or hedges and none of the group's rollouts
-  does, the oracle over the oracle without that finding's sentences
-  (`omission_pairs`); for each finding every rollout states and the oracle
-  does not, the oracle over the oracle with a rollout's sentence stating it
-  put in where that rollout put it (`commission_pairs`). The two answers of a
-  finding pair are the same text up to where the finding is said or not. With
-  ``finding_pair_span='decision'`` both are cut at their first differing word
-  (`decision_point`) and carry no end of turn, so the pair's whole DPO margin is
-  that one choice, made in the same context: the token where a greedy draft
-  decides to say the finding. (With the whole reports, ``'report'``, the margin
-  is mostly the finding sentence's other tokens, which follow easily once it
-  has begun.) They come after the clinician pair and take the rows of the
-  least-failed rollouts. Measured on the rare-enriched ablation (docs,
-  Research): neither span moved rare-finding F1 or the first token of a rare
-  finding's sentence beyond seed noise, because the text model's states carry
-  those findings only at AUC 0.5-0.8 there; hence off by default.
 """
 
 from __future__ import annotations
@@ -51,9 +34,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-
-FINDING_PAIR_SPANS = ("decision", "report")
 
 
 def zero_reward_rate(rewards: Sequence[float | None], threshold: float = 0.0) -> float:
@@ -121,80 +101,6 @@ class RolloutGroup:
     oracle: str | None = None
     clinician_chosen: str | None = None
     clinician_rejected: str | None = None
-    completions: Sequence[str] = ()  # the rollouts' texts, in the order of `rewards` (finding pairs read them)
-
-
-def omission_pairs(oracle: str, completions: Sequence[str]) -> list[tuple[str, str]]:
-    """(finding, the oracle without its sentences) for each CheXpert finding `oracle` states or hedges and no text
-    of `completions` does, in CheXpert order; none without completions, or where nothing would be left."""
-    from orapo_core.facts import label_report
-    from orapo_core.facts.consistency import split_unsupported
-
-    if not completions or not oracle:
-        return []
-    said = set().union(*(_stated(label_report(text or "")) for text in completions))
-    out = []
-    for finding, value in label_report(oracle).items():
-        if finding == "No Finding" or value not in (1, -1) or finding in said:
-            continue
-        rejected, removed = split_unsupported(oracle, {finding})
-        if removed and rejected.strip() and rejected != oracle:
-            out.append((finding, rejected))
-    return out
-
-
-def _stated(labels) -> set[str]:
-    return {n for n, v in labels.items() if n != "No Finding" and v in (1, -1)}
-
-
-def commission_pairs(oracle: str, completions: Sequence[str]) -> list[tuple[str, str]]:
-    """(finding, the oracle with a rollout's sentence stating it put in) for each CheXpert finding every text of
-    `completions` states or hedges and `oracle` does not, in CheXpert order. The sentence is the first rollout's
-    first findings sentence that states it, put in before the oracle's findings sentence of the same index."""
-    from orapo_core.facts import label_report
-    from orapo_core.facts.text import split_sentences
-    from orapo_core.report_layout import report_text, split_report
-
-    if not completions or not oracle:
-        return []
-    common = set.intersection(*(_stated(label_report(text or "")) for text in completions))
-    oracle_labels = label_report(oracle)
-    findings, impression = split_report(oracle)
-    mine = [x.text for x in split_sentences(findings)]
-    out = []
-    for finding in oracle_labels:
-        if finding not in common or finding in _stated(oracle_labels):
-            continue
-        for text in completions:
-            theirs = split_sentences(split_report(text)[0])
-            at = next((i for i, x in enumerate(theirs) if label_report(x.text).get(finding) in (1, -1)), None)
-            if at is not None:
-                out.append((finding, report_text(" ".join([*mine[:at], theirs[at].text, *mine[at:]]), impression)))
-                break
-    return out
-
-
-def decision_point(chosen: str, rejected: str) -> tuple[str, str] | None:
-    """Both texts cut just after the first word in which they differ (their shared start backed off to a word
-    boundary, so the start tokenises alike in both), or None when one is the other or a prefix of it."""
-    n = 0
-    for a, b in zip(chosen, rejected, strict=False):
-        if a != b:
-            break
-        n += 1
-    if n == len(chosen) or n == len(rejected):
-        return None
-    start = max(chosen.rfind(" ", 0, n), chosen.rfind("\n", 0, n)) + 1  # the differing word's first character
-
-    def word(text: str) -> str:
-        end = start
-        while end < len(text) and text[end].isspace():
-            end += 1
-        while end < len(text) and not text[end].isspace():
-            end += 1
-        return text[:end]
-
-    return word(chosen), word(rejected)
 
 
 @dataclass(frozen=True)
@@ -203,9 +109,7 @@ class MinedPair:
 
     chosen: str
     rollout_index: int | None = None  # the rejected answer is this rollout (index within the group)
-    rejected_text: str | None = None  # ... or this text (a clinician's draft, or the oracle less a finding)
-    finding: str | None = None  # a finding pair: the finding it is about
-    eos: bool = True  # whether both answers end with the end of turn (a pair cut at its decision point does not)
+    rejected_text: str | None = None  # ... or this text (a clinician's draft)
 
 
 @dataclass(frozen=True)
@@ -242,17 +146,11 @@ class OraclePairMiner:
         threshold: float = 0.0,
         max_rejected_per_group: int | None = None,
         use_clinician_pairs: bool = False,
-        finding_pairs: bool = False,
-        finding_pair_span: str = "decision",
     ):
-        if finding_pair_span not in FINDING_PAIR_SPANS:
-            raise ValueError(f"finding_pair_span must be one of {', '.join(FINDING_PAIR_SPANS)}, got {finding_pair_span!r}")
-        self.finding_pair_span = finding_pair_span
         self.w_min, self.w_max, self.gamma = w_min, w_max, gamma
         self.threshold = threshold
         self.max_rejected_per_group = max_rejected_per_group
         self.use_clinician_pairs = use_clinician_pairs
-        self.finding_pairs = finding_pairs
         self.ema = ZeroRewardEMA(ema_alpha)
 
     @classmethod
@@ -265,8 +163,6 @@ class OraclePairMiner:
             threshold=args.zero_reward_threshold,
             max_rejected_per_group=args.max_rejected_per_group,
             use_clinician_pairs=args.use_clinician_pairs,
-            finding_pairs=args.finding_pairs,
-            finding_pair_span=args.finding_pair_span,
         )
 
     def failed_rollouts(self, rewards: Sequence[float | None]) -> list[int]:
@@ -295,21 +191,6 @@ class OraclePairMiner:
                     # The trainer carries one pair per rollout row; make room by dropping the least-failed rollout.
                     pairs = pairs[:-1]
                 pairs.append(MinedPair(chosen=chosen, rejected_text=rejected))
-        if self.finding_pairs and oracle is not None:
-            found = omission_pairs(oracle, group.completions) + commission_pairs(oracle, group.completions)
-            for finding, rejected in found:
-                pair = MinedPair(chosen=oracle, rejected_text=rejected, finding=finding)
-                if self.finding_pair_span == "decision":
-                    cut = decision_point(oracle, rejected)
-                    if cut is None:
-                        continue
-                    pair = MinedPair(chosen=cut[0], rejected_text=cut[1], finding=finding, eos=False)
-                if len(pairs) >= len(group.rewards):
-                    rollout = [i for i, p in enumerate(pairs) if p.rollout_index is not None]
-                    if not rollout:
-                        break  # every row already carries a clinician or finding pair
-                    del pairs[rollout[-1]]  # the least-failed rollout's
-                pairs.append(pair)
         return MinedGroup(group.study_id, z, smoothed, weight, tuple(pairs))
 
     def mine(self, groups: Sequence[RolloutGroup], *, update_state: bool = True) -> list[MinedGroup]:

@@ -42,10 +42,11 @@ def phantom_training_data(script_args, training_args) -> Path | None:
 
 
 def train_round(script_args, training_args, model_args, *, reward_funcs=None, train_dataset=None,
-                callbacks=None) -> Path:
+                callbacks=None, trainer_class=None) -> Path:
     """Train one round and save the model (or LoRA adapter), processor, miner state and resolved recipe.
 
-    `callbacks` are extra `transformers.TrainerCallback`s (the ablation evaluates at checkpoints with one).
+    `callbacks` are extra `transformers.TrainerCallback`s (the ablation evaluates at checkpoints with one);
+    `trainer_class` a subclass of `OraPOTrainer` to train with (the ablation's, `orapo_core.experimental`).
     """
     from trl import get_peft_config
 
@@ -58,18 +59,16 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
         if phantom_csv is not None:
             script_args.train_csv = str(phantom_csv)
     dataset = train_dataset if train_dataset is not None else load_round_dataset(script_args)
-    per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
-    studies_per_step = max(1, per_step // max(1, training_args.num_generations))
     no_step = OrapoError("no_training_steps", f"Training would take no optimizer step: {len(dataset)} studies, and one "
-                                              f"step takes {studies_per_step}. Nothing was saved; add studies or lower "
-                                              "per_device_train_batch_size.")
-    if len(dataset) < studies_per_step:
+                                              f"step takes {training_args.studies_per_step}. Nothing was saved; add "
+                                              "studies or lower per_device_train_batch_size.")
+    if len(dataset) < training_args.studies_per_step:
         raise no_step
     model_dir = resolve_model_dir(model_args.model_name_or_path)
     model_args.model_name_or_path = str(model_dir)  # the resolved recipe records the model actually trained
     policy = load_for_training(model_dir, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation)
     processor = policy.processor
-    trainer = OraPOTrainer(
+    trainer = (trainer_class or OraPOTrainer)(
         model=policy.model,
         reward_funcs=reward_funcs,
         args=training_args,

@@ -45,11 +45,10 @@ from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, split_pixel_values_by_grid, unsplit_pixel_values_by_grid, use_adapter
 
-from orapo_core.facts.reward import completion_text
 from orapo_core.train.config import OraPOConfig
 from orapo_core.train.dataset import oracle_for
 from orapo_core.train.finding_probes import FindingProbes, finding_targets
-from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps, sft_loss
+from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps
 from orapo_core.train.metrics_log import MetricsJsonlCallback
 from orapo_core.train.pairs import MinedGroup, OraclePairMiner, RolloutGroup
 from orapo_core.train.rewards import rewards_for
@@ -83,16 +82,26 @@ _ORACLE_KEYS = (
 
 
 class OraPOTrainer(GRPOTrainer):
-    """GRPO + an oracle DPO (or SFT) term weighted by each study's smoothed zero-reward rate.
+    """GRPO + an oracle DPO term weighted by each study's smoothed zero-reward rate.
 
     Dataset columns read besides TRL's ``prompt``/``image``: ``study_id`` (the EMA
     key), ``oracle_report`` (the chosen answer), and with ``use_clinician_pairs``
     ``clinician_chosen``/``clinician_rejected``. ``reward_funcs`` defaults to the
     rewards ``args.reward_funcs`` names (FactS), weighted by TRL's ``args.reward_weights``.
+
+    The oracle term is a few narrow hooks, which the ablation's variants (`orapo_core.experimental`: SFT on the
+    oracle, no term) override: `oracle_answers` (which answers a pair's rows carry), `dpo_weights` (the w_i),
+    `pair_losses` (each paired row's loss) with `oracle_loss_metric` (where its mean is logged), and
+    `oracle_loss` (the term of a micro-batch, None for none).
     """
 
     _tag_names = ["trl", "grpo", "orapo"]
     _name = "OraPO"
+    #: The answers of a pair that `_attach_oracle_rows` tokenises and the loss scores: DPO's chosen and rejected
+    #: (with "rejected", the term is a DPO one: a frozen reference scores both). A variant may name fewer.
+    oracle_answers: tuple[str, ...] = ("chosen", "rejected")
+    #: Where `oracle_loss` logs the term's mean loss over the paired rows.
+    oracle_loss_metric = "orapo/dpo_loss"
 
     def __init__(self, model, reward_funcs=None, args: OraPOConfig | None = None, *, miner: OraclePairMiner | None = None, **kwargs):
         if not isinstance(args, OraPOConfig):
@@ -104,8 +113,6 @@ class OraPOTrainer(GRPOTrainer):
         # `_calculate_rewards` -> `_generate_and_score_completions`: the generation batch's rewards per function
         # (gathered across processes), which TRL folds into advantages without returning them.
         self._last_rewards_per_func: torch.Tensor | None = None
-        # ... and the local rollouts' texts, which the finding pairs read (None when they are off).
-        self._last_completions: list[str] | None = None
         # `_compute_loss` sets `_capture_rollout_logps` for the one forward TRL makes for its own loss, and
         # `_get_per_token_logps_and_entropies` keeps that forward's per-token log-probs of the rollouts in
         # `_rollout_logps`, so `oracle_loss` reuses them for rejected rollouts instead of a second forward.
@@ -117,7 +124,7 @@ class OraPOTrainer(GRPOTrainer):
         self.finding_probes = None
         if args.finding_probe_weight > 0:
             self.finding_probes = FindingProbes(self._unwrapped()).to(self.accelerator.device)
-        if args.oracle_mode == "dpo" and self.ref_model is None and not is_peft_model(self._unwrapped()):
+        if "rejected" in self.oracle_answers and self.ref_model is None and not is_peft_model(self._unwrapped()):
             # TRL builds no reference when beta == 0; DPO needs one: the policy as it starts the round.
             self.ref_model = self._frozen_copy(self.model)
         self.add_callback(MetricsJsonlCallback(args.metrics_jsonl))
@@ -129,9 +136,7 @@ class OraPOTrainer(GRPOTrainer):
         return self.miner.mine(groups, update_state=update_state)
 
     def dpo_weights(self, mined: list[MinedGroup]) -> list[float]:
-        """The w_i the loss uses per group (0 where the group has no pair, or the oracle term is off)."""
-        if self.args.oracle_mode == "none":
-            return [0.0] * len(mined)
+        """The w_i the loss uses per group (0 where the group has no pair)."""
         return [g.effective_weight for g in mined]
 
     def oracle_text(self, example: dict) -> str | None:
@@ -143,8 +148,6 @@ class OraPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func
-        self._last_completions = ([completion_text(c) for c in completions]
-                                  if getattr(self.miner, "finding_pairs", False) else None)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -175,7 +178,7 @@ class OraPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         # TRL's forward already scores every rollout under the policy: keep its log-probs for the rejected answers.
         self._rollout_logps = None
-        self._capture_rollout_logps = self.args.oracle_mode == "dpo" and inputs.get("orapo_coef") is not None
+        self._capture_rollout_logps = "rejected" in self.oracle_answers and inputs.get("orapo_coef") is not None
         probes = self.finding_probes if self.model.training and "orapo_finding_targets" in inputs else None
         try:
             with probes.observe() if probes is not None else contextlib.nullcontext() as seen:
@@ -219,9 +222,9 @@ class OraPOTrainer(GRPOTrainer):
     # ---------------------------------------------------------- the oracle term
 
     def oracle_loss(self, model, inputs) -> torch.Tensor | None:
-        """This micro-batch's share of ``(1/B) Σ_i w_i·L_DPO,i`` (or of the SFT term), None when it has no pair."""
+        """This micro-batch's share of ``(1/B) Σ_i w_i·L_DPO,i``, None when it has no pair."""
         coefs = inputs.get("orapo_coef")
-        if coefs is None or self.args.oracle_mode == "none":
+        if coefs is None:
             return None
         # Only rows that carry a pair are scored: the others have coefficient 0 and would only cost two forwards.
         rows = self._paired_rows(coefs)
@@ -229,30 +232,31 @@ class OraPOTrainer(GRPOTrainer):
             return None
         batch = self._select_rows(inputs, rows)
         mode = "train" if self.model.training else "eval"
-        sft = self.args.oracle_mode == "sft"
-        chosen = self._chosen_logps(model, batch, length_normalize=sft or self.args.dpo_length_normalize)
-        if sft:
-            row_losses = sft_loss(chosen)
-        else:
-            rejected = self._rejected_logps(model, inputs, rows, batch)
-            row_losses = dpo_loss(
-                chosen, rejected, batch["orapo_ref_chosen_logps"], batch["orapo_ref_rejected_logps"], beta=self.args.dpo_beta
-            )
+        row_losses, oracle_logp = self.pair_losses(model, inputs, rows, batch)
         k = self.num_generations if mode == "train" else self.num_generations_eval
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         row_coefs = batch["orapo_coef"]
         term = oracle_term(row_losses, row_coefs, num_generations=k, gradient_accumulation_steps=accumulation,
                            batch_rows=coefs.size(0))
         paired = (row_coefs > 0).to(row_losses.dtype)
-        # The oracle's mean per-token log-prob under the policy (the paper's "oracle likelihood"), for the logs.
-        oracle_logp = chosen.detach() if sft or self.args.dpo_length_normalize else \
-            chosen.detach() / batch["orapo_chosen_mask"].sum(-1).clamp(min=1).to(chosen.dtype)
         stats = self.accelerator.gather(torch.stack([(row_losses.detach() * paired).sum(), paired.sum(),
                                                      (oracle_logp.to(paired.dtype) * paired).sum()]).view(1, 3)).sum(0)
         if stats[1] > 0:
-            self._metrics[mode]["orapo/sft_loss" if sft else "orapo/dpo_loss"].append((stats[0] / stats[1]).item())
+            self._metrics[mode][self.oracle_loss_metric].append((stats[0] / stats[1]).item())
             self._metrics[mode]["orapo/oracle_logp"].append((stats[2] / stats[1]).item())
         return term
+
+    def pair_losses(self, model, inputs, rows: torch.Tensor, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The oracle term's loss of each paired row (`rows` of `inputs`, selected as `batch`): DPO's, and the
+        oracle's mean per-token log-prob under the policy (the paper's "oracle likelihood", for the logs)."""
+        chosen = self._chosen_logps(model, batch, length_normalize=self.args.dpo_length_normalize)
+        rejected = self._rejected_logps(model, inputs, rows, batch)
+        row_losses = dpo_loss(
+            chosen, rejected, batch["orapo_ref_chosen_logps"], batch["orapo_ref_rejected_logps"], beta=self.args.dpo_beta
+        )
+        oracle_logp = chosen.detach() if self.args.dpo_length_normalize else \
+            chosen.detach() / batch["orapo_chosen_mask"].sum(-1).clamp(min=1).to(chosen.dtype)
+        return row_losses, oracle_logp
 
     def _paired_rows(self, coefs: torch.Tensor) -> torch.Tensor | None:
         """Indices of the rows with a pair; None when there is none and no other process needs this one's forwards."""
@@ -438,7 +442,6 @@ class OraPOTrainer(GRPOTrainer):
         return [None if bad else float(r) for r, bad in zip(rewards.tolist(), unscorable.tolist(), strict=True)]
 
     def _rollout_groups(self, inputs, rewards: list[float | None], k: int) -> list[RolloutGroup]:
-        texts = self._last_completions if self._last_completions is not None and len(self._last_completions) == len(inputs) else None
         local = [
             (
                 # Without a study_id column, the prompt and oracle stand for the study (crc32: stable across processes).
@@ -446,29 +449,26 @@ class OraPOTrainer(GRPOTrainer):
                 self.oracle_text(x),
                 x.get("clinician_chosen"),
                 x.get("clinician_rejected"),
-                texts[i] if texts is not None else None,
             )
-            for i, x in enumerate(inputs)
+            for x in inputs
         ]
         rows = gather_object(local)
         groups = []
         for start in range(0, len(rows), k):
-            study_id, oracle, chosen, rejected, _ = rows[start]
+            study_id, oracle, chosen, rejected = rows[start]
             if any(row[0] != study_id for row in rows[start : start + k]):
                 # TRL's RepeatSampler lays each prompt's K rollouts out contiguously; every group and the shared
                 # prompt key of `_attach_oracle_rows` rely on it, so a TRL that stops doing so must fail here.
                 raise RuntimeError(f"rows {start}..{start + k - 1} of the generation batch are not one study's "
                                    f"{k} rollouts: TRL no longer keeps a prompt's rollouts contiguous.")
-            completions = tuple(row[4] for row in rows[start : start + k] if row[4] is not None)
-            groups.append(RolloutGroup(study_id, rewards[start : start + k], oracle, chosen, rejected,
-                                       completions if len(completions) == k else ()))
+            groups.append(RolloutGroup(study_id, rewards[start : start + k], oracle, chosen, rejected))
         return groups
 
-    def _encode_answer(self, text: str | None, *, eos: bool = True) -> list[int]:
+    def _encode_answer(self, text: str | None) -> list[int]:
         if not text:
             return []
         ids = self._tokenizer(text, add_special_tokens=False)["input_ids"]
-        if eos and self.eos_token_ids:
+        if self.eos_token_ids:
             ids = ids + [self.eos_token_ids[-1]]
         return ids[: self.max_completion_length]
 
@@ -480,42 +480,41 @@ class OraPOTrainer(GRPOTrainer):
         chosen: list[str | None] = [None] * total
         rejected_text: list[str | None] = [None] * total
         is_pair = [False] * total
-        ends = [True] * total  # whether the row's answers end with the end of turn (a decision pair's do not)
         chosen_key = list(range(total))  # rows of one study with the same chosen answer share the first one's key
         for g, (group, weight) in enumerate(zip(mined, weights, strict=True)):
             base = g * k
             row_weight[base : base + k] = [weight] * k
             free = [j for j in range(k) if j not in {p.rollout_index for p in group.pairs}]
-            first_row: dict[tuple[str, bool], int] = {}
+            first_row: dict[str, int] = {}
             for pair in group.pairs:
                 j = pair.rollout_index if pair.rollout_index is not None else free.pop(0)
                 row = base + j
                 coef[row] = weight / len(group.pairs)
-                chosen[row], rejected_text[row], is_pair[row], ends[row] = pair.chosen, pair.rejected_text, True, pair.eos
-                chosen_key[row] = first_row.setdefault((pair.chosen, pair.eos), row)
+                chosen[row], rejected_text[row], is_pair[row] = pair.chosen, pair.rejected_text, True
+                chosen_key[row] = first_row.setdefault(pair.chosen, row)
         start = self.accelerator.process_index * local_rows
         local = slice(start, start + local_rows)
         device = output["advantages"].device
         scale = 1.0 - torch.tensor(row_weight[local], dtype=output["advantages"].dtype, device=device)
         output["advantages"] = output["advantages"] * (scale if output["advantages"].dim() == 1 else scale.unsqueeze(1))
         output["orapo_coef"] = torch.tensor(coef[local], dtype=torch.float32, device=device)
-        if self.args.oracle_mode == "none":
+        if "chosen" not in self.oracle_answers:
             return
         pad_id = self._tokenizer.pad_token_id
-        chosen_ids = [torch.tensor(self._encode_answer(t, eos=e) if p else [], dtype=torch.long)
-                      for t, p, e in zip(chosen[local], is_pair[local], ends[local], strict=True)]
+        chosen_ids = [torch.tensor(self._encode_answer(t) if p else [], dtype=torch.long)
+                      for t, p in zip(chosen[local], is_pair[local], strict=True)]
         output["orapo_chosen_ids"], output["orapo_chosen_mask"] = self._pad_answers(chosen_ids, pad_id, device)
         output["orapo_chosen_key"] = torch.tensor(chosen_key[local], dtype=torch.long, device=device)
         from_rollout = [p and text is None for text, p in zip(rejected_text[local], is_pair[local], strict=True)]
         output["orapo_rejected_is_rollout"] = torch.tensor(from_rollout, dtype=torch.bool, device=device)
-        if self.args.oracle_mode != "dpo":
+        if "rejected" not in self.oracle_answers:
             return
         rejected_ids = []
-        for r, (text, p, e) in enumerate(zip(rejected_text[local], is_pair[local], ends[local], strict=True)):
+        for r, (text, p) in enumerate(zip(rejected_text[local], is_pair[local], strict=True)):
             if not p:
                 rejected_ids.append(torch.tensor([], dtype=torch.long))
             elif text is not None:
-                rejected_ids.append(torch.tensor(self._encode_answer(text, eos=e), dtype=torch.long))
+                rejected_ids.append(torch.tensor(self._encode_answer(text), dtype=torch.long))
             else:  # the rollout itself is the rejected answer
                 rejected_ids.append(output["completion_ids"][r][output["completion_mask"][r].bool()].cpu())
         output["orapo_rejected_ids"], output["orapo_rejected_mask"] = self._pad_answers(rejected_ids, pad_id, device)
@@ -561,9 +560,7 @@ class OraPOTrainer(GRPOTrainer):
         metrics["orapo/zero_reward_ema"].append(sum(g.smoothed_rate for g in mined) / n)
         metrics["orapo/dpo_weight"].append(sum(g.weight for g in mined) / n)
         metrics["orapo/dpo_weight_effective"].append(sum(weights) / n)
-        metrics["orapo/pairs"].append(float(sum(len(g.pairs) for g in mined)) if self.args.oracle_mode != "none" else 0.0)
-        if getattr(self.miner, "finding_pairs", False):
-            metrics["orapo/finding_pairs"].append(float(sum(p.finding is not None for g in mined for p in g.pairs)))
+        metrics["orapo/pairs"].append(float(sum(len(g.pairs) for g in mined)) if self.oracle_answers else 0.0)
         if scored:
             mean = sum(scored) / len(scored)
             std = math.sqrt(sum((r - mean) ** 2 for r in scored) / max(len(scored) - 1, 1))

@@ -34,8 +34,10 @@ def four_studies(folder: Path):
     return build_training_dataset(records)
 
 
-def make_trainer(model_dir: Path, dataset, out: Path, **overrides):
-    """An OraPOTrainer on `model_dir` with the parity reward: 2 studies x K rollouts a step, 6-token answers."""
+def make_trainer(model_dir: Path, dataset, out: Path, *, config_class=None, trainer_class=None, **overrides):
+    """An OraPOTrainer on `model_dir` with the parity reward: 2 studies x K rollouts a step, 6-token answers.
+
+    `config_class` and `trainer_class` replace OraPOConfig and OraPOTrainer (the ablation's, orapo_core.experimental)."""
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -51,6 +53,6 @@ def make_trainer(model_dir: Path, dataset, out: Path, **overrides):
         report_to="none", save_strategy="no", seed=0, dpo_beta=0.5, reward_name="tests.unused:reward",
     )
     settings.update(overrides)
-    args = OraPOConfig(**settings)
-    return OraPOTrainer(model=model, reward_funcs=parity_reward, args=args, train_dataset=dataset,
+    args = (config_class or OraPOConfig)(**settings)
+    return (trainer_class or OraPOTrainer)(model=model, reward_funcs=parity_reward, args=args, train_dataset=dataset,
                         processing_class=load_processor(model_dir, model.config))

@@ -7,7 +7,7 @@
     data       the training CSV and the held-out set
     gate       the promotion rule and its Decision
     metrics    the round row's metrics, typed and versioned
-    versions   promote, roll back, install a candidate
+    versions   promote, roll back, install a candidate; a version's held-out metrics
     processes  child processes: launch, watch, stop
     backends   where a round's jobs run (ORAPO_ROUND_BACKEND): local child processes, SLURM batch jobs, Ray Jobs
     worker     `orapo rounds worker evaluate|merge`, the child processes' work
@@ -22,9 +22,10 @@ from app.services.rounds.plan import Candidate, Evaluation, EvaluationSpec, Mode
 from app.services.rounds.policy import DEFAULT_RECIPE, RoundPolicy, parse_settings, recipe_names
 from app.services.rounds.schedule import RoundScheduler, get_schedule, next_run, schedule_status, set_schedule
 from app.services.rounds.service import RoundDetails, RoundService
+from app.services.rounds.versions import heldout_metrics
 
 __all__ = [
     "DEFAULT_RECIPE", "Candidate", "Decision", "Evaluation", "EvaluationSpec", "GatePolicy", "ModelScores",
     "RoundDetails", "RoundMetrics", "RoundPlan", "RoundPolicy", "RoundScheduler", "RoundService", "decide",
-    "get_schedule", "next_run", "parse_settings", "recipe_names", "schedule_status", "set_schedule",
+    "get_schedule", "heldout_metrics", "next_run", "parse_settings", "recipe_names", "schedule_status", "set_schedule",
 ]

@@ -4,8 +4,11 @@ The training set is every training-split study whose latest signed report no
 round has used yet, plus (by `replay_fraction`) a seeded sample of studies that
 earlier rounds used. It is written as a CheXpert Plus style CSV because that is
 what `orapo train` reads: the same file a user could hand to the command, with
-FactS labels of the corrected report, the corrected report as the oracle and
-the clinician's own draft -> corrected pair. The held-out set is the studies
+exactly the columns the dataset loader reads, in one pass
+(`orapo_core.data.loaders.ROUND_COLUMNS`): the FactS labels the report was
+stored with, the corrected report as the oracle, and the clinician's own draft
+-> corrected pair with its id. A study's pair is found by its correction's id,
+never again by its text. The held-out set is the studies
 split off as 'holdout' when they were saved (never trained on); while there are
 fewer than `min_heldout` of them with a signed report, PhantomCXR's validation
 split stands in, generated once into the data folder.
@@ -20,9 +23,10 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app.services.reading_order import pairs_by_order
+from app.services.reading.reading_order import pairs_by_order
 from app.services.rounds.metrics import HeldoutSummary, Selection
 from orapo_core.errors import OrapoError
+from orapo_core.data.loaders import ROUND_COLUMNS
 from orapo_core.report_layout import report_text, same_text, split_report
 
 
@@ -35,9 +39,15 @@ class RoundStudy:
     image_path: str
     corrected_report: str
     draft_text: str | None
-    pair_ids: tuple[int, ...] = ()
+    pair_ids: tuple[int, ...] = ()  # the correction's clinician pairs; the last one's draft is `draft_text`
     replay: bool = False
-    reading_order: str | None = None  # the worklist ordering the study was read from (app.services.reading_order)
+    reading_order: str | None = None  # the worklist ordering the study was read from (app.services.reading.reading_order)
+    labels: dict = field(default_factory=dict)  # the report's FactS labels, as stored with it when it was saved
+
+    @property
+    def pair_id(self) -> int | None:
+        """The pair whose draft `draft_text` is, or None (no edit, or a draft without a stored pair)."""
+        return self.pair_ids[-1] if self.pair_ids else None
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,7 @@ class PhantomReplayStudy:
     study_id: str
     image_path: str
     report: str
+    labels: dict = field(default_factory=dict)  # FactS labels of `report`, as a clinician's report is stored with
 
 
 @dataclass
@@ -85,19 +96,22 @@ def _first_image_path(settings, images) -> str | None:
 
 def _round_study(db, settings, correction, images, *, replay: bool) -> RoundStudy | None:
     from db import DraftRepository, PairRepository
+    from orapo_core.facts import label_report
 
     image_path = _first_image_path(settings, images)
     if image_path is None:
         return None
-    pairs = [p for p in PairRepository(db).list(study_id=correction.study_id, source="clinician_edit")
-             if same_text(p.chosen, correction.text)]
+    pairs = PairRepository(db).list(correction_id=correction.id, source="clinician_edit")
     draft_text = pairs[-1].rejected if pairs else None
     if draft_text is None and correction.draft_id is not None and not correction.accepted_unchanged:
         text = DraftRepository(db).get(correction.draft_id).text
         draft_text = None if same_text(text, correction.text) else text
+    # the labels the report was saved with; a report stored without them (an import) is labelled here, once
+    labels = dict(correction.labels or label_report(correction.text))
     return RoundStudy(study_id=correction.study_id, correction_id=correction.id, image_path=image_path,
                       corrected_report=correction.text, draft_text=draft_text,
-                      pair_ids=tuple(p.id for p in pairs), replay=replay, reading_order=correction.reading_order)
+                      pair_ids=tuple(p.id for p in pairs), replay=replay, reading_order=correction.reading_order,
+                      labels=labels)
 
 
 def select_round_studies(db, settings, *, replay_fraction: float = 0.0, replay_max: int | None = None,
@@ -138,48 +152,41 @@ def phantom_replay(settings, n: int, *, size: int = 256, seed: int = 0) -> list[
     """`n` PhantomCXR studies for replay, written once under `<data>/replay/phantomcxr-<seed>-<n>-<size>/`."""
     from orapo_core.data import load_dataset
     from orapo_core.data.phantom import write_dataset
+    from orapo_core.facts import label_report
 
     # Seeds far from the validation split's (20240) and from every starter build stream.
     folder = settings.resolved_data_dir / "replay" / f"phantomcxr-{9_000_000 + seed}-{n}-{size}"
     if not (folder / ".complete").exists():
         write_dataset(folder, n, seed=9_000_000 + seed, size=size)
         (folder / ".complete").write_text("ok")
+    studies = [(r, report_text(r.findings, r.impression)) for r in load_dataset(folder) if r.image_paths][:n]
     return [PhantomReplayStudy(study_id=f"phantom-replay-{r.study_id}", image_path=str(r.image_paths[0]),
-                               report=report_text(r.findings, r.impression))
-            for r in load_dataset(folder) if r.image_paths][:n]
-
-
-def _label_cells(report: str) -> dict[str, str]:
-    from orapo_core.data.records import CHEXPERT_14, format_label
-    from orapo_core.facts import label_report
-
-    labels = label_report(report)
-    return {name: format_label(labels.get(name)) for name in CHEXPERT_14}
+                               report=report, labels=label_report(report)) for r, report in studies]
 
 
 def write_training_csv(selection: RoundSelection, path: Path) -> Path:
-    """The round's studies as the CheXpert Plus style CSV `orapo train --train_csv` reads."""
-    from orapo_core.data.records import CHEXPERT_14
+    """The round's studies as the CheXpert Plus style CSV `orapo train --train_csv` reads: `ROUND_COLUMNS`, each
+    study's labels as stored with its report, its clinician pair with the pair's id."""
+    from orapo_core.data.records import CHEXPERT_14, format_label
 
     if not selection.studies:
         raise OrapoError("nothing_to_train", "There are no signed, untrained corrections of training studies yet.")
-    rows = [(f"study-{s.study_id}", s.image_path, s.corrected_report, s.draft_text) for s in selection.studies]
-    rows += [(p.study_id, p.image_path, p.report, None) for p in selection.phantom_replay]
+    rows = [(f"study-{s.study_id}", s.image_path, s.corrected_report, s.labels, s.draft_text, s.pair_id)
+            for s in selection.studies]
+    rows += [(p.study_id, p.image_path, p.report, p.labels, None, None) for p in selection.phantom_replay]
     path.parent.mkdir(parents=True, exist_ok=True)
-    # `id` is the study key the CheXpert Plus loader uses (`study_id` for older readers of the same file).
-    columns = ["id", "study_id", "split", "path_to_image", "section_findings", "section_impression", *CHEXPERT_14, "oracle_report",
-               "clinician_chosen", "clinician_rejected"]
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer = csv.DictWriter(handle, fieldnames=ROUND_COLUMNS)
         writer.writeheader()
-        for key, image_path, report, draft_text in rows:
+        for key, image_path, report, labels, draft_text, pair_id in rows:
             findings, impression = split_report(report)
-            writer.writerow({"id": key, "study_id": key, "split": "train",
-                             "path_to_image": image_path, "section_findings": findings,
-                             "section_impression": impression, **_label_cells(report),
+            writer.writerow({"id": key, "split": "train", "path_to_image": image_path, "section_findings": findings,
+                             "section_impression": impression,
+                             **{name: format_label(labels.get(name)) for name in CHEXPERT_14},
                              "oracle_report": report,
                              "clinician_chosen": report if draft_text else "",
-                             "clinician_rejected": draft_text or ""})
+                             "clinician_rejected": draft_text or "",
+                             "pair_id": "" if pair_id is None or not draft_text else str(pair_id)})
     return path
 
 
@@ -240,7 +247,7 @@ def heldout_from_database(db, settings, *, limit: int | None = None) -> list[Hel
             continue
         findings, impression = split_report(correction.text)
         out.append(HeldoutStudy(study_id=f"db-{overview.study.id}", image_path=image_path, findings=findings,
-                                impression=impression, labels=dict(label_report(correction.text))))
+                                impression=impression, labels=dict(correction.labels or label_report(correction.text))))
     return out[:limit] if limit else out
 
 

@@ -1,17 +1,17 @@
 """The promotion gate: the candidate's and the served model's held-out metrics compared, with the reason.
 
-`decide` is a pure function of the two metric dicts (what `Evaluate` measured,
-`app.services.rounds.worker`), so the rule is tested on literal numbers and
-shown to the admin with its reason; its `Decision` is what `Install` acts on.
+`decide` is a pure function of the two models' `EvalMetrics` (what `Evaluate`
+measured, `app.services.rounds.worker`), so the rule is tested on literal
+numbers and shown to the admin with its reason; its `Decision` is what
+`Install` acts on.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-GATE_METRIC_F1 = "macro_f1_14"
-GATE_METRIC_REWARD = "facts_reward_mean"
+from orapo_core.facts.metrics import EvalMetrics
 
 
 @dataclass(frozen=True)
@@ -28,28 +28,31 @@ class GatePolicy:
 
 @dataclass(frozen=True)
 class Decision:
-    """What the gate decided about a candidate, why, and the numbers it compared."""
+    """What the gate decided about a candidate, why, and the numbers it compared (macro-F1, FactS reward, studies)."""
 
     promote: bool
     reason: str
-    candidate: dict[str, Any]
-    served: dict[str, Any]
+    candidate: EvalMetrics
+    served: EvalMetrics
     hold: bool = False  # neither promoted nor rejected: kept as a candidate for an administrator to judge
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"promote": self.promote, "reason": self.reason, "candidate": self.candidate.to_dict(),
+                "served": self.served.to_dict(), "hold": self.hold}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Decision:
-        return cls(bool(data.get("promote")), str(data.get("reason", "")), dict(data.get("candidate") or {}),
-                   dict(data.get("served") or {}), bool(data.get("hold", False)))
+        return cls(bool(data.get("promote")), str(data.get("reason", "")), EvalMetrics.from_dict(data.get("candidate")),
+                   EvalMetrics.from_dict(data.get("served")), bool(data.get("hold", False)))
 
 
-def _gate_numbers(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: metrics.get(k) for k in (GATE_METRIC_F1, GATE_METRIC_REWARD, "n_reports")}
+def _gate_numbers(metrics: EvalMetrics) -> EvalMetrics:
+    """The numbers the gate compares, and how many studies they are over."""
+    return EvalMetrics(n_reports=metrics.n_reports, macro_f1_14=metrics.macro_f1_14,
+                       facts_reward_mean=metrics.facts_reward_mean)
 
 
-def decide(candidate: dict[str, Any], served: dict[str, Any], policy: GatePolicy = GatePolicy(), *,
+def decide(candidate: EvalMetrics, served: EvalMetrics, policy: GatePolicy = GatePolicy(), *,
            untrusted: str | None = None) -> Decision:
     """The gate: macro-F1 not worse beyond the tolerance AND FactS reward better, both on the held-out set.
 
@@ -57,8 +60,8 @@ def decide(candidate: dict[str, Any], served: dict[str, Any], policy: GatePolicy
     held-out studies, and a model other than the PhantomCXR starter): then nothing is promoted or rejected
     automatically, the numbers are still shown, and the candidate waits for an administrator.
     """
-    c_f1, s_f1 = candidate.get(GATE_METRIC_F1), served.get(GATE_METRIC_F1)
-    c_r, s_r = candidate.get(GATE_METRIC_REWARD), served.get(GATE_METRIC_REWARD)
+    c_f1, s_f1 = candidate.macro_f1_14, served.macro_f1_14
+    c_r, s_r = candidate.facts_reward_mean, served.facts_reward_mean
     numbers = dict(candidate=_gate_numbers(candidate), served=_gate_numbers(served))
     if untrusted:
         return Decision(False, f"kept for an administrator to promote by hand: {untrusted}", hold=True, **numbers)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from app.services.rounds.gate import Decision
+from orapo_core.facts.metrics import EvalMetrics
 
 SCHEMA = 2  # 1: rows written before the layout was versioned (no `schema` key); the keys are the same
 
@@ -47,8 +48,16 @@ class HeldoutSummary:
 class HeldoutMetrics:
     """The held-out metrics of both models, as the gate compared them."""
 
-    served: dict[str, Any] = field(default_factory=dict)
-    candidate: dict[str, Any] = field(default_factory=dict)
+    served: EvalMetrics = field(default_factory=EvalMetrics)
+    candidate: EvalMetrics = field(default_factory=EvalMetrics)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"served": self.served.to_dict(), "candidate": self.candidate.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> HeldoutMetrics:
+        data = data or {}
+        return cls(EvalMetrics.from_dict(data.get("served")), EvalMetrics.from_dict(data.get("candidate")))
 
 
 def _known(cls, data: dict[str, Any]):
@@ -56,7 +65,7 @@ def _known(cls, data: dict[str, Any]):
     return cls(**{k: v for k, v in (data or {}).items() if k in names})
 
 
-_TYPED = {"selection": Selection, "heldout": HeldoutSummary, "heldout_metrics": HeldoutMetrics}
+_TYPED = {"selection": Selection, "heldout": HeldoutSummary}
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,7 @@ class RoundMetrics:
     schema: int = 1
     phase: str | None = None  # preparing, merging, training, evaluating, finished
     supervisor_pid: int | None = None  # the process whose thread watches the round
-    # that process in full, host, pid and start time (app.services.leader.ServerIdentity): servers share the database
+    # that process in full, host, pid and start time (app.services.operations.leader.ServerIdentity): servers share the database
     supervisor: dict[str, Any] | None = None
     job: dict[str, Any] | None = None  # the step's job as its backend knows it (backends.JobHandle.to_dict), None after
     served_version_id: int | None = None  # the version the round trained from and compared with
@@ -87,6 +96,8 @@ class RoundMetrics:
             value = data[key]
             if key in _TYPED and isinstance(value, dict):
                 value = _known(_TYPED[key], value)
+            elif key == "heldout_metrics" and isinstance(value, dict):
+                value = HeldoutMetrics.from_dict(value)
             elif key == "gate" and isinstance(value, dict):
                 value = Decision.from_dict(value)
             elif key == "train":
@@ -108,7 +119,7 @@ class RoundMetrics:
             raise TypeError(f"not round metrics: {sorted(unknown)}")
         out: dict[str, Any] = {"schema": SCHEMA}
         for key, value in changes.items():
-            if isinstance(value, Decision):
+            if isinstance(value, (Decision, HeldoutMetrics)):
                 value = value.to_dict()
             elif hasattr(value, "__dataclass_fields__"):
                 value = {f.name: getattr(value, f.name) for f in fields(value)}

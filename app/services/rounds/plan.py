@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from app.services.rounds.policy import RoundPolicy
-from app.services.served import ServedModel
+from app.services.reading.served import ServedModel
+from orapo_core.facts.metrics import EvalMetrics
 
 
 @dataclass(frozen=True)
@@ -147,15 +148,15 @@ class EvaluationSpec:
 class ModelScores:
     """One model's held-out metrics (`evaluate_drafter`'s clinical efficacy) and its drafts, one per study."""
 
-    metrics: dict[str, Any]
+    metrics: EvalMetrics
     predictions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metrics": self.metrics, "predictions": self.predictions}
+        return {"metrics": self.metrics.to_dict(), "predictions": self.predictions}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelScores:
-        return cls(dict(data.get("metrics") or {}), list(data.get("predictions") or []))
+        return cls(EvalMetrics.from_dict(data.get("metrics")), list(data.get("predictions") or []))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ training recipe and is passed to `orapo train` as `--key value`.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -93,11 +92,12 @@ def parse_settings(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def check_overrides(recipe: str | Path, overrides: dict[str, Any]) -> int:
+def check_overrides(recipe: str | Path, overrides: dict[str, Any]):
     """Parse the recipe with the round's overrides as `orapo train` will, before any round exists.
 
-    Returns how many studies one optimizer step takes; a bad value is an `invalid_setting` error that names
-    it (argparse's own sentence), never a round that crashes later with a raw ValueError."""
+    Returns the training config (`OraPOConfig`: its `studies_per_step` and `optimizer_steps` are what a round
+    needs of it); a bad value is an `invalid_setting` error that names it (argparse's own sentence), never a
+    round that crashes later with a raw ValueError."""
     import contextlib
     import io
 
@@ -115,16 +115,4 @@ def check_overrides(recipe: str | Path, overrides: dict[str, Any]) -> int:
         raise OrapoError("invalid_setting", f"This round's settings do not parse: {detail}.") from None
     except (ValueError, TypeError) as exc:
         raise OrapoError("invalid_setting", f"This round's settings are refused: {exc}") from None
-    per_step = training.per_device_train_batch_size * training.gradient_accumulation_steps
-    return max(1, per_step // max(1, training.num_generations))
-
-
-def estimate_steps(values: dict[str, Any], n_studies: int) -> int:
-    """Optimizer steps the trainer will take (for the progress bar): max_steps, else epochs over the studies."""
-    max_steps = int(values.get("max_steps") or -1)
-    if max_steps > 0:
-        return max_steps
-    generations = int(values.get("num_generations") or 8)
-    batch = int(values.get("per_device_train_batch_size") or 8) * int(values.get("gradient_accumulation_steps") or 1)
-    epochs = float(values.get("num_train_epochs") or 1)
-    return max(1, math.ceil(epochs * math.ceil(n_studies * generations / max(1, batch))))
+    return training

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from app.services.leader import this_process
+from app.services.operations.leader import this_process
 from app.services.rounds.backends import Backends, JobHandle
 from app.services.rounds.metrics import RoundMetrics
 from app.services.rounds.plan import Candidate, Evaluation, EvaluationSpec, RoundPlan, RunningRound

@@ -8,7 +8,7 @@ same as for a click: a scheduled request that finds a round running is refused,
 and the refusal is written to the audit log rather than queued behind it.
 
 Several servers may share one database: each has a `RoundScheduler`, but only
-the leader (`app.services.leader.Leadership`, a lease in the database) runs the
+the leader (`app.services.operations.leader.Leadership`, a lease in the database) runs the
 jobs. On election it recovers what a gone process left (`RoundService.recover`)
 and starts them; a deposed leader stops them, and every job asks `acting()`
 before it acts. Besides the round jobs the leader recovers again every check
@@ -109,7 +109,7 @@ class RoundScheduler:
 
     def __init__(self, database, settings=None, *, service=None, threshold_check_s: float | None = None, timezone=None,
                  lease_s: float | None = None, leader_jobs=()):
-        from app.services.leader import Leadership
+        from app.services.operations.leader import Leadership
         from app.services.rounds.service import RoundService
         from app.settings import web_settings
 
@@ -145,7 +145,7 @@ class RoundScheduler:
         from apscheduler.schedulers.background import BackgroundScheduler
         from apscheduler.triggers.interval import IntervalTrigger
 
-        from app.services.leader import QUEUED_GRACE_S, other_servers_alive
+        from app.services.operations.leader import QUEUED_GRACE_S, other_servers_alive
 
         if self.running:
             return
@@ -183,7 +183,7 @@ class RoundScheduler:
         return job
 
     def _recover(self) -> None:
-        from app.services.leader import QUEUED_GRACE_S
+        from app.services.operations.leader import QUEUED_GRACE_S
 
         self.service.recover(queued_grace_s=QUEUED_GRACE_S)
 

@@ -129,7 +129,7 @@ class RoundService:
         recipe_path = self._resolve_recipe(recipe or policy.recipe)
         if resume_from is not None:
             overrides["resume_from_checkpoint"] = str(self._last_checkpoint(resume_from))
-        studies_per_step = check_overrides(recipe_path, overrides)
+        studies_per_step = check_overrides(recipe_path, overrides).studies_per_step
         untrained = CorrectionRepository(self.db).count_untrained()
         # Replayed studies may fill a step, so refuse here only when even full replay could not (the exact
         # count is checked again when the round's data is selected, before any training).
@@ -217,7 +217,7 @@ class RoundService:
     def recover(self, *, queued_grace_s: float = 0.0) -> list:
         """At app start: rounds left queued or running by a process that is gone are marked failed (workers stopped),
         except a round whose job runs on SLURM or Ray, which is watched again (`_reattach`)."""
-        from app.services.leader import server_leases, this_process, watch_of
+        from app.services.operations.leader import server_leases, this_process, watch_of
         from db import RoundRepository
 
         rounds = RoundRepository(self.db)

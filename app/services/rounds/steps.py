@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from app.services.rounds.gate import Decision, decide
-from app.services.rounds.metrics import RoundMetrics
+from app.services.rounds.metrics import HeldoutMetrics, RoundMetrics
 from app.services.rounds.plan import (
     Candidate,
     Evaluation,
@@ -36,10 +36,10 @@ from app.services.rounds.plan import (
     write_plan,
 )
 from app.services.rounds.backends import Backends, JobHandle, JobSpec, JobState
-from app.services.rounds.policy import POLICY_KEYS, RoundPolicy, check_overrides, estimate_steps
+from app.services.rounds.policy import POLICY_KEYS, RoundPolicy, check_overrides
 from app.services.rounds.processes import JsonlTail, python_command, tail_text, train_command
 from app.services.rounds.versions import install_candidate
-from app.services.served import ServedModel, served_model, stored_path
+from app.services.reading.served import ServedModel, served_model, stored_path
 from orapo_core.errors import OrapoError
 
 
@@ -171,8 +171,6 @@ class SelectData:
         self.db, self.settings, self.watch = database, settings, watch
 
     def __call__(self, record, actor, policy: RoundPolicy) -> RoundPlan:
-        import yaml
-
         from app.services.rounds.data import select_heldout, select_round_studies, write_training_csv
         from db import RoundRepository
 
@@ -187,7 +185,8 @@ class SelectData:
         if len(selection.new) < policy.min_new_corrections:
             raise OrapoError("nothing_to_train", f"Only {len(selection.new)} signed, untrained corrections with images; "
                                                  f"a round needs at least {policy.min_new_corrections}.")
-        studies_per_step = check_overrides(config["recipe"], config.get("overrides", {}))
+        training = check_overrides(config["recipe"], config.get("overrides", {}))
+        studies_per_step = training.studies_per_step
         if selection.n_training_rows < studies_per_step:
             raise OrapoError("too_few_corrections", f"{len(selection.new)} new and {selection.n_training_rows - len(selection.new)} "
                                                     f"replayed studies; one optimizer step of this recipe takes "
@@ -196,16 +195,14 @@ class SelectData:
         heldout = select_heldout(self.db, self.settings, min_heldout=policy.min_heldout, max_heldout=policy.max_heldout,
                                  phantom_studies=policy.phantom_studies, phantom_size=policy.phantom_size)
         heldout.write(folder / "heldout.json")
-        recipe_values = yaml.safe_load(Path(config["recipe"]).read_text()) or {}
         overrides = dict(config.get("overrides", {}))
-        merged_values = {**recipe_values, **overrides}
         summary = selection.summary()
-        if summary.clinician_pairs and merged_values.get("oracle_mode", "dpo") == "dpo" and "use_clinician_pairs" not in overrides:
+        if summary.clinician_pairs and "use_clinician_pairs" not in overrides:  # the oracle term is DPO in the product
             overrides["use_clinician_pairs"] = True
         overrides.update(train_csv=str(csv_path), output_dir=str(folder / "output"))
         plan = RoundPlan(round_id=record.id, round_dir=folder, recipe=config["recipe"], overrides=overrides, policy=policy,
                          served=served, correction_ids=summary.correction_ids, pair_ids=summary.pair_ids,
-                         study_ids=selection.study_ids, max_steps=estimate_steps(merged_values, selection.n_training_rows),
+                         study_ids=selection.study_ids, max_steps=training.optimizer_steps(selection.n_training_rows),
                          actor=actor or record.trigger, started_by=record.started_by, trigger=record.trigger,
                          gate_untrusted=untrusted_heldout(heldout, served, policy.min_heldout),
                          draft_min_agreement=self.settings.draft_min_agreement)
@@ -365,7 +362,7 @@ class Install:
             with self.db.session() as session:
                 rounds = RoundRepository(session)
                 rounds.transition(plan.round_id, "succeeded", actor=plan.actor, metrics=RoundMetrics.update(
-                    phase="finished", heldout_metrics={"served": served, "candidate": scored}, gate=decision))
+                    phase="finished", heldout_metrics=HeldoutMetrics(served=served, candidate=scored), gate=decision))
                 versions = ModelVersionRepository(session)
                 parent_id = plan.served.version_id
                 if parent_id is None:
@@ -374,12 +371,13 @@ class Install:
                     # one action.
                     served_dir = plan.served.model_dir
                     base = versions.create(f"base-{served_dir.name}", base_model_path=stored_path(self.settings, served_dir),
-                                           metrics={"heldout": served}, config={"registered_by_round": plan.round_id})
+                                           metrics={"heldout": served.to_dict()},
+                                           config={"registered_by_round": plan.round_id})
                     versions.promote(base.id, reason="the model served before the first promoted round", actor="system")
                     parent_id = base.id
                 version = versions.create(
                     f"round-{plan.round_id}", base_model_path=installed.base, adapter_path=installed.adapter,
-                    metrics={"heldout": scored, "served_heldout": served, "gate": decision.to_dict(),
+                    metrics={"heldout": scored.to_dict(), "served_heldout": served.to_dict(), "gate": decision.to_dict(),
                              "train": RoundMetrics.of(rounds.get(plan.round_id)).train},
                     parent_id=parent_id, round_id=plan.round_id, study_ids_seen=plan.study_ids,
                     config={"recipe": plan.recipe, "overrides": plan.overrides, "policy": plan.policy.model_dump(),

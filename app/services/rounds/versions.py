@@ -1,6 +1,6 @@
 """Model versions: listing them, promoting and rolling back by hand, and installing a round's candidate.
 
-Which version drafts is `app.services.served` (shared with drafting). A round
+Which version drafts is `app.services.reading.served` (shared with drafting). A round
 installs its candidate under `<data>/models/versions/round-<id>/` before the
 version is recorded, so a version never points into a round folder; its paths
 are stored relative to the data folder when they lie inside it (`stored_path`).
@@ -12,8 +12,16 @@ import shutil
 from pathlib import Path
 
 from app.services.rounds.plan import Candidate, Installed
-from app.services.served import stored_path
+from app.services.reading.served import stored_path
 from orapo_core.errors import OrapoError
+from orapo_core.facts.metrics import EvalMetrics
+
+
+def heldout_metrics(version) -> EvalMetrics:
+    """A version's held-out metrics as its round stored them (`metrics["heldout"]`); none for a base registered by
+    hand (every value None)."""
+    heldout = (version.metrics or {}).get("heldout")
+    return EvalMetrics.from_dict(heldout if isinstance(heldout, dict) else None)
 
 
 def list_versions(db, *, status: str | None = None):

@@ -2,7 +2,7 @@
 the study was not opened from an ordering, as before this revision).
 
 A column rather than an audit detail because a round counts its pairs by it
-(`app.services.reading_order`), a join the audit log's JSON would make slow and
+(`app.services.reading.reading_order`), a join the audit log's JSON would make slow and
 backend-specific. Added in place, with its CHECK as a column constraint, so
 SQLite never rebuilds the corrections table that pairs and amendments point at.
 

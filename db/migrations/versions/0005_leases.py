@@ -1,7 +1,7 @@
 """Leases: which of several `orapo serve` processes on one database runs the schedule, and which servers are alive.
 
 A lease row with an expiry rather than PostgreSQL's advisory lock: the same on SQLite and PostgreSQL, and a
-dead server's lease runs out after a known time however it died (`app.services.leader` says why).
+dead server's lease runs out after a known time however it died (`app.services.operations.leader` says why).
 
 Revision ID: 0005
 Revises: 0004

@@ -5,7 +5,7 @@ The vision merger's output for the drafted image, averaged over its tokens
 before this revision or by a model without a merger. The worklist's "most
 useful first" ordering compares unread studies' features with those of
 studies whose signed report added a finding the draft missed
-(`app.services.reading_order`). A de-identified derivative of the pixels, like
+(`app.services.reading.reading_order`). A de-identified derivative of the pixels, like
 the stored image itself: it names no one.
 
 Revision ID: 0007

@@ -90,12 +90,7 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
         build_generation_config(tokenizer).save_pretrained(staging)
         card = {
             "name": "orapo-starter",
-            "command": f"orapo starter build --seed {plan.seed} --n-train {plan.n_train} --steps {plan.steps}"
-                       + "".join(f" --{name.replace('_', '-')} {getattr(plan, name)}"
-                                 for name in ("vision_n_train", "vision_steps", "perception_batch", "rare_fraction")
-                                 if getattr(plan, name) != getattr(_DEFAULT_PLAN, name))
-                       + ("" if arch == StarterArchitecture() else
-                          f" --image-side {arch.image_side} --patch-size {arch.patch_size}"),
+            "command": build_command(out, plan, arch),
             "plan": plan.to_dict(),
             "architecture": arch.to_dict(),
             "parameters": sum(p.numel() for p in model.parameters()),
@@ -117,6 +112,19 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
         return out
     finally:
         torch.set_num_threads(threads_before)
+
+
+def build_command(out: Path, plan: WarmStartPlan, arch: StarterArchitecture) -> str:
+    """The command that makes this build: `orapo starter build`, or for a variant with the architecture
+    experiments (`orapo_core.experimental.starter`) the benchmark that builds those."""
+    experiments = "".join(f" --{name.replace('_', '-')} {getattr(plan, name)}"
+                          for name in ("vision_n_train", "vision_steps", "perception_batch", "rare_fraction")
+                          if getattr(plan, name) != getattr(_DEFAULT_PLAN, name))
+    if arch != StarterArchitecture():
+        experiments += f" --image-side {arch.image_side} --patch-size {arch.patch_size}"
+    head = (f"python -m benchmarks.bench_starter --build-only --rebuild {out}" if experiments else
+            "orapo starter build")
+    return f"{head} --seed {plan.seed} --n-train {plan.n_train} --steps {plan.steps}{experiments}"
 
 
 def read_card(model_dir: str | Path) -> dict | None:

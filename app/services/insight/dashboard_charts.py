@@ -1,7 +1,7 @@
 """Plotly figures and number tiles of the dashboard: plain functions of `DashboardData`.
 
 The Dashboard tab only places what these return (`panels`), so the figures are
-built in the service layer beside the round charts (`app.services.round_charts`,
+built in the service layer beside the round charts (`app.services.insight.round_charts`,
 whose `nothing_to_show` both use) and tested without a server. Each chart has
 one measure, the one it is ranked and labelled by: a "most missed" bar is as
 long as the number of reports it was missed in, the number written on it; the
@@ -13,8 +13,8 @@ from __future__ import annotations
 import html
 import math
 
-from app.services.dashboard import DashboardData
-from app.services.round_charts import nothing_to_show
+from app.services.insight.dashboard import DashboardData
+from app.services.insight.round_charts import nothing_to_show
 
 STATUS_COLORS = {"new": "#90a4ae", "drafted": "#42a5f5", "corrected": "#ffa726", "signed": "#66bb6a", "trained": "#ab47bc"}
 TOP_FINDINGS = 10

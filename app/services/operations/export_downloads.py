@@ -15,7 +15,7 @@ that server.
 A zip is kept `DOWNLOAD_RETENTION_S` for its download: every new export and
 every start of the app delete older ones (the start also any work folder a
 crash left), the leading server's sweep deletes every live server's older ones
-(`app.services.cache_sweep.sweep_stale`), and Gradio's own cache sweep
+(`app.services.operations.cache_sweep.sweep_stale`), and Gradio's own cache sweep
 (`delete_cache` in `build_app`) deletes what is left while the app runs and
 when it closes.
 """
@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from app.runtime import server_cache_dir
-from app.services.auth import require_role
-from app.services.export import ExportSummary, SkippedStudy, export_fhir, export_pairs
+from app.services.accounts.auth import require_role
+from app.services.operations.export import ExportSummary, SkippedStudy, export_fhir, export_pairs
 from orapo_core.errors import OrapoError
 
 DOWNLOAD_RETENTION_S = 15 * 60

@@ -7,7 +7,7 @@ refers to, the reader who signed it and the model version whose draft it was
 made from. The study is de-identified already, so the SR is written as it is,
 into the folder the caller names, beside the FHIR bundles if that is the folder
 given (`study-<id>.dcm` next to `study-<id>.json`). With an archive given, each
-report is stored there too (STOW-RS, `app.services.pacs.Archive.store`): a study
+report is stored there too (STOW-RS, `app.services.archive.pacs.Archive.store`): a study
 imported from that archive gets an SR filed in the archive's own study
 (`archive_sr`, built in memory and only sent), any other study the de-identified
 SR that was written.
@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.services.export import SkippedStudy, _model_label, build_each
+from app.services.operations.export import SkippedStudy, _model_label, build_each
 from orapo_core.errors import OrapoError
 
 #: The Verifying Organization an SR names (DICOM requires one for a verified report); the reader's own
@@ -168,7 +168,7 @@ def signed_study_ids(db) -> list[int]:
 
 def export_sr(db, settings, out: str | Path, *, study_ids: list[int] | None = None, archive=None) -> SrExport:
     """One `study-<id>.dcm` per study (every study with a signed report when `study_ids` is None), each also
-    stored in `archive` (an `app.services.pacs.Archive`) when one is given, once all are written.
+    stored in `archive` (an `app.services.archive.pacs.Archive`) when one is given, once all are written.
 
     As for FHIR, a study that cannot be exported is skipped with its reason (listed in `skipped-sr.json`) and the
     others are written; only when nothing could be written is that an error (the single study's own when one

@@ -1,6 +1,6 @@
 """The Worklist's "From the archive" view: what the archive holds, and importing chosen studies, as a reader would.
 
-The same search and pull as `orapo pacs search|pull` (app.services.pacs), run as
+The same search and pull as `orapo pacs search|pull` (app.services.archive.pacs), run as
 the signed-in reader: radiologists and administrators may import, each pulled
 instance goes through the upload's ingest with the reader as its uploader, and
 what happened to each study (imported as study N, already there, refused and
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from app.services.pacs import CHEST_MODALITIES, ArchiveStudy
+from app.services.archive.pacs import CHEST_MODALITIES, ArchiveStudy
 from db.records import UserRecord
 from orapo_core.errors import OrapoError
 
@@ -49,7 +49,7 @@ class StudyImport:
 
 def archive_note(environ: Mapping[str, str] | None = None) -> str | None:
     """Why the view cannot be used (None when an archive is configured)."""
-    from app.services.pacs import archive_settings
+    from app.services.archive.pacs import archive_settings
 
     try:
         return None if archive_settings(environ) is not None else NO_ARCHIVE
@@ -60,8 +60,8 @@ def archive_note(environ: Mapping[str, str] | None = None) -> str | None:
 def search(db, settings, user: UserRecord, *, date: str | None = None, accession: str | None = None,
            modalities: Iterable[str] = CHEST_MODALITIES, limit: int = 200) -> list[ArchiveStudy]:
     """The archive's chest studies matching the filters, each with the study it was already imported as."""
-    from app.services.auth import require_role
-    from app.services.pacs import Archive, mark_imported
+    from app.services.accounts.auth import require_role
+    from app.services.archive.pacs import Archive, mark_imported
 
     require_role(user, "radiologist")
     modalities = [m for m in modalities if m in CHEST_MODALITIES] or list(CHEST_MODALITIES)
@@ -73,8 +73,8 @@ def search(db, settings, user: UserRecord, *, date: str | None = None, accession
 
 def import_studies(db, settings, user: UserRecord, study_uids: Iterable[str]) -> list[StudyImport]:
     """Pull each archive study through the upload's ingest as `user`; a study the archive fails on is a refusal."""
-    from app.services.auth import require_role
-    from app.services.pacs import Archive, pull_study
+    from app.services.accounts.auth import require_role
+    from app.services.archive.pacs import Archive, pull_study
 
     require_role(user, "radiologist")
     study_uids = [uid.strip() for uid in study_uids if uid and uid.strip()]

@@ -81,7 +81,7 @@ class DashboardData:
 
 def resolve_scope(user: UserRecord, scope: str | None) -> str:
     """An administrator sees everyone by default; anyone may ask for their own; only an administrator for everyone."""
-    from app.services.auth import require_role
+    from app.services.accounts.auth import require_role
 
     if scope in (None, "", "default"):
         return "everyone" if user.is_admin else "mine"

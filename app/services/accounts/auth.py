@@ -20,7 +20,7 @@ ROLE_WORDS = {"admin": "an administrator", "radiologist": "a radiologist"}
 
 def check_credentials(db, username: str, password: str) -> bool:
     """True for a valid, active account (even one that must change its password). The web sign-in goes through
-    `app.services.signin.SignInGuard`, which adds throttling and the audit log to the same check."""
+    `app.services.accounts.signin.SignInGuard`, which adds throttling and the audit log to the same check."""
     from db import UserRepository
 
     try:

@@ -185,7 +185,7 @@ class SessionBook:
 
     def stale_uploads(self, older_than_s: float) -> list[str]:
         """Forget uploads no upload event ingested within `older_than_s`; their cache paths, for the caller to
-        delete (`app.services.cache_sweep`)."""
+        delete (`app.services.operations.cache_sweep`)."""
         now = time.time()
         with self._lock:
             stale = [path for path, (noted, _) in self._upload_meta.items() if now - noted > older_than_s]

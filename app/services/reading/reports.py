@@ -209,7 +209,7 @@ def prepare_report(db, user: UserRecord, study_id: int, draft_id: int | None, te
     stored another version since, storing is refused (`stale_correction`) and nothing is
     stored. None (a script that reads the latest version itself) takes the latest as it is.
     """
-    from app.services.drafting import open_study
+    from app.services.reading.drafting import open_study
     from db import DraftRepository
 
     text = (text or "").strip()
@@ -250,7 +250,7 @@ def check_base_version(db, latest: CorrectionRecord | None, base_version: int) -
 def store_report(db, user: UserRecord, pending: PendingReport, current_text: str, *, settings=None) -> CorrectionRecord:
     """Store what the confirmation showed, provided the report on screen is still exactly that text
     and the study's report is still the version the confirmation spoke of."""
-    from app.services.drafting import open_study
+    from app.services.reading.drafting import open_study
 
     if (current_text or "").strip() != pending.text:
         raise OrapoError("report_changed", "The report on screen is not the text you were asked to confirm; "
@@ -282,7 +282,7 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
     With `base_version` (the version the page opened), a report stored by anyone since is refused (`stale_correction`).
     The correction (with the worklist ordering it was opened from), its pair and its audit entries are one
     transaction; a committed signature then sends the SR in the background if the admin said so (`sr_send`)."""
-    from app.services.sr_send import after_signing
+    from app.services.archive.sr_send import after_signing
 
     record = _store_correction(db, user, study_id, draft_id, text, sign=sign, base_version=base_version)
     if sign and record.signed_at is not None:
@@ -291,8 +291,8 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
 
 
 def _store_correction(db, user: UserRecord, study_id, draft_id, text: str, *, sign: bool, base_version) -> CorrectionRecord:
-    from app.services.drafting import open_study
-    from app.services.reading_order import opened_from
+    from app.services.reading.drafting import open_study
+    from app.services.reading.reading_order import opened_from
     from db import AuditRepository, CorrectionRepository, DraftRepository, PairRepository
     from orapo_core.facts import label_report
 
@@ -348,7 +348,7 @@ def accept_draft(db, user: UserRecord, study_id: int, draft_id: int, text: str, 
     Refused when `text` is not the draft (whitespace aside): what is signed is the text on
     screen, so an edited report is never signed as the draft.
     """
-    from app.services.drafting import open_study
+    from app.services.reading.drafting import open_study
     from db import DraftRepository
 
     overview = open_study(db, user, study_id)
@@ -363,7 +363,7 @@ HELD_OUT = "kept aside to check the model; not used to train it"
 
 def worklist(db, user: UserRecord, *, status: str | None = None, everyone: bool = False, limit: int = 200) -> list[StudyOverview]:
     """The user's own studies; everyone's for an administrator who asks."""
-    from app.services.auth import require_role
+    from app.services.accounts.auth import require_role
     from db import StudyRepository
 
     if everyone:
@@ -384,7 +384,7 @@ class StudyHistory:
 
 
 def history(db, user: UserRecord, study_id: int) -> StudyHistory:
-    from app.services.drafting import open_study
+    from app.services.reading.drafting import open_study
     from db import CorrectionRepository, DraftRepository, UserRepository
 
     overview = open_study(db, user, study_id)

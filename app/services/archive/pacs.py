@@ -285,7 +285,7 @@ def mark_imported(studies: Iterable[ArchiveStudy], *, db, settings) -> list[Arch
 
 def link_to_archive(db, settings, study_id: int, archive_study_uid: str, *, source: str) -> bool:
     """Remember, sealed, which archive study a de-identified study came from, so that its signed report can be filed
-    there (`app.services.export_sr.archive_sr`). Only when the study is that archive study's de-identified copy
+    there (`app.services.archive.export_sr.archive_sr`). Only when the study is that archive study's de-identified copy
     (its hashed UID is the archive UID's hash): a study of another origin is never linked. True when linked."""
     from db import ArchiveLinkRepository, StudyRepository
     from orapo_core.imaging.deid import hashed_uid, seal_archive_uid
@@ -300,7 +300,7 @@ def link_to_archive(db, settings, study_id: int, archive_study_uid: str, *, sour
 
 def pull_study(archive: Archive, study_uid: str, *, db, settings, user=None, actor: str = "pacs") -> Iterator[PulledInstance]:
     """Every image instance of one archive study through the upload's ingest; refusals come back as outcomes."""
-    from app.services.ingest import ingest_bytes
+    from app.services.reading.ingest import ingest_bytes
 
     index, linked = 0, set()
     for series_uid in archive.image_series(study_uid):

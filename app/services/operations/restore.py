@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from app.services.backup import (
+from app.services.operations.backup import (
     FORMAT,
     FORMAT_VERSION,
     IMAGES,

@@ -4,13 +4,13 @@ A backup is a folder: `manifest.json`, the database (`orapo.sqlite3`, a copy mad
 API; or `orapo.pgdump`, a `pg_dump --format=custom` file), `images/` and `models/` as they are under the data
 folder, and `deid_secret`, the de-identification secret. The manifest names every file with its size and
 SHA-256, the database's kind and Alembic revision, and the rows of each table, so `orapo restore`
-(`app.services.restore`) can refuse a damaged backup before it writes anything and check the restored data
+(`app.services.operations.restore`) can refuse a damaged backup before it writes anything and check the restored data
 against it.
 
 The database is copied first, while the app goes on writing: SQLite's backup API copies every page in one
 read transaction (a WAL reader never blocks the writer), and PostgreSQL's dump runs in a snapshot this module
 exports from a REPEATABLE READ transaction, in which it also reads the revision and the counts. The image files
-are copied after that: an upload moves its files into place before its row commits (`app.services.ingest`) and
+are copied after that: an upload moves its files into place before its row commits (`app.services.reading.ingest`) and
 no file of a committed row is deleted, so every image row the snapshot holds has its files in place by the time
 they are copied. A file added later is copied too, or not: without a row it is an orphan the start-up sweep
 removes. The backup is written into a hidden sibling folder and renamed to its name only when complete.

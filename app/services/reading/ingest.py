@@ -135,7 +135,7 @@ def _look(db, settings: Settings, upload: _Upload, user) -> tuple[int | None, In
     if study is None:
         return None, None
     if user is not None:  # the CLI runs as the operator; a signed-in user adds only to a study they may open
-        from app.services.studies import open_study
+        from app.services.reading.studies import open_study
 
         try:
             open_study(db, user, study.id)

@@ -8,7 +8,7 @@ step, and each caller gets its draft as soon as its own rows end, not when the
 longest draft of the batch does. A drafter without a decoder (a checkpoint whose
 generation config the decoder does not support, or a stand-in) is called with
 `draft_many` for each gathered batch instead, as before: those waiting when a
-batch ends go together in the next. The registry (`app.services.drafting`) puts
+batch ends go together in the next. The registry (`app.services.reading.drafting`) puts
 one `DraftBatcher` in front of each resident model.
 """
 

@@ -26,7 +26,7 @@ session middleware (`app.web_security`) answers `/login` itself and asks
   fill the database.
 
 The lockout is per process (in-memory storage): one `orapo serve` is one
-process. Who is signed in is `app.services.sessions.SessionBook`.
+process. Who is signed in is `app.services.accounts.sessions.SessionBook`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from limits import parse
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
-from app.services.metrics import count_sign_in_failure
+from app.services.operations.metrics import count_sign_in_failure
 
 from db.records import UserRecord
 from orapo_core.errors import OrapoError
@@ -132,7 +132,8 @@ class SignInGuard:
     hashes, so guessers never queue or crowd out a clean sign-in.
     """
 
-    metrics = None  # the app's `app.services.metrics.AppMetrics` (`build_app` sets it): counts failures by reason
+    # the app's `app.services.operations.metrics.AppMetrics` (`build_app` sets it): counts failures by reason
+    metrics = None
 
     def __init__(self, database, *, account_limit: str = ACCOUNT_LIMIT, address_limit: str = ADDRESS_LIMIT,
                  hash_slots: int | None = None):
@@ -198,7 +199,7 @@ class SignInGuard:
 
     def lockouts(self, actor: UserRecord) -> list[Lockout]:
         """Accounts and addresses held now (administrators only)."""
-        from app.services.auth import require_role
+        from app.services.accounts.auth import require_role
 
         require_role(actor, "admin")
         now, found = time.time(), []
@@ -219,7 +220,7 @@ class SignInGuard:
 
     def lift(self, actor: UserRecord, target: str) -> list[str]:
         """Forget the failures of an account or an address (administrators only); returns what was locked."""
-        from app.services.auth import require_role
+        from app.services.accounts.auth import require_role
         from db import AuditRepository
 
         require_role(actor, "admin")

@@ -6,7 +6,7 @@ as its ingest returns, but after `kill -9` (or a power cut) whatever was uploade
 uploaded, would stay there for good, names and IDs in its header.
 
 Each server has its own cache folder, `<data>/upload-cache/<server>/` (GRADIO_TEMP_DIR; the name is its
-sign-of-life identity, `app.services.leader.ServerIdentity.folder`), so what a dead server left can go whole
+sign-of-life identity, `app.services.operations.leader.ServerIdentity.folder`), so what a dead server left can go whole
 while other servers on the same data folder keep theirs. A server is dead when its process is gone (on this
 machine) or its sign-of-life lease has run out (on another machine; `live_server_folders`). So `orapo serve`
 calls:
@@ -53,7 +53,7 @@ ORPHAN_GRACE_S = 60.0
 # leading server for every live server's), and a server's whole folder when it stops or is found dead.
 CACHE_SWEEP_S = 5 * 60
 CACHE_MAX_AGE_S = 60 * 60
-#: The prefix `app.services.ingest._write_atomic` gives a file it has not yet renamed into place.
+#: The prefix `app.services.reading.ingest._write_atomic` gives a file it has not yet renamed into place.
 PARTIAL_PREFIX = ".part-"
 
 
@@ -83,7 +83,7 @@ class SweepReport:
 def sweep_at_start(settings, database, *, me=None, now: float | None = None) -> SweepReport:
     """Before the server `me` (default: this process) listens: what a run, killed or not, of it or of any server
     now dead left behind (see the module docstring)."""
-    from app.services.export_downloads import prune_downloads
+    from app.services.operations.export_downloads import prune_downloads
 
     now = time.time() if now is None else now
     expired = prune_downloads(settings, now=now, work=True)
@@ -97,7 +97,7 @@ def sweep_at_stop(settings, database, *, me=None) -> SweepReport:
     """After the server `me` (default: this process) closed: its whole folder, not even an export zip stays, and
     what dead servers left. With the database unreachable, its own folder only: who else lives is unknown, and
     the leader or the next start deletes the rest."""
-    from app.services.leader import this_process
+    from app.services.operations.leader import this_process
 
     me = me or this_process()
     try:
@@ -118,8 +118,8 @@ def _sweep_upload_cache(settings, database, *, me, keep_own: bool, now: float | 
     """Delete, at the top of the upload cache, every entry that is not a live server's folder (`me`'s only with
     `keep_own`); with `now`, in the live folders kept, entries older than CACHE_MAX_AGE_S and export zips past
     their download time. Returns how many files went, and how many of those zips apart."""
-    from app.services.export_downloads import DOWNLOAD_RETENTION_S, EXPORTS, newest_mtime, prune_folder
-    from app.services.leader import live_server_folders, this_process
+    from app.services.operations.export_downloads import DOWNLOAD_RETENTION_S, EXPORTS, newest_mtime, prune_folder
+    from app.services.operations.leader import live_server_folders, this_process
 
     me = me or this_process()
     cache = upload_cache_dir(settings)

@@ -73,7 +73,7 @@ def listener(*, db, settings, ae_title: str = "ORAPO", allowed_calling: Iterable
     ae.add_supported_context(Verification)
 
     def handle_store(event):
-        from app.services.ingest import ingest_bytes
+        from app.services.reading.ingest import ingest_bytes
 
         try:
             data = event.encoded_dataset(include_meta=True)
@@ -82,7 +82,7 @@ def listener(*, db, settings, ae_title: str = "ORAPO", allowed_calling: Iterable
         try:
             outcome = ingest_bytes(data, "dimse-instance.dcm", db=db, settings=settings, actor="dimse")
             if outcome.ok and outcome.study_id is not None:
-                from app.services.pacs import link_to_archive
+                from app.services.archive.pacs import link_to_archive
 
                 link_to_archive(db, settings, outcome.study_id, str(event.dataset.get("StudyInstanceUID", "") or ""),
                                 source="dimse")

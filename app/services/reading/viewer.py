@@ -17,7 +17,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from app.services import drafting
+from app.services.reading import drafting
 from db.records import UserRecord
 from orapo_core.config import Settings
 

@@ -1,7 +1,7 @@
 """Viewing and drafting one study: the served model, the viewer's pixels, and a stored draft.
 
 The served model is the promoted ModelVersion (base + adapter) when there is
-one, else the configured or starter model (`app.services.served`, which rounds
+one, else the configured or starter model (`app.services.reading.served`, which rounds
 ask too). `ModelRegistry` is made by the app factory, not at import, and keeps
 one `Drafter` per version, so a promotion is picked up by the next draft without
 a restart and two users never load the same weights twice; at most
@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.services.draft_batcher import DraftBatcher
-from app.services.metrics import count_draft
-from app.services.served import ServedModel, served_model
-from app.services.studies import first_image, open_study  # the access rule, shared
+from app.services.reading.draft_batcher import DraftBatcher
+from app.services.operations.metrics import count_draft
+from app.services.reading.served import ServedModel, served_model
+from app.services.reading.studies import first_image, open_study  # the access rule, shared
 from app.settings import web_settings
 from db.records import ImageRecord, UserRecord
 from orapo_core.config import Settings
@@ -60,7 +60,8 @@ class ModelRegistry:
 
     `max_resident` defaults to the settings' `max_resident_models` (ORAPO_MAX_RESIDENT_MODELS, default 2)."""
 
-    metrics = None  # the app's `app.services.metrics.AppMetrics` (`build_app` sets it): counts each stored draft
+    # the app's `app.services.operations.metrics.AppMetrics` (`build_app` sets it): counts each stored draft
+    metrics = None
 
     def __init__(self, settings: Settings, database, *, loader=None, max_resident: int | None = None):
         web = web_settings(settings)  # an engine Settings (benchmarks, tests) takes the web fields from the environment
@@ -314,7 +315,7 @@ def ingest_upload(db, settings: Settings, user: UserRecord, path: str | Path,
                   release: Callable[[Path], bool] | None = None):
     """Ingest one uploaded file and then delete it from the upload cache, whatever the outcome; with `release`,
     only when `release(path)` says no other session still waits to read the same cached file."""
-    from app.services.ingest import IngestOutcome, ingest_bytes
+    from app.services.reading.ingest import IngestOutcome, ingest_bytes
 
     path = Path(path)
     try:

@@ -7,8 +7,7 @@ rather than drawing empty axes.
 
 The version charts read what the round service stores on a version:
 `metrics["heldout"]`, the clinical-efficacy metrics of the held-out evaluation
-(`macro_f1_14`, `macro_precision_14`, `macro_recall_14`, `f1_per_class`,
-`mean_report_length`, `facts_reward_mean`); versions without it (a base
+(an `EvalMetrics`, stored with its `to_dict`); versions without it (a base
 registered by hand) are left out.
 """
 
@@ -16,6 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from app.services.rounds.versions import heldout_metrics
+from orapo_core.facts.metrics import EvalMetrics
 
 REWARD, REWARD_STD = "orapo/reward_mean", "orapo/reward_std"
 ZERO_REWARD = "orapo/zero_reward_frac"
@@ -127,13 +129,13 @@ def live_figures(history: list[dict[str, Any]]) -> tuple:
 # --- versions -------------------------------------------------------------------------------------------
 
 
-def _evaluated(versions) -> list[tuple[str, dict[str, Any]]]:
+def _evaluated(versions) -> list[tuple[str, EvalMetrics]]:
     """(label, held-out metrics) of each version that has them, oldest first."""
     out = []
     for v in sorted(versions, key=lambda v: v.id):
-        heldout = (v.metrics or {}).get("heldout")
-        if isinstance(heldout, dict) and heldout.get("macro_f1_14") is not None:
-            out.append((f"v{v.id} {v.name}", heldout))
+        metrics = heldout_metrics(v)
+        if metrics.macro_f1_14 is not None:
+            out.append((f"v{v.id} {v.name}", metrics))
     return out
 
 
@@ -145,9 +147,9 @@ def per_class_f1_figure(versions):
     if not evaluated:
         return _layout(nothing_to_show(fig, "No evaluated versions yet: a finished round adds one"), "F1 per class",
                        x_title=None, height=340)
-    classes = list(evaluated[-1][1].get("f1_per_class") or {})
+    classes = list(evaluated[-1][1].f1_per_class)
     for (label, metrics), color in zip(evaluated, PALETTE * (len(evaluated) // len(PALETTE) + 1)):
-        per_class = metrics.get("f1_per_class") or {}
+        per_class = metrics.f1_per_class
         fig.add_trace(go.Bar(x=classes, y=[per_class.get(c) for c in classes], name=label, marker_color=color,
                              hovertemplate=f"{label}<br>%{{x}}: F1 %{{y:.3f}}<extra></extra>"))
     fig.update_layout(barmode="group")
@@ -163,9 +165,10 @@ def quality_figure(versions):
     if not evaluated:
         return _layout(nothing_to_show(fig, "No evaluated versions yet"), "Precision, recall, macro-F1", x_title=None)
     labels = [label for label, _ in evaluated]
-    for (key, name), color in zip((("macro_precision_14", "precision"), ("macro_recall_14", "recall"),
-                                   ("macro_f1_14", "macro-F1")), PALETTE):
-        fig.add_trace(go.Scatter(x=labels, y=[m.get(key) for _, m in evaluated], name=name, mode="lines+markers",
+    lines = (("precision", [m.macro_precision_14 for _, m in evaluated]),
+             ("recall", [m.macro_recall_14 for _, m in evaluated]), ("macro-F1", [m.macro_f1_14 for _, m in evaluated]))
+    for (name, values), color in zip(lines, PALETTE):
+        fig.add_trace(go.Scatter(x=labels, y=values, name=name, mode="lines+markers",
                                  line={"color": color, "width": 2}, marker={"size": 8},
                                  hovertemplate=f"{name}<br>%{{x}}: %{{y:.3f}}<extra></extra>"))
     fig.update_yaxes(range=[0, 1.02])
@@ -181,7 +184,7 @@ def report_length_figure(versions):
     if not evaluated:
         return _layout(nothing_to_show(fig, "No evaluated versions yet"), "Mean report length", x_title=None)
     labels = [label for label, _ in evaluated]
-    lengths = [m.get("mean_report_length") for _, m in evaluated]
+    lengths = [m.mean_report_length for _, m in evaluated]
     fig.add_trace(go.Bar(x=labels, y=lengths, marker_color=PALETTE[2],
                          text=[f"{v:.0f}" if v is not None else "" for v in lengths], textposition="auto",
                          hovertemplate="%{x}: %{y:.1f} words<extra></extra>"))

@@ -3,7 +3,7 @@ what happened last.
 
 The setting (`off`, `on_sign`, `manual`) is stored in the database like the
 round schedule; which archive is configuration (ORAPO_DICOMWEB_URL, read by
-`app.services.pacs.archive_settings`). With `on_sign` and an archive, signing
+`app.services.archive.pacs.archive_settings`). With `on_sign` and an archive, signing
 starts one short-lived thread that builds the study's SR and stores it with
 STOW-RS: the reader's signature is already committed and never waits for, or
 fails because of, the archive. Every send, done or failed, is an audit entry
@@ -52,7 +52,7 @@ def sr_send_mode(db) -> str:
 
 def set_sr_send_mode(db, user: UserRecord, mode: str) -> str:
     """An admin's choice of when signed reports go to the archive (refused to anyone else)."""
-    from app.services.auth import require_role
+    from app.services.accounts.auth import require_role
     from db import ArchiveSettingsRepository
 
     require_role(user, "admin")
@@ -62,7 +62,7 @@ def set_sr_send_mode(db, user: UserRecord, mode: str) -> str:
 
 def send_report(db, settings, study_id: int, archive, *, actor=None, trigger: str = "on_sign") -> SrSend:
     """Build the study's SR and store it in `archive`; never raises: a failure is returned, audited and logged."""
-    from app.services.export_sr import archive_sr
+    from app.services.archive.export_sr import archive_sr
     from db import AuditRepository
 
     try:
@@ -97,7 +97,7 @@ def after_signing(db, study_id: int, *, actor=None, settings=None,
     try:
         if sr_send_mode(db) != "on_sign":
             return None
-        from app.services.pacs import Archive, archive_settings
+        from app.services.archive.pacs import Archive, archive_settings
 
         configured = archive_settings(environ)
         if configured is None:
@@ -126,8 +126,8 @@ def after_signing(db, study_id: int, *, actor=None, settings=None,
 def send_now(db, settings, user: UserRecord, study_id: int | None) -> SrSend:
     """An admin sends one study's SR at once, whatever the setting (the manual mode's button; a retry after a
     failed send). The outcome is audited like a background send."""
-    from app.services.auth import require_role
-    from app.services.pacs import Archive
+    from app.services.accounts.auth import require_role
+    from app.services.archive.pacs import Archive
 
     require_role(user, "admin")
     if study_id is None:
@@ -145,7 +145,7 @@ def last_send(db) -> AuditEntry | None:
 
 def status_markdown(db, environ: Mapping[str, str] | None = None) -> str:
     """The archive, the setting and the last send, for the Admin tab."""
-    from app.services.pacs import archive_settings
+    from app.services.archive.pacs import archive_settings
 
     try:
         configured = archive_settings(environ)

@@ -14,7 +14,7 @@ The first two are the draft's own `sentence_scores` (each sentence's share of
 samples agreeing with all its facts, and each fact's agreement). The third is
 what the served model has been missing most: of the signed reports made from
 its drafts that state a finding, the share whose draft did not
-(`app.services.dashboard`'s miss, smoothed as misses / (reports + 2) so one
+(`app.services.insight.dashboard`'s miss, smoothed as misses / (reports + 2) so one
 report is not a 100% rate); a draft silent on an often-missed finding is where
 a correction most likely adds it. A study without a draft scores 0 and ties
 keep the oldest first.
@@ -103,7 +103,7 @@ def order_key(label_or_key: str | None) -> str:
 def signed_drafts(db) -> list[tuple]:
     """(draft, signed report text, findings the report states, findings the draft states) of every signed study
     whose report was made from a draft."""
-    from app.services.dashboard import stated_findings
+    from app.services.insight.dashboard import stated_findings
     from db import DraftRepository, StudyRepository
 
     drafts = DraftRepository(db)
@@ -241,7 +241,7 @@ def image_atypicality(unread: list[StudyOverview], signed: list[tuple],
     `SHRINKAGE` towards a multiple of the identity (the features outnumber the films of a small clinic). Only
     the drafts are read, never the signed report: an unread study has none. `stated`: the findings each unread
     draft states, by study id, when the caller has them already."""
-    from app.services.dashboard import stated_findings
+    from app.services.insight.dashboard import stated_findings
 
     stated = stated or {}
 
@@ -286,7 +286,7 @@ def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
     the draft's model, the missed term is the chance that the film holds a finding the draft is silent on and
     the model misses: 1 - prod(1 - miss rate x P(finding | image)); without it, the largest miss rate.
     `atypical` is the study's `image_atypicality`; `stated`, the findings its draft states, if known."""
-    from app.services.dashboard import stated_findings
+    from app.services.insight.dashboard import stated_findings
 
     draft = overview.latest_draft
     if draft is None:
@@ -315,7 +315,7 @@ def ordered(db, overviews: list[StudyOverview], order: str) -> list[StudyOvervie
     unread = sorted((o for o in overviews if o.study.status in UNREAD), key=lambda o: (o.study.created_at, o.study.id))
     rest = [o for o in overviews if o.study.status not in UNREAD]
     if order == "useful" and unread:
-        from app.services.dashboard import stated_findings
+        from app.services.insight.dashboard import stated_findings
 
         signed = signed_drafts(db)
         rates, like = served_miss_rates(db, signed), finding_resemblance(signed)

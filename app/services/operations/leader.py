@@ -38,7 +38,7 @@ time tells a reused pid apart). A round records the process that watches it
 (`RoundMetrics.supervisor`) and `recover()` leaves it alone while that process
 lives (`watch_of`). Each server keeps its upload cache in a folder named after
 it (`ServerIdentity.folder`), deleted whole once that server is dead
-(`live_server_folders`, `app.services.cache_sweep`).
+(`live_server_folders`, `app.services.operations.cache_sweep`).
 """
 
 from __future__ import annotations
