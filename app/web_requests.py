@@ -197,24 +197,25 @@ def _add_headers(message, secure: bool) -> None:
 _HEAD_TAG = re.compile(rb"<head(?:\s[^>]*)?>", re.IGNORECASE)
 
 
-def with_early_script(send, script_tag: str):
-    """`send` that puts `script_tag` right after the opening `<head>` of an HTML page (status 200, not encoded),
-    before any script the page itself carries; any other response goes through as it is. A policy with its own
-    `script-src` (none is sent today) gets the script's hash, unless it already allows inline scripts."""
-    tag = script_tag.encode()
+def _rewriting(send, media_types: tuple[str, ...], rewrite: Callable[[bytes, str, MutableHeaders], bytes]):
+    """`send` that holds back a 200 answer of one of `media_types` (not content-encoded) until its body is whole, and
+    sends `rewrite(body, media type, its headers)` instead, with its length set again; any other answer goes through
+    as it is."""
     start: dict | None = None
+    media = ""
     chunks: list[bytes] = []
     passing = False
 
     async def wrapped(message):
-        nonlocal start, passing
+        nonlocal start, passing, media
         if passing:
             await send(message)
             return
         if message["type"] == "http.response.start":
             headers = MutableHeaders(scope=message)
-            html = (headers.get("content-type") or "").lower().startswith("text/html")
-            if message["status"] != 200 or not html or headers.get("content-encoding"):
+            given = (headers.get("content-type") or "").lower()
+            media = next((m for m in media_types if given.startswith(m)), "")
+            if message["status"] != 200 or not media or headers.get("content-encoding"):
                 passing = True
                 await send(message)
                 return
@@ -226,19 +227,30 @@ def with_early_script(send, script_tag: str):
         chunks.append(message.get("body", b""))
         if message.get("more_body", False):
             return
-        body = b"".join(chunks)
-        body, found = _HEAD_TAG.subn(lambda m: m.group(0) + tag, body, count=1)
         headers = MutableHeaders(scope=start)
-        if found:
-            if "content-length" in headers:
-                headers["content-length"] = str(len(body))
-            csp = headers.get("content-security-policy")
-            if csp is not None:
-                headers["content-security-policy"] = _allow_script(csp, script_tag)
+        body = rewrite(b"".join(chunks), media, headers)
+        if "content-length" in headers:
+            headers["content-length"] = str(len(body))
         await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     return wrapped
+
+
+def with_early_script(send, script_tag: str):
+    """`send` that puts `script_tag` right after the opening `<head>` of an HTML page (status 200, not encoded),
+    before any script the page itself carries; any other response goes through as it is. A policy with its own
+    `script-src` (none is sent today) gets the script's hash, unless it already allows inline scripts."""
+    tag = script_tag.encode()
+
+    def rewrite(body: bytes, media: str, headers: MutableHeaders) -> bytes:
+        body, found = _HEAD_TAG.subn(lambda m: m.group(0) + tag, body, count=1)
+        csp = headers.get("content-security-policy")
+        if found and csp is not None:
+            headers["content-security-policy"] = _allow_script(csp, script_tag)
+        return body
+
+    return _rewriting(send, ("text/html",), rewrite)
 
 
 def _allow_script(csp: str, script_tag: str) -> str:
@@ -268,50 +280,20 @@ def api_info_for(info, keep: Callable[[str], bool]):
 def with_api_info(send, keep: Callable[[str], bool]):
     """`send` that narrows the API description an answer carries to the endpoints `keep` accepts: the JSON of
     Gradio's info route, or the `window.gradio_api_info` a page embeds. Other answers go through as they are."""
-    start: dict | None = None
-    kind = ""
-    chunks: list[bytes] = []
-    passing = False
 
-    async def wrapped(message):
-        nonlocal start, passing, kind
-        if passing:
-            await send(message)
-            return
-        if message["type"] == "http.response.start":
-            headers = MutableHeaders(scope=message)
-            media = (headers.get("content-type") or "").lower()
-            kind = "html" if media.startswith("text/html") else "json" if media.startswith("application/json") else ""
-            if message["status"] != 200 or not kind or headers.get("content-encoding"):
-                passing = True
-                await send(message)
-                return
-            start = message
-            return
-        if message["type"] != "http.response.body" or start is None:
-            await send(message)
-            return
-        chunks.append(message.get("body", b""))
-        if message.get("more_body", False):
-            return
-        body = b"".join(chunks)
-        if kind == "json":
-            try:
-                body = json.dumps(api_info_for(json.loads(body), keep)).encode()
-            except ValueError:
-                pass
-        else:
-            def narrowed(found: re.Match) -> bytes:
-                try:
-                    info = api_info_for(json.loads(found.group(2)), keep)
-                except ValueError:
-                    info = NO_API
-                return found.group(1) + json.dumps(info).replace("</", "<\\/").encode() + found.group(3)
-            body = _API_INFO.sub(narrowed, body, count=1)
-        headers = MutableHeaders(scope=start)
-        if "content-length" in headers:
-            headers["content-length"] = str(len(body))
-        await send(start)
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+    def narrowed(found: re.Match) -> bytes:
+        try:
+            info = api_info_for(json.loads(found.group(2)), keep)
+        except ValueError:
+            info = NO_API
+        return found.group(1) + json.dumps(info).replace("</", "<\\/").encode() + found.group(3)
 
-    return wrapped
+    def rewrite(body: bytes, media: str, headers: MutableHeaders) -> bytes:
+        if media == "text/html":
+            return _API_INFO.sub(narrowed, body, count=1)
+        try:
+            return json.dumps(api_info_for(json.loads(body), keep)).encode()
+        except ValueError:
+            return body
+
+    return _rewriting(send, ("text/html", "application/json"), rewrite)

@@ -19,17 +19,12 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.round_story_common import (add_story_folder_arguments, add_test_set_arguments, command, grpo_twin_dir,
-                                           open_story, outcome, print_false_positives, round_version, test_dir,
-                                           test_studies)
+from benchmarks.round_story_common import (command, grpo_twin_dir, make_tool_parser, open_round, outcome,
+                                           print_false_positives, test_dir, test_studies)
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_story_folder_arguments(parser, "the round whose models are scored (default 1, the story's one round)")
-    add_test_set_arguments(parser)
-    parser.add_argument("--json", default=None)
-    return parser
+    return make_tool_parser(__doc__, "the round whose models are scored (default 1, the story's one round)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,10 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.services.reading.served import resolve_path
 
-    data_dir = Path(args.data_dir)
-    settings, database = open_story(data_dir)
-    version = round_version(database, args.round)
-    base = resolve_path(settings, version.base_model_path)
+    data_dir, settings, database, version, base = open_round(args)
     positives, negatives = test_studies(args)
     models = {"before": None, "candidate": resolve_path(settings, version.adapter_path)}
     twin = grpo_twin_dir(data_dir, args.round)

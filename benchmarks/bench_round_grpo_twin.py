@@ -19,18 +19,14 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.round_story_common import (add_story_folder_arguments, add_test_set_arguments, command, grpo_twin_dir,
-                                           open_story, outcome, round_version, test_dir, test_studies)
+from benchmarks.round_story_common import (command, grpo_twin_dir, make_tool_parser, open_story, outcome,
+                                           round_version, test_dir, test_studies)
 from orapo_core.facts.metrics import EvalMetrics
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_story_folder_arguments(parser, "the OraPO round whose rows, recipe and steps GRPO trains on (default 1, the "
-                                       "story's one round)")
-    add_test_set_arguments(parser)
-    parser.add_argument("--json", default=None)
-    return parser
+    return make_tool_parser(__doc__, "the OraPO round whose rows, recipe and steps GRPO trains on (default 1, the "
+                                     "story's one round)")
 
 
 def main(argv: list[str] | None = None) -> int:

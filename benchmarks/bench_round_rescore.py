@@ -22,16 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.round_story_common import (add_story_folder_arguments, add_test_set_arguments, command,
-                                           fit_version_verifier, open_story, outcome, phantom_test_records,
-                                           print_false_positives, round_version, test_dir, test_studies)
+from benchmarks.round_story_common import (command, fit_version_verifier, make_tool_parser, open_round, outcome,
+                                           phantom_test_records, print_false_positives, test_dir, test_studies)
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_story_folder_arguments(parser, "the round whose candidate and starting model are scored again (default 1, "
+    parser = make_tool_parser(__doc__, "the round whose candidate and starting model are scored again (default 1, "
                                        "the story's one round)")
-    add_test_set_arguments(parser)
     parser.add_argument("--fit-verifier", action="store_true",
                         help="first fit the finding verifier of that round's version as a round with "
                              "finding_verifier on does (orapo_core.models.verifier.fit_round_verifier, on the round's "
@@ -46,7 +43,6 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--agreement", action="store_true",
                         help="also score both models' drafts at operating points of sample agreement (the app's 4 "
                              "samples; a finding's sentence kept where at least 1-4 of them assert it too)")
-    parser.add_argument("--json", default=None)
     return parser
 
 
@@ -95,10 +91,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.services.reading.served import resolve_path
 
-    data_dir = Path(args.data_dir)
-    settings, database = open_story(data_dir)
-    version = round_version(database, args.round)
-    base = resolve_path(settings, version.base_model_path)
+    data_dir, settings, database, version, base = open_round(args)
     if args.fit_verifier:
         from app.services.rounds import parse_settings
 

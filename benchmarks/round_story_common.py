@@ -130,6 +130,26 @@ def open_story(data_dir: Path):
     return settings, open_database(settings)
 
 
+def make_tool_parser(doc: str, round_help: str) -> argparse.ArgumentParser:
+    """The arguments every round tool takes: the story's folder and round, the test set, and where the JSON goes."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_story_folder_arguments(parser, round_help)
+    add_test_set_arguments(parser)
+    parser.add_argument("--json", default=None)
+    return parser
+
+
+def open_round(args: argparse.Namespace):
+    """(the story's folder, its settings, its database, the round's model version, that version's base model) for a
+    tool's --data-dir and --round."""
+    from app.services.reading.served import resolve_path
+
+    data_dir = Path(args.data_dir)
+    settings, database = open_story(data_dir)
+    version = round_version(database, args.round)
+    return data_dir, settings, database, version, resolve_path(settings, version.base_model_path)
+
+
 def round_version(database, round_id: int):
     """The model version round `round_id` made."""
     from db import ModelVersionRepository

@@ -107,7 +107,7 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
         if edited(text, session):
             autosave.keep(ctx.database, user, session["study_id"], text, base_version=session.get("report_version") or 0)
         elif (text or "").strip():
-            autosave.discard(ctx.database, user, session["study_id"])
+            autosave.discard(ctx.database, user, session["study_id"], base_version=session.get("report_version") or 0)
 
     c.report.change(keep_typing, inputs=[c.report, c.state], outputs=None, api_visibility="private",
                     trigger_mode="always_last", show_progress="hidden")

@@ -303,11 +303,12 @@ class AutosaveRepository(Repository):
                                                               ReportAutosave.study_id == study_id))
             return None if row is None else _autosave_record(row)
 
-    def discard(self, user_id: int, study_id: int) -> bool:
+    def discard(self, user_id: int, study_id: int, *, base_version: int | None = None) -> bool:
+        """Delete the reader's unsaved text of the study (with `base_version`, only one edited from that version)."""
         with self._session() as session:
             row = session.scalar(select(ReportAutosave).where(ReportAutosave.user_id == user_id,
                                                               ReportAutosave.study_id == study_id))
-            if row is None:
+            if row is None or (base_version is not None and row.base_version != base_version):
                 return False
             session.delete(row)
             return True

@@ -32,6 +32,8 @@ def unsaved(db, user: UserRecord, study_id: int, *, stored: str | None) -> Autos
     return record
 
 
-def discard(db, user: UserRecord, study_id: int) -> bool:
-    """The reader stored the report or replaced the edit: their unsaved text of the study is gone."""
-    return AutosaveRepository(db).discard(user.id, int(study_id))
+def discard(db, user: UserRecord, study_id: int, *, base_version: int | None = None) -> bool:
+    """The reader stored the report or replaced the edit: their unsaved text of the study is gone. With
+    `base_version`, only text edited from that version goes: one made before a newer version was stored, and quoted
+    to the reader to copy from, stays until the reader stores the report."""
+    return AutosaveRepository(db).discard(user.id, int(study_id), base_version=base_version)
