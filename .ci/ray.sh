@@ -25,12 +25,13 @@ if [ "${1:-}" = "--stop" ]; then
   exit 0
 fi
 
-if alive; then cat "$DIR/address"; exit 0; fi
-
+# The tests import Ray's job client from this environment even when a head started by another checkout is reused.
 if ! "$BIN/python" -c 'import ray.job_submission' 2>/dev/null; then
   "$BIN/pip" install -q -c constraints.txt -e '.[ray]' >&2 || {
     echo "ray_missing: could not install the pinned Ray (pip install -c constraints.txt -e '.[ray]')." >&2; exit 3; }
 fi
+
+if alive; then cat "$DIR/address"; exit 0; fi
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() {

@@ -169,7 +169,9 @@ def test_password_hashing_does_not_stop_the_server(server, monkeypatch):
     assert not done.is_set()  # the sign-in was still being checked all along
     guesser.join()
     reader.close()
-    assert max(latencies) < 1.0 and statistics.median(latencies) < 0.5, latencies
+    # a loop blocked by the hash would hold every request until the 3 s check ended, which `done` above rules out;
+    # the bounds are loose because one request of a long suite on 2 busy cores can stall for a second (seen: 1.5 s)
+    assert max(latencies) < 2.0 and statistics.median(latencies) < 0.5, latencies
 
 
 def test_sign_in_and_sign_out_are_audited(server):
