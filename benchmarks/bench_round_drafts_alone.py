@@ -15,12 +15,10 @@ The same models with their checks: `benchmarks.bench_round_rescore`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
-from benchmarks.round_story_common import (command, grpo_twin_dir, make_tool_parser, open_round, outcome,
-                                           print_false_positives, test_dir, test_studies)
+from benchmarks.round_story_common import (command, finish_tool, grpo_twin_dir, make_tool_parser, open_round, outcome,
+                                           test_dir, test_studies)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -42,11 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"command": command("bench_round_drafts_alone", argv), "round": args.round, "checks": False,
               **{name: outcome(base, adapter, positives, negatives, args.finding, test_dir(data_dir), checks=False)
                  for name, adapter in models.items()}}
-    for name in models:
-        print_false_positives(name, result[name])
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
-    return 0
+    return finish_tool(result, models, args.json)
 
 
 if __name__ == "__main__":

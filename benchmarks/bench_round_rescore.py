@@ -16,14 +16,12 @@ The same models with their finding checks set aside: `benchmarks.bench_round_dra
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
-from benchmarks.round_story_common import (command, fit_version_verifier, make_tool_parser, open_round, outcome,
-                                           phantom_test_records, print_false_positives, test_dir, test_studies)
+from benchmarks.round_story_common import (command, finish_tool, fit_version_verifier, make_tool_parser, open_round, outcome,
+                                           phantom_test_records, test_dir, test_studies)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -113,11 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             result[name]["state_probes"]["drafts_d_prime"] = d_prime(result[name]["recall"],
                                                                      result[name]["false_positive_rate"])
             print(f"{name:10s} probe AUC, finding vs not: {result[name]['state_probes']}")
-    for name in models:
-        print_false_positives(name, result[name])
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
-    return 0
+    return finish_tool(result, models, args.json)
 
 
 if __name__ == "__main__":

@@ -150,6 +150,15 @@ def open_round(args: argparse.Namespace):
     return data_dir, settings, database, version, resolve_path(settings, version.base_model_path)
 
 
+def finish_tool(result: dict, models, json_path: str | None) -> int:
+    """A round tool's last step: each model's false positives by finding printed, the result written as JSON."""
+    for name in models:
+        print_false_positives(name, result[name])
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
 def round_version(database, round_id: int):
     """The model version round `round_id` made."""
     from db import ModelVersionRepository
