@@ -42,14 +42,15 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     it, so building an app, as tests do, leaves no thread behind; with `warm_model` (as `orapo serve` asks) the lifespan also
     loads and warms the served model in the background. `signin` (a `SignInGuard`) defaults to the
     standard limits."""
-    from app.services.reading.drafting import ModelRegistry
-    from app.services.operations.metrics import AppMetrics
-    from app.services.operations.export_downloads import prune_downloads
-    from app.services.rounds import RoundScheduler
+    from app.messages import in_page
     from app.services.accounts.sessions import SessionBook
     from app.services.accounts.signin import SignInGuard
-    from app.messages import in_page
-    from app.tabs import account, admin, dashboard, read, rounds as rounds_tab_module, worklist
+    from app.services.operations.export_downloads import prune_downloads
+    from app.services.operations.metrics import AppMetrics
+    from app.services.reading.drafting import ModelRegistry
+    from app.services.rounds import RoundScheduler
+    from app.tabs import account, admin, dashboard, read, worklist
+    from app.tabs import rounds as rounds_tab_module
 
     settings = web_settings(settings)
     # keep uploads in this server's folder in the data folder, where ingest deletes each one after use and the
@@ -131,9 +132,9 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
     from starlette.middleware import Middleware
 
     from app import ops_routes, page_scripts, viewer_routes
-    from app.tabs.read_upload import FILE_TYPES
-    from app.services.operations.export_downloads import downloads_dir
     from app.services.accounts.signin import ACCOUNT_FAILURES, WINDOW_MINUTES
+    from app.services.operations.export_downloads import downloads_dir
+    from app.tabs.read_upload import FILE_TYPES
 
     async def signed_in_only_through_the_middleware(username: str, password: str) -> bool:
         # `auth` makes Gradio show its sign-in page; the middleware answers every POST to /login itself

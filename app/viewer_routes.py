@@ -49,8 +49,8 @@ def render_url(study_id: int, preset: str = "default") -> str:
 
 def routes(settings, database) -> list[Route]:
     """The routes, bound to this app's settings and database (no module state: one app, one set)."""
-    from app.services.reading import viewer
     from app.services.accounts.auth import signed_in
+    from app.services.reading import viewer
 
     def refused(exc: OrapoError) -> JSONResponse:
         return JSONResponse({"detail": {"error": exc.code, "message": exc.message}},

@@ -65,8 +65,16 @@ from app import gradio_internals, web_signin
 from app.gradio_internals import DEEP_LINK_PATH, STARTUP_EVENTS_PATH, TOKEN_PATHS, UPLOAD_PATHS
 from app.page_scripts import EARLY_HEAD
 from app.services.operations.metrics import HEALTH_PATHS
-from app.web_requests import (OWN_REFUSAL, cross_site, from_own_page, inside, route_templates, with_api_info,
-                              with_early_script, with_headers)
+from app.web_requests import (
+    OWN_REFUSAL,
+    cross_site,
+    from_own_page,
+    inside,
+    route_templates,
+    with_api_info,
+    with_early_script,
+    with_headers,
+)
 
 # What a browser needs before it has a session: the sign-in page and its assets.
 PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/theme.css", "/gradio_api/theme.css", "/manifest.json", "/robots.txt",

@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 
-
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Area under the ROC curve by ranks (ties averaged); nan when one class is absent."""
     pos, neg = labels > 0.5, labels <= 0.5

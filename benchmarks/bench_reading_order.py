@@ -54,7 +54,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 RARE = {"pneumothorax": "Pneumothorax", "fracture": "Fracture", "lung_lesion": "Lung Lesion",
         "pleural_other": "Pleural Other"}
 
@@ -146,8 +145,8 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
 
 def run_round(arm: Path) -> dict:
     from app.runtime import open_database
-    from app.services.rounds import RoundService
     from app.services.reading.served import resolve_path
+    from app.services.rounds import RoundService
     from db import ModelVersionRepository, UserRepository
     from orapo_core.config import Settings
 

@@ -17,8 +17,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks.round_story_common import (command, finish_tool, grpo_twin_dir, make_tool_parser, open_round, outcome,
-                                           test_dir, test_studies)
+from benchmarks.round_story_common import (
+    command,
+    finish_tool,
+    grpo_twin_dir,
+    make_tool_parser,
+    open_round,
+    outcome,
+    test_dir,
+    test_studies,
+)
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -19,8 +19,16 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.round_story_common import (command, grpo_twin_dir, make_tool_parser, open_story, outcome,
-                                           round_version, test_dir, test_studies)
+from benchmarks.round_story_common import (
+    command,
+    grpo_twin_dir,
+    make_tool_parser,
+    open_story,
+    outcome,
+    round_version,
+    test_dir,
+    test_studies,
+)
 from orapo_core.facts.metrics import EvalMetrics
 
 
@@ -35,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import subprocess
 
-    from app.services.rounds.processes import override_argv
     from app.services.reading.served import resolve_path
+    from app.services.rounds.processes import override_argv
     from db import RoundRepository
 
     data_dir = Path(args.data_dir)

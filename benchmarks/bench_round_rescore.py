@@ -7,8 +7,14 @@ negatives' other findings. Optionally first fits the finding verifier of that ro
 with finding_verifier on does, and probes how well each model's states tell the films with the finding from
 those without.
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_round_rescore --data-dir DIR --seed S [--fit-verifier] [--state-probes] --json OUT
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_round_rescore --data-dir DIR --seed S [--fit-verifier] [--gate] [--state-probes] --json OUT
     orapo bench round_rescore --data-dir DIR --seed S
+
+`--gate` also judges the round again with this checkout's gate (`app.services.rounds.decide`, its default
+policy): once on the round's own held-out set as a round would build it now (the clinic's held-out studies,
+topped up with PhantomCXR negatives of the corrected findings), drafted by both models as the round's Evaluate
+step drafts, and once on the test studies scored here (125 with the finding, 200 without), and says whether the
+two verdicts agree: how far the gate's decision on its small set is the one a 325-study test set would make.
 
 The same models with their finding checks set aside: `benchmarks.bench_round_drafts_alone`.
 """
@@ -17,11 +23,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
-from benchmarks.round_story_common import (command, finish_tool, fit_version_verifier, make_tool_parser, open_round, outcome,
-                                           phantom_test_records, test_dir, test_studies)
+from benchmarks.round_story_common import (
+    command,
+    finish_tool,
+    fit_version_verifier,
+    make_tool_parser,
+    open_round,
+    outcome,
+    phantom_test_records,
+    test_dir,
+    test_studies,
+)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -38,6 +54,9 @@ def make_parser() -> argparse.ArgumentParser:
                         help="also how well a linear probe tells the test films with the finding from those without, "
                              "from each model's merged visual token and from its text model's last prompt state "
                              "(where the report begins), beside the drafts' own d'")
+    parser.add_argument("--gate", action="store_true",
+                        help="also judge the round again with this checkout's gate, on the round's own held-out set "
+                             "and on the test studies, and say whether the two verdicts agree")
     parser.add_argument("--agreement", action="store_true",
                         help="also score both models' drafts at operating points of sample agreement (the app's 4 "
                              "samples; a finding's sentence kept where at least 1-4 of them assert it too)")
@@ -83,6 +102,47 @@ def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, sp
     return out
 
 
+def changes_of_round(train_csv: Path) -> dict:
+    """What round's corrections did to each finding, from its training CSV: the signed report's stored labels
+    against the FactS labels of the draft it replaced (`clinician_rejected`), as the round's selection counts them."""
+    import csv
+
+    from app.services.rounds.evidence import finding_changes
+    from orapo_core.facts import label_report
+    from orapo_core.facts.ontology import CHEXPERT_14
+
+    def stored(row: dict) -> dict:
+        return {k: (int(float(row[k])) if row.get(k) not in (None, "") else None) for k in CHEXPERT_14}
+
+    with open(train_csv, newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r.get("clinician_rejected")]
+    return finding_changes((stored(r), label_report(r["clinician_rejected"])) for r in rows)
+
+
+def judge_again(settings, database, round_id: int, base, adapter, test_rows: dict) -> dict:
+    """This checkout's gate on the round's own held-out set (built and drafted as a round does now) and on the
+    test studies' rows; both decisions (without the per-study rows) and whether their verdicts agree."""
+    from app.services.rounds import RoundPolicy, decide
+    from app.services.rounds.data import round_heldout
+    from app.services.rounds.plan import EvaluationSpec, Weights
+    from app.services.rounds.worker import evaluate_models
+
+    policy = RoundPolicy()
+    changes = changes_of_round(settings.rounds_dir / str(round_id) / "train.csv")
+    heldout = round_heldout(database, settings, policy, changes)
+    path = heldout.write(settings.rounds_dir / str(round_id) / "gate-again" / "heldout.json")
+    evaluation = evaluate_models(EvaluationSpec(path, Weights(Path(base)), Weights(Path(base), Path(adapter)),
+                                                min_agreement=settings.draft_min_agreement))
+    own = decide(evaluation.candidate.predictions, evaluation.served.predictions, policy.gate, changes=changes)
+    test = decide(test_rows["candidate"], test_rows["before"], policy.gate, changes=changes)
+    for name, d in (("own held-out set", own), ("test set", test)):
+        print(f"gate on the {name}: {d.verdict}: {d.reason}")
+    summary = heldout.summary()
+    return {"changes": changes, "heldout": {"n": summary.n, "sources": summary.sources, "topped_up_for": summary.topped_up_for},
+            "own": own.to_dict(), "test_set": test.to_dict(), "own_verdict": own.verdict, "test_verdict": test.verdict,
+            "agree": own.verdict == test.verdict}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
@@ -100,8 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     films = test_dir(data_dir)
     models = {"before": None, "candidate": resolve_path(settings, version.adapter_path)}
     result = {"command": command("bench_round_rescore", argv), "round": args.round, "checks": True,
-              **{name: outcome(base, adapter, positives, negatives, args.finding, films, agreement=args.agreement)
+              **{name: outcome(base, adapter, positives, negatives, args.finding, films, agreement=args.agreement,
+                               rows=args.gate)
                  for name, adapter in models.items()}}
+    if args.gate:
+        rows = {name: result[name].pop("rows") for name in models}
+        result["gate"] = judge_again(settings, database, args.round, base, models["candidate"], rows)
     if args.state_probes:
         pictures = [r.image_paths[0] for r in phantom_test_records(positives, films, "pos")
                     + phantom_test_records(negatives, films, "neg")]

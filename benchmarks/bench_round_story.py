@@ -35,8 +35,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.round_story_common import (AGREEMENT, LABEL, add_test_set_arguments, command, draw, outcome,
-                                           print_outcome, report_of, shown, test_dir, test_studies, write_dicoms)
+from benchmarks.round_story_common import (
+    AGREEMENT,
+    LABEL,
+    add_test_set_arguments,
+    command,
+    draw,
+    outcome,
+    print_outcome,
+    report_of,
+    shown,
+    test_dir,
+    test_studies,
+    write_dicoms,
+)
 from orapo_core.facts.metrics import EvalMetrics
 
 
@@ -63,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     from app.runtime import open_database
     from app.services.reading import drafting, reports
     from app.services.reading.ingest import ingest_bytes
-    from app.services.rounds import RoundService, parse_settings
     from app.services.reading.served import served_model
+    from app.services.rounds import RoundService, parse_settings
     from db import ModelVersionRepository, UserRepository
     from orapo_core.config import Settings
     from orapo_core.facts import label_report

@@ -50,8 +50,8 @@ def finding_sentence(report: str, finding: str):
 
 def read_reports(loaded, images, reports, *, batch: int = 8):
     """Per report: its token ids, each token's character span, per-token log-probs and the argmax token ids."""
-    from orapo_core.models.scoring import answer_token_logps
     from orapo_core.models.picture import to_rgb_image
+    from orapo_core.models.scoring import answer_token_logps
 
     tokenizer = loaded.processor.tokenizer
     out = []
@@ -84,7 +84,7 @@ def measure(loaded, records, images, drafts, finding: str, tokenizer) -> dict:
     reads = read_reports(loaded, [images[i] for i, _ in chosen], [records[i].report for i, _ in chosen])
     sentence_lp, other_lp, first_lp, first_wins, position, worst_lp, whole = [], [], [], 0, [], [], 0
     preferred: collections.Counter = collections.Counter()
-    for (i, sentence), read in zip(chosen, reads, strict=True):
+    for (_i, sentence), read in zip(chosen, reads, strict=True):
         inside = sentence_tokens(read, sentence.start, sentence.end)
         if not inside:
             continue

@@ -36,7 +36,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]  # as tests/support/browser.py
@@ -122,7 +121,7 @@ def drag(page, seconds: float) -> dict:
     page.mouse.move(x0, y0)
     page.mouse.down(button="right")
     began = page.evaluate("() => performance.now()")
-    start, moves, windows = time.perf_counter(), 0, set()
+    start, moves = time.perf_counter(), 0
     while (t := time.perf_counter() - start) < seconds:
         phase = (t / 1.5) % 2.0
         along = phase if phase <= 1.0 else 2.0 - phase  # back and forth across 40% of the image

@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from benchmarks.bench_probe import auc, ridge_probe_auc  # noqa: E402
 
 
@@ -72,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import Qwen2VLForConditionalGeneration
 
     from orapo_core.data.phantom import FINDING_KINDS
-    from orapo_core.models.starter.architecture import (StarterArchitecture, build_config, build_processor,
-                                                       visual_tokens)
+    from orapo_core.models.starter.architecture import StarterArchitecture, build_config, build_processor, visual_tokens
     from orapo_core.models.starter.sft import WarmStart, WarmStartPlan, make_vision_set
     from orapo_core.models.starter.tokenizer import train_report_tokenizer
 

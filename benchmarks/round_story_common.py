@@ -195,7 +195,7 @@ def fit_version_verifier(settings, round_id: int, base, adapter, *, add_max_fpr:
 # --- the outcome -----------------------------------------------------------------------------------------------
 
 def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path, *, agreement: bool = False,
-            checks: bool = True) -> dict:
+            checks: bool = True, rows: bool = False) -> dict:
     """Greedy drafts of the one evaluator on PNGs of the test studies: recall, FPR and macro-F1.
 
     `checks=False` sets the version's finding checks aside (orapo_core.models.verifier): what the model writes alone.
@@ -214,6 +214,10 @@ def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path
         drafter.verifier = None
     result = evaluate_drafter(drafter, records, samples=4 if agreement else 0)
     out = _rates(result, len(positives), finding)
+    if rows:  # each study's labels, as the rounds' gate reads them (`app.services.rounds.worker.prediction_rows`)
+        from app.services.rounds.worker import prediction_rows
+
+        out["rows"] = prediction_rows(result.predictions, records)
     if agreement:
         out["agreement"] = {
             str(q): _rates(rescore(result, records, lambda row, q=q: keep_agreed(row["draft"], row["samples"], q)),

@@ -31,9 +31,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from db.records import (
     PAIR_SOURCES,
+    READING_ORDERS,
     ROLES,
     ROUND_STATUSES,
-    READING_ORDERS,
     ROUND_TRIGGERS,
     SPLITS,
     SR_SEND_MODES,
@@ -97,6 +97,9 @@ class Study(Base):
     uploaded_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
     status: Mapped[str] = mapped_column(String(16), default="new", index=True)
     split: Mapped[str] = mapped_column(String(8))
+    # why the study is stored but never drafted, in words following "Study N is" ("a CT (Modality CT), not a chest
+    # radiograph"; orapo_core.imaging.scope); NULL: a chest radiograph, drafted
+    not_drafted: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

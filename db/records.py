@@ -60,6 +60,8 @@ class StudyRecord:
     status: str
     split: str
     created_at: datetime
+    # why the study is stored but never drafted ("a CT (Modality CT), not a chest radiograph"); None: drafted
+    not_drafted: str | None = None
 
 
 @dataclass(frozen=True)

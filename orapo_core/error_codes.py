@@ -30,6 +30,7 @@ CATALOGUE: dict[str, dict[str, str]] = {
         "too_many_pixels": "The image is larger than ORAPO_MAX_PIXELS (a decompression bomb, or not a radiograph).",
         "unreadable_image": "The image could not be read although its format is accepted; export it again.",
         "image_invalid": "A drafter was given something that is not a 2-D grey or RGB image.",
+        "not_a_chest_radiograph": "The image is not a chest radiograph (another modality or body part, a colour picture, or far unlike any film the model knows); it is stored but never drafted.",
     },
     "facts (labeler, reward, metrics)": {
         "bad_label": "A label value is not 1, 0, -1 or empty.",

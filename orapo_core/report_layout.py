@@ -34,7 +34,8 @@ def split_report(text: str | None) -> tuple[str, str]:
 
     Whitespace inside each section is collapsed to single spaces; text before the first header counts as findings.
     """
-    marks = list(_SECTION.finditer(text or ""))
+    text = text or ""
+    marks = list(_SECTION.finditer(text))
     if not marks:
         return normalize_space(text), ""
     sections = {"findings": "", "impression": ""}

@@ -106,8 +106,8 @@ def test_everyone_is_refused_to_a_radiologist(seeded):
 
 
 def test_only_signed_reports_count_as_misses(seeded):
-    from app.services.reading import reports
     from app.services.insight.dashboard import dashboard_data
+    from app.services.reading import reports
     from db import DraftRepository, StudyRepository
 
     db, boss, rita, omar = seeded

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from tests.support.dicom import pydicom_data_file
 from orapo_core.errors import OrapoError
+from tests.support.dicom import pydicom_data_file
 
 
 @pytest.fixture

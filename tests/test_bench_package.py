@@ -94,7 +94,7 @@ def test_every_benchmark_starts_as_a_module_and_through_orapo_bench(tmp_path: Pa
     from app.commands.bench import available
 
     found = available()
-    assert {"decode", "round_story", "round_rescore", "round_drafts_alone", "round_grpo_twin",
+    assert {"decode", "round_story", "round_rescore", "round_drafts_alone", "round_grpo_twin", "round_matrix",
             "walk_screenshots"} <= found.keys()
     assert not {"ablation", "round_story_common"} & found.keys()  # shared code, no command line
     # each one's --help, run as `python -m` runs it (as __main__, from the package), in one interpreter; a tool
@@ -125,3 +125,6 @@ def test_every_benchmark_starts_as_a_module_and_through_orapo_bench(tmp_path: Pa
                             capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0 and "--finding" in result.stdout and "--rescore-round" not in result.stdout, \
         result.stderr[-3000:]
+    result = subprocess.run([sys.executable, "-m", "app.cli", "bench", "round-matrix", "--help"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0 and "--cells" in result.stdout, result.stderr[-3000:]

@@ -38,9 +38,49 @@ def test_each_clinic_story_tool_takes_only_its_own_flags() -> None:
     test_set = {"--finding", "--n-positive", "--n-negative", "--size", "--seed"}
     story_folder = {"--data-dir", "--round"}
     assert flags(bench_round_story) == test_set | {"--n", "--data-dir", "--set", "--agreement", "--json"}
-    assert flags(bench_round_rescore) == test_set | story_folder | {"--fit-verifier", "--set", "--state-probes",
+    assert flags(bench_round_rescore) == test_set | story_folder | {"--fit-verifier", "--gate", "--set", "--state-probes",
                                                                     "--agreement", "--json"}
     assert flags(bench_round_drafts_alone) == test_set | story_folder | {"--json"}
     assert flags(bench_round_grpo_twin) == test_set | story_folder | {"--json"}
     args = bench_round_rescore.make_parser().parse_args(["--data-dir", "d", "--seed", "12", "--fit-verifier"])
     assert (args.round, args.seed, args.fit_verifier, args.state_probes) == (1, 12, True, False)
+
+
+def _scores(recall, fpr, normal, by_finding, f1=0.5, n_pos=125, n_neg=200):
+    per = {"Pleural Effusion": [0, 0], "Cardiomegaly": [0, 0]}
+    return {"recall": recall, "false_positive_rate": fpr, "n_positive": n_pos, "n_negative": n_neg,
+            "false_positives_on_normal": normal, "false_positives_by_finding": dict(per, **by_finding),
+            "macro_f1_14": f1}
+
+
+def test_the_round_matrix_judges_the_drafts_alone_and_the_worst_group_of_ten_or_more() -> None:
+    from benchmarks.bench_round_matrix import summarise, table
+
+    story = {"draft_min_agreement": 0, "round": {"seconds": 1500, "version_status": "promoted", "gate": "ok"},
+             "candidate": _scores(0.9, 0.02, [1, 80], {"Pleural Effusion": [3, 40]}, f1=0.6)}
+    alone = {"before": _scores(0.0, 0.0, [0, 80], {}, f1=0.45),
+             # 3 % overall, but 4 of 30 effusion films (13 %): the group limit is missed; 2 of 3 lesion films is too
+             # small a group to judge
+             "candidate": _scores(0.7, 0.03, [0, 80], {"Pleural Effusion": [4, 30], "Lung Lesion": [2, 3]}, f1=0.5)}
+    cell = summarise("pleural_other", 501, story, alone)
+    assert cell["alone"]["worst_group"] == ["Pleural Effusion", 4, 30]
+    goals = cell["goals"]
+    assert goals["alone: recall >= 0.6"] and goals["alone: macro-F1 not lower"] and goals["promoted"]
+    assert not goals["alone: false positives within limits"]
+    assert goals["checks add >= 0.1 recall within limits"]  # +0.2, 2 % overall, effusion 3/40
+    text = table([cell])
+    assert "**0.700 (88/125) / 3.0 % (6/200; worst group Pleural Effusion 4/30) / 0.500**" in text
+    assert "alone: false positives within limits" in text.splitlines()[2]
+
+
+def test_the_round_matrix_reads_the_checks_column_from_the_checks_fitted_again_when_given() -> None:
+    from benchmarks.bench_round_matrix import summarise
+
+    story = {"round": {"seconds": 600, "version_status": "held"},
+             "candidate": _scores(0.9, 0.15, [10, 80], {"Pleural Effusion": [20, 40]})}
+    alone = {"before": _scores(0.0, 0.0, [0, 80], {}), "candidate": _scores(0.5, 0.0, [0, 80], {})}
+    checks = {"command": "python -m benchmarks.bench_round_rescore", "candidate": _scores(0.65, 0.01, [0, 80], {})}
+    cell = summarise("pneumothorax", 521, story, alone, checks)
+    assert cell["with_round_checks"]["fpr"] == 0.15 and cell["with_checks"]["fpr"] == 0.01
+    assert cell["goals"]["checks add >= 0.1 recall within limits"]
+    assert not cell["goals"]["promoted"] and not cell["goals"]["alone: recall >= 0.6"]

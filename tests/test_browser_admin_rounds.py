@@ -10,7 +10,6 @@ Screenshots of each step go to tests/artifacts/.
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.support.browser import ARTIFACTS, require_chromium

@@ -33,8 +33,7 @@ def app(tmp_path_factory):
     from app.services.reading.ingest import ingest_bytes
     from db import ModelVersionRepository, UserRepository
     from db.models import Study
-    from tests.support.app import phantom_png
-    from tests.support.app import launched_app, make_env
+    from tests.support.app import launched_app, make_env, phantom_png
 
     root = tmp_path_factory.mktemp("messages")
     settings, db = make_env(root)

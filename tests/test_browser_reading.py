@@ -13,7 +13,6 @@ import re
 import shutil
 
 from tests.support.browser import ARTIFACTS, require_chromium
-
 from tests.support.dicom import pydicom_data_file
 
 require_chromium()
@@ -156,8 +155,7 @@ def test_what_is_signed_is_exactly_the_report_on_screen(browser, tmp_path, tiny_
     from playwright.sync_api import expect
 
     from db import CorrectionRepository, StudyRepository
-    from tests.support.app import phantom_png
-    from tests.support.app import launched_app, make_env
+    from tests.support.app import launched_app, make_env, phantom_png
 
     wait = 30_000  # every wait is explicit: the app drafts on 2 busy cores
     settings, db = make_env(tmp_path, tiny_model)

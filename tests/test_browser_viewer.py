@@ -14,7 +14,6 @@ import shutil
 import pytest
 
 from tests.support.app import launched_app, make_env
-
 from tests.support.browser import ARTIFACTS
 from tests.support.dicom import pydicom_data_file
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.tiny_vlms import build_tiny_vlm
-
 from app.cli import main
 from orapo_core.facts.metrics import EvalMetrics
+from tests.support.tiny_vlms import build_tiny_vlm
 
 
 def test_eval_reports_clinical_efficacy(tmp_path: Path, data_dir: Path, capsys) -> None:

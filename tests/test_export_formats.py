@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("trl")
 
 from app.cli import main  # noqa: E402
-
 from tests.support.rounds import seed_study
 
 
@@ -111,3 +110,40 @@ def test_fhir_export_reads_back_as_r4_diagnostic_reports(seeded, tmp_path, capsy
     assert main(["export", "fhir", str(study.id), str(tmp_path / "one")]) == 0
     assert (tmp_path / "one" / f"study-{study.id}.json").is_file()
     assert main(["export", "fhir", str(tmp_path / "x")]) == 2 and "study_or_all" in capsys.readouterr().err
+
+
+def test_fhir_marks_the_sentences_the_finding_check_added(data_dir, tmp_path):
+    """A sentence the version's finding check put in the draft (read on the image, not written by the model) is an
+    extension of the preliminary report, of the final one where the reader kept it, and the check is named in the
+    draft's Provenance."""
+    from fhir.resources.R4B.bundle import Bundle
+
+    from app.runtime import open_database
+    from app.services.operations.export import ADDED_BY_CHECK, fhir_bundle
+    from db import CorrectionRepository, DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
+    from orapo_core.config import Settings
+
+    db = open_database(Settings())
+    rita = UserRepository(db).create("rita", "rita-pass-1")
+    version = ModelVersionRepository(db).create("round-2", base_model_path="models/starter")
+    kept, dropped = "Small left pneumothorax.", "Healing right rib fracture."
+    study = StudyRepository(db).create("checked-uid", "ANON-C")
+    draft = DraftRepository(db).create(study.id, model_name="round-2", prompt="p", model_version_id=version.id,
+                                       text=f"Findings: Heart is normal. {kept} {dropped}\nImpression: {kept}",
+                                       facts={"flagged": [], "withheld": [], "added": [kept, dropped]})
+    CorrectionRepository(db).create(study.id, author_id=rita.id, draft_id=draft.id, signed=True,
+                                    text=f"Findings: Heart is normal.  {kept}\nImpression: {kept}")
+    bundle = fhir_bundle(db, study.id)
+    Bundle.model_validate(bundle)  # still valid R4(B)
+    preliminary, provenance, final, _ = (e["resource"] for e in bundle["entry"])
+    assert preliminary["extension"] == [{"url": ADDED_BY_CHECK, "valueString": kept},
+                                        {"url": ADDED_BY_CHECK, "valueString": dropped}]
+    assert final["status"] == "final" and final["extension"] == [{"url": ADDED_BY_CHECK, "valueString": kept}]
+    assert "finding-check" in ADDED_BY_CHECK
+    authors = [a["who"]["display"] for a in provenance["agent"] if a["type"]["coding"][0]["code"] == "author"]
+    assert authors[1].startswith("Automatic finding check of OraPO model version") and "not written by the model" in authors[1]
+    # a draft without additions carries no extension and names no check
+    plain = StudyRepository(db).create("plain-uid", "ANON-P")
+    DraftRepository(db).create(plain.id, model_name="round-2", prompt="p", text="Findings: Clear.")
+    (report, prov) = (e["resource"] for e in fhir_bundle(db, plain.id)["entry"])
+    assert "extension" not in report and len(prov["agent"]) == 1

@@ -34,15 +34,18 @@ def clinic(data_dir, tmp_path):
     rita = UserRepository(db).create("rita", "rita-pass-1")
     version = ModelVersionRepository(db).create("starter-v1", base_model_path="models/starter")
 
-    def add_study(data: bytes, name: str = "chest.dcm", *, report: str | None = REPORT, signed: bool = True) -> int:
-        """Ingest one file as an upload would, then a model draft and rita's report."""
+    def add_study(data: bytes, name: str = "chest.dcm", *, report: str | None = REPORT, signed: bool = True,
+                  draft: str = "Findings: Clear.\nImpression: Normal.", added: tuple[str, ...] = ()) -> int:
+        """Ingest one file as an upload would, then a model draft (`added`: the sentences its finding check put in)
+        and rita's report."""
         from app.services.reading.ingest import ingest_bytes
         from db import CorrectionRepository, DraftRepository
 
         outcome = ingest_bytes(data, name, db=db, settings=settings)
         assert outcome.ok, outcome
-        draft = DraftRepository(db).create(outcome.study_id, model_name="starter", prompt="p",
-                                           text="Findings: Clear.\nImpression: Normal.", model_version_id=version.id)
+        draft = DraftRepository(db).create(outcome.study_id, model_name="starter", prompt="p", text=draft,
+                                           model_version_id=version.id,
+                                           facts={"flagged": [], "withheld": [], "added": list(added)})
         if report is not None:
             CorrectionRepository(db).create(outcome.study_id, author_id=rita.id, text=report, draft_id=draft.id,
                                             signed=signed)
@@ -104,6 +107,25 @@ def test_a_signed_report_becomes_a_comprehensive_sr_that_reads_back(clinic, tmp_
     # The same signed report is the same SOP instance (sending it again stores it once).
     assert main(["export", "sr", str(study_id), str(tmp_path / "again")]) == 0
     assert read_report_sr((tmp_path / "again" / f"study-{study_id}.dcm").read_bytes()).sop_instance_uid == report.sop_instance_uid
+
+
+@pytest.mark.slow
+def test_a_sentence_the_finding_check_added_and_the_reader_kept_is_named_in_the_sr(clinic, tmp_path):
+    """The signed text is the reader's, but a sentence the version's finding check put in the model's draft (read on
+    the image, not written by the model) and the reader kept is named as such, in a Comment of the Findings."""
+    from app.services.archive.export_sr import study_sr
+    from orapo_core.imaging.report_sr import ADDED_NOTE
+
+    kept, dropped = "Small left pneumothorax.", "Healing right rib fracture."
+    (one, _), (two, _) = phantom_dicoms(clinic.files, 2, seed=4244)
+    checked = clinic.add_study(one, report=REPORT.replace("Impression:", f"{kept}\nImpression:"),
+                               draft=f"Findings: Clear. {kept} {dropped}\nImpression: {kept}", added=(kept, dropped))
+    report = read_report_sr(data := study_sr(clinic.db, clinic.settings, checked).data)
+    assert report.added == (kept,) and kept in report.findings  # the one the reader deleted is not in the report
+    comments = [item.TextValue for item in pydicom.dcmread(io.BytesIO(data)).ContentSequence[-2].ContentSequence
+                if item.ValueType == "TEXT" and item.ConceptNameCodeSequence[0].CodeValue == "121106"]
+    assert comments == [ADDED_NOTE + kept] and "not written by the model" in ADDED_NOTE
+    assert read_report_sr(study_sr(clinic.db, clinic.settings, clinic.add_study(two)).data).added == ()
 
 
 @pytest.mark.slow

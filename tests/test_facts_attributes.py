@@ -186,13 +186,13 @@ def test_trainer_builds_the_reward_from_the_config(tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("trl")
     from PIL import Image
-    from tests.support.tiny_vlms import build_tiny_vlm
     from transformers import AutoModelForImageTextToText
 
     from orapo_core.models.compat import load_processor
     from orapo_core.train.config import OraPOConfig
     from orapo_core.train.dataset import build_training_dataset
     from orapo_core.train.trainer import OraPOTrainer
+    from tests.support.tiny_vlms import build_tiny_vlm
 
     vlm = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
     Image.new("L", (56, 56), color=90).save(tmp_path / "0.png")

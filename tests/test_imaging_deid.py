@@ -10,10 +10,9 @@ import pytest
 from pydicom.dataset import Dataset
 from pydicom.sequence import Sequence
 
-from tests.support.dicom import dicom_bytes, image_dataset, set_raw
-
 from orapo_core.imaging import deidentify, ingest_bytes
 from orapo_core.imaging.deid import NONCONFORMANT_NOTE, conforms
+from tests.support.dicom import dicom_bytes, image_dataset, set_raw
 
 SECRET = "test-secret"
 STUDY_UID = "1.2.826.0.1.3680043.8.498.111"

@@ -11,11 +11,9 @@ from pydicom.dataset import Dataset
 from pydicom.pixels import apply_modality_lut, apply_voi_lut
 from pydicom.sequence import Sequence
 
-from tests.support.dicom import dicom_bytes, image_dataset, ramp
-
-from tests.support.dicom import pydicom_data_file
 from orapo_core.errors import OrapoError
 from orapo_core.imaging import WINDOW_PRESETS, ingest_bytes, ingest_path, window
+from tests.support.dicom import dicom_bytes, image_dataset, pydicom_data_file, ramp
 
 SECRET = "test-secret"
 

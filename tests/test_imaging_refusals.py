@@ -12,13 +12,11 @@ import pytest
 from PIL import Image
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.encaps import encapsulate
-from pydicom.uid import ExplicitVRLittleEndian, JPEG2000Lossless, MPEG2MPML, generate_uid
+from pydicom.uid import MPEG2MPML, ExplicitVRLittleEndian, JPEG2000Lossless, generate_uid
 
-from tests.support.dicom import BASIC_TEXT_SR, dicom_bytes, image_dataset, write
-
-from tests.support.dicom import pydicom_data_file
 from orapo_core.errors import OrapoError
 from orapo_core.imaging import ingest_bytes, ingest_path
+from tests.support.dicom import BASIC_TEXT_SR, dicom_bytes, image_dataset, pydicom_data_file, write
 
 SECRET = "test-secret"
 

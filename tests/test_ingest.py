@@ -13,7 +13,6 @@ import pytest
 from pydicom.dataset import Dataset
 
 from app.cli import main
-
 from tests.support.dicom import pydicom_data_file, set_raw
 
 PHI = {

@@ -76,8 +76,8 @@ def env(tmp_path):
 
 
 def test_nothing_is_counted_without_metrics_and_each_event_with_them(env):
-    from app.services.reading.ingest import IngestOutcome
     from app.services.operations.metrics import AppMetrics, count_draft, count_sign_in_failure, count_uploads
+    from app.services.reading.ingest import IngestOutcome
 
     settings, db = env
     count_draft(None, "v1", 1.0)  # a service used without an app: nothing to count, nothing raised
@@ -161,8 +161,8 @@ def test_a_draft_is_in_the_queue_until_its_caller_has_it():
 def test_failed_sign_ins_are_counted_by_reason_and_never_by_name(env):
     import anyio
 
-    from app.services.operations.metrics import AppMetrics
     from app.services.accounts.signin import SignInGuard
+    from app.services.operations.metrics import AppMetrics
     settings, db = env
     guard = SignInGuard(db, account_limit="2 per 15 minutes", hash_slots=1)
     metrics = AppMetrics(settings, db, FakeModels())
@@ -205,8 +205,8 @@ def test_the_readiness_checks_say_one_word_each():
 def test_neither_a_scrape_nor_readyz_waits_for_a_model_that_is_loading(tmp_path):
     """A load holds the registry's lock for as long as it takes (a minute on a CPU): what the probes and the scrape
     read of the registry must not wait for it."""
-    from app.services.reading.drafting import ModelRegistry
     from app.services.operations.metrics import AppMetrics, readiness_checks
+    from app.services.reading.drafting import ModelRegistry
 
     settings, db = make_env(tmp_path, model_dir=tmp_path / "fake-model")  # never read: the loader is a fake
     gate, started = threading.Event(), threading.Event()

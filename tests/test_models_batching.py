@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from orapo_core.errors import OrapoError
-
 from tests.support.tiny_vlms import build_tiny_vlm
 
 

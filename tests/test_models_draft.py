@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from orapo_core.errors import OrapoError
-
 from tests.support.tiny_vlms import build_tiny_vlm
 
 
@@ -46,8 +45,9 @@ def test_a_draft_has_k_samples_confidences_and_the_prompt_it_was_asked(drafter):
 
 
 def test_samples_are_passed_to_self_consistency_and_its_answer_made_plain(drafter, monkeypatch):
-    import orapo_core.facts
     from dataclasses import dataclass
+
+    import orapo_core.facts
 
     @dataclass
     class Flag:
@@ -177,6 +177,35 @@ def test_orapo_draft_without_samples_prints_the_text(model_dir, tmp_path, data_d
     code = main(["draft", str(png), "--model", str(model_dir), "--samples", "0", "--max-new-tokens", "6"])
     out = capsys.readouterr().out
     assert code == 0 and "qwen2_5_vl, prompt report-v1" in out
+
+
+def test_orapo_draft_marks_the_sentences_the_finding_check_added(model_dir, tmp_path, data_dir, monkeypatch, capsys):
+    """Where the sentences are listed with their confidences, one the check added says so instead of a confidence
+    (the samples' agreement with words the model never wrote); so does the JSON, beside the draft's `added`."""
+    from app.cli import main
+    from orapo_core.models.draft import Draft, Drafter
+
+    added = "Small left pneumothorax."
+    draft = Draft(text=f"Heart size is normal. {added}", samples=["Heart size is normal."] * 2,
+                  sentences=[{"text": "Heart size is normal.", "confidence": 1.0}, {"text": added, "confidence": 0.0}],
+                  flagged=[], model_name="qwen2_5_vl", model_version=None, prompt="p", prompt_version="report-v1",
+                  sampling={}, latency_ms=1.0, added=[added])
+
+    class Checked:
+        def draft(self, *args, **kwargs):
+            return draft
+
+    monkeypatch.setattr(Drafter, "from_dir", classmethod(lambda cls, *args, **kwargs: Checked()))
+    png = _png(tmp_path / "chest.png")
+    assert main(["draft", str(png), "--model", str(model_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  1.00  Heart size is normal." in lines and f"  added  {added}" in lines
+    assert f"  0.00  {added}" not in lines
+    assert f"  added by the finding check (read on the image, not written by the model): {added}" in lines
+    assert main(["draft", str(png), "--model", str(model_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["added"] == [added]
+    assert [s.get("added_by_finding_check", False) for s in data["sentences"]] == [False, True]
 
 
 def test_orapo_draft_without_a_model_says_what_to_do(tmp_path, data_dir, monkeypatch, capsys):

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from orapo_core.errors import OrapoError
-
 from tests.support.tiny_vlms import FAMILIES, build_tiny_vlm
 
 MODEL_CLASSES = {

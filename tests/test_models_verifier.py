@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from orapo_core.models.verifier import (FindingVerifier, add_cut, finding_sentences, fit_check, fit_verifier,
-                                        taught_findings)
+from orapo_core.models.verifier import (
+    ADD_MAX_FPR,
+    ADD_MIN_PRECISION,
+    MIN_GROUP_ROWS,
+    VERIFIER_FILE,
+    FindingVerifier,
+    add_cut,
+    add_rates,
+    describe,
+    finding_sentences,
+    fit_check,
+    fit_verifier,
+    taught_findings,
+)
 
 PTX = "There is a moderate right pneumothorax with a visible pleural line. No pleural effusion."
 CLEAR = "The lungs are clear. No pneumothorax. No pleural effusion."
@@ -55,21 +69,107 @@ def test_the_add_cut_has_the_best_f1_within_the_false_positive_cap():
     assert add_cut(scores, present, 1.0, min_precision=1.01) is None
 
 
-def test_a_check_adds_only_what_it_reads_well_enough_and_withholds_only_what_it_reads_very_well():
-    x, present = _states(400, 1.6)  # a readout of AUC about 0.85: adds, does not withhold
+def test_a_check_read_under_auc_0_9_never_adds_and_one_read_above_adds_within_the_caps():
+    x, present = _states(400, 1.6)  # a readout of AUC about 0.85: it used to add (at AUC >= 0.7), now it may not
     reports = [PTX if p else CLEAR for p in present]
-    check = fit_verifier(x, reports, ["Pneumothorax"]).checks["Pneumothorax"]
-    assert 0.7 <= check.cross_fitted_auc < 0.9 and not check.withholds and check.add_threshold is not None
-    assert check.sentences == ["There is a moderate right pneumothorax with a visible pleural line."]
+    check = fit_check(x, present, "Pneumothorax", add_max_fpr=0.2)
+    assert 0.8 <= check.cross_fitted_auc < 0.9
+    # neither withholds (AUC < 0.9) nor adds (AUC < 0.9), whatever add_min_auc or cap is asked: no check
+    assert fit_verifier(x, reports, ["Pneumothorax"]) is None
+    assert fit_verifier(x, reports, ["Pneumothorax"], add_min_auc=0.7, add_max_fpr=0.2) is None
+    # nor does a check of that AUC add when built (or loaded) with a cut and sentences
+    made = replace(check, sentences=["Small left pneumothorax."], add_fpr=0.04)
+    assert made.add_threshold is not None and not made.adds
     new, truth = _states(2000, 1.6, seed=1)
-    called = np.array([bool(s) for s in FindingVerifier({"Pneumothorax": check}).supported(new)])
-    assert called[~truth].mean() <= 0.25 and called[truth].mean() > 0.4  # near the 0.2 cap it was fitted under
-    assert FindingVerifier({"Pneumothorax": check}).unsupported(new) == [set()] * len(new)
-    strong = fit_verifier(*_states(400, 4.0)[:1], [PTX if p else CLEAR for p in _states(400, 4.0)[1]],
+    assert FindingVerifier({"Pneumothorax": made}).supported(new) == [set()] * len(new)
+    strong_x, strong_present = _states(400, 4.0)
+    strong = fit_verifier(strong_x, [PTX if p else CLEAR for p in strong_present],
                           ["Pneumothorax"]).checks["Pneumothorax"]
-    assert strong.withholds and strong.add_threshold is not None
-    off = fit_verifier(x, reports, ["Pneumothorax"], add_min_auc=None)
-    assert off is None  # neither withholds (AUC < 0.9) nor adds: no check
+    assert strong.withholds and strong.adds and strong.add_fpr <= ADD_MAX_FPR == 0.05
+    assert strong.sentences == ["There is a moderate right pneumothorax with a visible pleural line."]
+    new, truth = _states(2000, 4.0, seed=1)
+    called = np.array([bool(s) for s in FindingVerifier({"Pneumothorax": strong}).supported(new)])
+    assert called[~truth].mean() <= 0.05 and called[truth].mean() > 0.8
+
+
+def _confounded(n: int = 1000, seed: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scores of a readout at AUC about 0.93 on which films with a pleural effusion (30 % of those without the
+    finding) score high as well: its old cut (0.2 cap) calls ~15 % of the films without the finding, ~35 % of
+    those with an effusion."""
+    rng = np.random.default_rng(seed)
+    present = rng.random(n) < 0.3
+    effusion = ~present & (rng.random(n) < 0.3)
+    return rng.normal(size=n) + 2.6 * present + 1.2 * effusion, present, effusion
+
+
+def test_the_add_cut_keeps_false_positives_within_5_percent_overall_and_10_percent_in_each_group():
+    scores, present, effusion = _confounded()
+    old = add_cut(scores, present, 0.2, ADD_MIN_PRECISION)  # the cut of the old rule
+    overall, groups, _ = add_rates(scores, present, old, {"Pleural Effusion": effusion})
+    assert 0.12 <= overall <= 0.2 and groups["Pleural Effusion"] >= 0.3
+    cut = add_cut(scores, present, 0.05, ADD_MIN_PRECISION, groups={"Pleural Effusion": effusion})
+    assert cut is not None and cut > old
+    overall, groups, small = add_rates(scores, present, cut, {"Pleural Effusion": effusion})
+    assert overall <= 0.05 and groups["Pleural Effusion"] <= 0.10 and small == []
+    # the overall cap alone lets the effusion group through at more than 10 %: the group limit moved the cut
+    alone = add_cut(scores, present, 0.05, ADD_MIN_PRECISION)
+    assert add_rates(scores, present, alone, {"Pleural Effusion": effusion})[1]["Pleural Effusion"] > 0.10
+    assert cut > alone
+    # a group of fewer than MIN_GROUP_ROWS rows without the finding is held to the overall cap alone
+    few = effusion & (np.cumsum(effusion) <= MIN_GROUP_ROWS - 1)
+    assert add_cut(scores, present, 0.05, ADD_MIN_PRECISION, groups={"Pleural Effusion": few}) == alone
+    assert add_rates(scores, present, alone, {"Pleural Effusion": few})[1:] == ({}, ["Pleural Effusion"])
+    # films of a group that score as the positives do: no cut holds both limits, so the check adds nothing
+    mimics = scores + 3.0 * effusion
+    assert add_cut(mimics, present, 0.05, ADD_MIN_PRECISION, groups={"Pleural Effusion": effusion}) is None
+
+
+def test_a_verifier_fitted_on_confounded_rows_adds_within_the_limits_or_not_at_all():
+    scores, present, effusion = _confounded(seed=1)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(len(scores), 6))
+    x[:, 0] = 2.0 * scores  # the state carries the readout's score and noise
+    effusion_report = "Small left pleural effusion. No pneumothorax."
+    reports = [PTX if p else effusion_report if e else CLEAR for p, e in zip(present, effusion, strict=True)]
+    verifier = fit_verifier(x, reports, ["Pneumothorax"])
+    check = verifier.checks["Pneumothorax"]
+    assert check.cross_fitted_auc >= 0.9 and check.adds
+    assert check.add_fpr <= 0.05 and check.add_group_fpr["Pleural Effusion"] <= 0.10
+    assert set(check.add_group_fpr) == {"Pleural Effusion", "No Finding"}  # the groups the rows carry
+    said = describe(verifier)["Pneumothorax"]
+    assert said["adds"] and said["add_fpr"] == check.add_fpr and said["add_group_fpr"] == check.add_group_fpr
+    # the same rows with a handful of fractures among those without the finding: too few to estimate, said so
+    fractures = [i for i in np.flatnonzero(~present & ~effusion)[:5]]
+    few = [("Healing rib fracture. " + r) if i in fractures else r for i, r in enumerate(reports)]
+    said = describe(fit_verifier(x, few, ["Pneumothorax"]))["Pneumothorax"]
+    assert said["add_groups_judged_overall_only"].startswith("Fracture: fewer than 20 rows")
+    # 40 effusion films that read above the finding itself: the check still reads it at AUC >= 0.9 and withholds,
+    # but no cut calls under 10 % of them, so it adds nothing
+    mimic = effusion & (np.cumsum(effusion) <= 40)
+    x[:, 0] = 2.0 * (scores - 1.2 * effusion + 6.0 * mimic)
+    reports = [PTX if p else effusion_report if m else CLEAR for p, m in zip(present, mimic, strict=True)]
+    check = fit_verifier(x, reports, ["Pneumothorax"]).checks["Pneumothorax"]
+    assert check.cross_fitted_auc >= 0.9 and check.withholds
+    assert not check.adds and check.add_threshold is None and not describe(
+        FindingVerifier({"Pneumothorax": check}))["Pneumothorax"]["adds"]
+
+
+def test_a_verifier_saved_before_the_false_positive_limits_withholds_but_never_adds(tmp_path):
+    import json
+
+    x, present = _states(300, 4.0)
+    verifier = fit_verifier(x, [PTX if p else CLEAR for p in present], ["Pneumothorax"])
+    saved = json.loads(verifier.save(tmp_path).read_text())
+    for check in saved["checks"]:  # as written before issue 40: no measured rates
+        for key in ("add_fpr", "add_group_fpr", "add_groups_too_small"):
+            del check[key]
+    (tmp_path / VERIFIER_FILE).write_text(json.dumps(saved))
+    old = FindingVerifier.load(tmp_path)
+    films = np.zeros((2, 6))
+    films[0, 0] = 8.0
+    assert old.checks["Pneumothorax"].add_threshold is not None and not old.checks["Pneumothorax"].adds
+    assert old.supported(films) == [set(), set()] and old.unsupported(films) == [set(), {"Pneumothorax"}]
+    assert verifier.supported(films) == [{"Pneumothorax"}, set()]
 
 
 def test_the_sentences_a_check_adds_state_its_finding_alone_most_frequent_first():

@@ -6,8 +6,6 @@ non-loopback address is recorded (and refused), and the test fails if there is o
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 import subprocess
 import sys
 import textwrap

@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orapo_core.data.phantom import DEFAULT_PREVALENCE, FINDING_KINDS, generate_study, resolve_prevalence, sample_findings, write_dataset
+from orapo_core.data.phantom import (
+    DEFAULT_PREVALENCE,
+    FINDING_KINDS,
+    generate_study,
+    resolve_prevalence,
+    sample_findings,
+    write_dataset,
+)
 from orapo_core.data.records import CHEXPERT_14
 from orapo_core.errors import OrapoError
 

@@ -80,7 +80,7 @@ def test_normals_have_no_finding_pertinent_negatives_and_a_normal_impression():
 
 def test_support_devices_alone_keep_no_finding():
     prevalence = dict.fromkeys(FINDING_KINDS, 0.0) | {"support_devices": 1.0}
-    for _, text, impression, labels in _reports(20, prevalence):
+    for _, text, _impression, labels in _reports(20, prevalence):
         assert labels["Support Devices"] == 1 and labels["No Finding"] == 1
         assert re.search(WORDS["Support Devices"], text.lower())
 

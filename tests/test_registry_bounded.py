@@ -34,11 +34,11 @@ def _alive(refs, *, expected: int = 0, timeout_s: float = 10.0) -> int:
 
 @pytest.fixture
 def three_versions(tmp_path: Path, tiny_model: Path):
+    import shutil
+
     from app.runtime import open_database
     from db import ModelVersionRepository
     from orapo_core.config import Settings
-
-    import shutil
 
     settings = Settings(data_dir=tmp_path / "data", model_dir=tiny_model, deid_secret="test-secret")
     db = open_database(settings)

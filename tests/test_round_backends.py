@@ -325,7 +325,7 @@ def test_ray_without_an_address_is_an_error_that_names_the_setting():
     from app.services.rounds.backends.ray import RayBackend
 
     with pytest.raises(OrapoError) as exc:
-        RayBackend(settings()).client
+        _ = RayBackend(settings()).client
     assert exc.value.code == "ray_unavailable" and "ORAPO_RAY_ADDRESS" in exc.value.message
 
 

@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("trl")
 
 from app.cli import main  # noqa: E402
-
 from tests.support.rounds import FAST_TRAINING, SMOKE, seed_study
 
 pytestmark = pytest.mark.slow  # rounds that train and evaluate in child processes

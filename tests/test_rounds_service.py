@@ -21,8 +21,8 @@ pytest.importorskip("trl")
 
 from orapo_core.errors import OrapoError
 from orapo_core.facts.metrics import EvalMetrics
-
 from tests.support.rounds import FAST_TRAINING, SMOKE, seed_study
+
 
 @pytest.fixture
 def env(database, tmp_path, tiny_model, phantom):

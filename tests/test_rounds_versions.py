@@ -14,10 +14,10 @@ def _settings(tmp_path: Path):
 
 
 def test_an_installed_adapter_leaves_checkpoints_and_metrics_behind(tmp_path):
+    from app.services.reading.served import resolve_path
     from app.services.rounds import Candidate
     from app.services.rounds.plan import Installed
     from app.services.rounds.versions import install_candidate
-    from app.services.reading.served import resolve_path
 
     settings = _settings(tmp_path)
     output = settings.rounds_dir / "7" / "output"

@@ -32,9 +32,8 @@ from pydicom.sequence import Sequence
 from pydicom.tag import Tag
 
 from app.cli import main
-
-from tests.support.dicom import pydicom_data_file
 from orapo_core.imaging import deid, ingest_bytes
+from tests.support.dicom import pydicom_data_file
 
 SECRET = "profile-test-secret"
 PHI_DATE = "19370521"  # every date of the table gets this one; a shift of 1 to 3650 days never maps it onto itself

@@ -28,7 +28,6 @@ ADDRESS_LIMIT = 8  # the test server's per-address limit, to keep the test short
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from app.services.accounts.signin import SignInGuard
-
     from app.settings import web_settings
 
     settings, db = make_env(tmp_path_factory.mktemp("signin"))

@@ -22,7 +22,6 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from tests.support.dicom import pydicom_data_file
 from db import (
     AuditRepository,
     CorrectionRepository,
@@ -36,6 +35,7 @@ from db.models import Image, Study
 from db.repositories.studies import split_for
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
+from tests.support.dicom import pydicom_data_file
 
 SECRET = "test-secret"
 

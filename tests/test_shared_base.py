@@ -121,8 +121,7 @@ def versions_on_one_base(tmp_path: Path, tiny_model: Path, adapters):
 def test_the_registry_keeps_one_base_for_every_version_on_it(versions_on_one_base, adapters, monkeypatch):
     from app.services.reading.drafting import ModelRegistry
     from app.services.rounds.versions import promote_version, rollback
-    from orapo_core.models import Drafter
-    from orapo_core.models import shared_base
+    from orapo_core.models import Drafter, shared_base
 
     settings, db, (v0, v1, v2) = versions_on_one_base
     loads: list[Path] = []

@@ -57,8 +57,8 @@ def test_the_card_says_how_it_was_built(built):
     assert card["plan"]["seed"] == 0 and card["steps_done"] == 3 and card["stopped_by"] == "steps"
     # TINY's vision warm-up is not the shipped one: an experiment's build, which the benchmark makes
     assert card["command"].startswith(f"python -m benchmarks.bench_starter --build-only --rebuild {built} --seed 0 ")
-    from orapo_core.models.starter.build import build_command
     from orapo_core.models.starter import StarterArchitecture, WarmStartPlan
+    from orapo_core.models.starter.build import build_command
 
     assert build_command(built, WarmStartPlan(), StarterArchitecture()) == (
         "orapo starter build --seed 0 --n-train 2000 --steps 300")  # the shipped starter's card says this

@@ -72,12 +72,12 @@ def test_make_run_copies_the_shipped_starter_instead_of_building_it(drafter, tmp
 
 
 def test_the_shipped_starter_drafts_a_real_radiograph_and_a_png(drafter, tmp_path, data_dir, capsys):
-    from tests.support.dicom import pydicom_data_file
     from PIL import Image
 
     from app.cli import main
     from orapo_core.data.phantom import generate_study
     from orapo_core.facts import label_report
+    from tests.support.dicom import pydicom_data_file
 
     png = tmp_path / "phantom.png"
     Image.fromarray(np.round(generate_study(11, size=300).image * 255).astype(np.uint8)).save(png)

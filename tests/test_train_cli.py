@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("trl")
 
 from app.cli import main  # noqa: E402
-
 from tests.support.data import write_chexpert_csv
 
 SMOKE = str(Path(__file__).parent.parent / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml")

@@ -8,7 +8,6 @@ import pytest
 
 from orapo_core.errors import OrapoError
 from orapo_core.train.dataset import build_training_dataset, load_training_records, oracle_for, select_studies
-
 from tests.support.data import write_chexpert_csv
 
 

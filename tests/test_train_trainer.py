@@ -187,3 +187,29 @@ def test_clinician_pair_rides_on_a_free_row(tiny_model, dataset, tmp_path):
     assert draft in rejected  # the clinician's own draft is a rejected answer of this study
     assert (batch["orapo_coef"] > 0).sum().item() == len([r for r in rejected if r])
     assert torch.isfinite(trainer._compute_loss(trainer.model, batch))
+
+
+def test_oracle_nll_adds_the_oracles_mean_token_nll_to_each_paired_rows_loss(tiny_model, dataset, tmp_path):
+    """`oracle_nll_weight` α: each paired row's loss is DPO's plus α times the oracle's mean per-token NLL (RPO)."""
+    plain = make_trainer(tiny_model, dataset, tmp_path / "plain", beta=0.0, loss_type="grpo")
+    with_nll = make_trainer(tiny_model, dataset, tmp_path / "nll", beta=0.0, loss_type="grpo", oracle_nll_weight=0.7)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in plain.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    with_nll.model.load_state_dict(plain.model.state_dict())
+    for trainer in (plain, with_nll):
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1
+    rows = [dataset[i] for i in (0, 0, 1, 1)]
+    torch.manual_seed(1)
+    batch = plain._generate_and_score_completions(rows)
+    paired = torch.nonzero(batch["orapo_coef"] > 0).flatten()
+    assert paired.numel() > 0
+    selected = plain._select_rows(batch, paired)
+    dpo, logp = plain.pair_losses(plain.model, batch, paired, selected)
+    rpo, logp_nll = with_nll.pair_losses(with_nll.model, batch, paired, with_nll._select_rows(batch, paired))
+    assert logp_nll.tolist() == pytest.approx(logp.tolist(), abs=1e-5)
+    assert (logp < 0).all()
+    assert rpo.tolist() == pytest.approx((dpo - 0.7 * logp).tolist(), abs=1e-5)
+    assert rpo.requires_grad

@@ -53,8 +53,9 @@ def run(args: argparse.Namespace) -> int:
             doc = ast.get_docstring(ast.parse(path.read_text())) or ""
             print(f"{name:20s} {doc.splitlines()[0] if doc else ''}")
         return 0
-    # `decode`, `bench_decode` and `benchmarks.bench_decode` name the same benchmark
-    module = {**{m: m for m in found.values()}, **{m.rsplit(".", 1)[1]: m for m in found.values()}, **found}.get(args.name)
+    # `decode`, `bench_decode` and `benchmarks.bench_decode` name the same benchmark; `round-matrix` is `round_matrix`
+    names = {**{m: m for m in found.values()}, **{m.rsplit(".", 1)[1]: m for m in found.values()}, **found}
+    module = names.get(args.name) or names.get(args.name.replace("-", "_"))
     if module is None:
         raise OrapoError("unknown_benchmark", f"There is no benchmark '{args.name}'; choose one of: {', '.join(found) or 'none'}.")
     # the checkout's root, where `benchmarks` (and `tests.support`, which some benchmarks use) import from; the

@@ -1,7 +1,9 @@
 """Import DICOM, PNG and JPEG files and folders, de-identified, into the database and storage.
 
 One JSON line per file with `--json`; a readable line otherwise. Goes on past
-refused files and exits 1 when any was refused, 0 when all went in.
+refused files and exits 1 when any was refused, 0 when all went in. A file that
+is not a chest radiograph (a CT, an MR image, a colour picture, ...) goes in
+and is said to be "stored, not drafted" (`not_drafted` in its JSON line).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"ok      {outcome.file} -> study {outcome.study_id}{note}", flush=True)
             for warning in outcome.warnings:
                 print(f"        warning: {warning}", flush=True)
+            if outcome.not_drafted:
+                print(f"        {outcome.not_drafted}", flush=True)
         else:
             print(f"refused {outcome.file}: {outcome.error}: {outcome.message}", flush=True)
     if not args.json:

@@ -79,6 +79,15 @@ def _round_line(r) -> str:
     return f"{r.id}\t{r.status}\t{r.trigger}\t{r.progress:.0%}\t{r.created_at:%Y-%m-%d %H:%M}{tail}"
 
 
+def _print_gate(gate) -> None:
+    """The gate's verdict and why, then its numbers one per line, the candidate's own first."""
+    from app.services.rounds import decision_lines
+
+    print(f"gate: {gate.verdict} - {gate.reason}")
+    for line in decision_lines(gate):
+        print(f"  {line}")
+
+
 def _plain(value):
     from dataclasses import asdict, is_dataclass
     from datetime import datetime
@@ -183,10 +192,12 @@ def run(args: argparse.Namespace) -> int:
         if r.error:
             print(f"error: {r.error}")
         metrics = details.metrics
-        for key in ("selection", "heldout", "train", "gate"):
+        for key in ("selection", "heldout", "train"):
             value = getattr(metrics, key)
             if value:
                 print(f"{key}: {json.dumps(_plain(value), default=str)}")
+        if metrics.gate is not None:
+            _print_gate(metrics.gate)
         if details.version is not None:
             v = details.version
             print(f"version {v.id} ({v.name}): {v.status}{' - ' + v.reason if v.reason else ''}")

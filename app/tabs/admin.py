@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.messages import in_page
 from app.context import AppContext
+from app.messages import in_page
 from app.services.accounts import auth
 from app.services.archive import sr_send
 from app.services.operations import export_downloads

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.messages import in_page
 from app.context import AppContext
+from app.messages import in_page
 from app.services.insight import dashboard, dashboard_charts
 
 

@@ -12,14 +12,24 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from app.messages import in_page, status_line, title_of
 from app.context import AppContext
-from app.services.reading import autosave, drafting, reports
+from app.messages import in_page, status_line, title_of
+from app.services.reading import autosave, drafting, reports, scope
 from app.services.reading.draft_batcher import DRAFT_MAX_BATCH
 from app.tabs import read_guard
 from app.tabs.read_guard import current, edited, require_current
-from app.tabs.read_report import (ReportColumn, _accept_allowed, _editing, _highlighted, _missed_md, _quoted,
-                                  _study_info, confirm_heading, mine, model_note)
+from app.tabs.read_report import (
+    ReportColumn,
+    _accept_allowed,
+    _editing,
+    _highlighted,
+    _missed_md,
+    _quoted,
+    _study_info,
+    confirm_heading,
+    mine,
+    model_note,
+)
 from orapo_core.errors import OrapoError
 
 
@@ -59,7 +69,8 @@ def wire(ctx: AppContext, col: ReportColumn, load_study: Callable, study_outputs
             return (*_editing(), gr.Button(interactive=True), session, _highlighted(hl), _missed_md(hl),
                     gr.Dropdown(choices=reports.sentence_choices(record.text), value=None),
                     [], gr.Textbox(value=record.text, interactive=True),
-                    f"Draft {record.id} by **{record.model_name}** in {time.perf_counter() - began:.1f} s",
+                    f"Draft {record.id} by **{record.model_name}** in {time.perf_counter() - began:.1f} s"
+                    + scope.draft_note(record),
                     _study_info(ctx, user, session), saved, gr.Column(visible=False))
         return draft
 

@@ -24,7 +24,7 @@ from typing import Any
 import gradio as gr
 
 from app.context import AppContext
-from app.services.reading import drafting, reports
+from app.services.reading import drafting, reports, scope
 from app.viewer_routes import render_url
 from orapo_core.errors import OrapoError
 
@@ -95,6 +95,8 @@ def study_markdown(overview, image) -> str:
     if s.split == "holdout":
         parts.append(reports.HELD_OUT)
     md = " · ".join(parts)
+    if s.not_drafted:  # not a chest radiograph: stored, never drafted (app.services.reading.scope)
+        md += "\n\n" + scope.study_note(s)
     if image.warnings:
         md += "\n\n" + "\n".join(f"- Warning: {w}" for w in image.warnings)
     return md
@@ -157,6 +159,9 @@ def opened(user, overview, image, unsaved=None) -> tuple:
         hl = reports.highlights_for(draft, report_text)
         spans, missed, choices = _highlighted(hl), _missed_md(hl), reports.sentence_choices(draft.text)
         status = f"Draft {draft.id} by **{draft.model_name}**" + (f" (version {draft.model_version_id})" if draft.model_version_id else "")
+        status += scope.draft_note(draft)  # the unfamiliar-film warning
+    elif overview.study.not_drafted:
+        spans, missed, choices, status = _highlighted(None), "", [], scope.study_note(overview.study)
     else:
         spans, missed, choices, status = _highlighted(None), "", [], "No draft yet: press **Draft report**."
     if corr:

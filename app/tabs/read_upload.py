@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.messages import in_page
 from app.context import AppContext
+from app.messages import in_page
 from app.services.operations.metrics import count_uploads
 from app.tabs import read_guard
 from app.tabs.read_report import mine
@@ -84,7 +84,8 @@ def wire(ctx: AppContext, zone: DropZone, load_study: Callable, study_outputs: l
         lines = []
         for o in outcomes:
             if o.ok:
-                lines.append(f"- Stored **{o.file}**: study {o.study_id}" + (" (already uploaded)" if o.duplicate else ""))
+                lines.append(f"- Stored **{o.file}**: study {o.study_id}" + (" (already uploaded)" if o.duplicate else "")
+                             + (f". {o.not_drafted}" if o.not_drafted else ""))
             else:
                 lines.append(f"- Refused **{o.file}**: {o.message}")
         lines += dropped_lines(dropped, ctx.settings.max_upload_mb)

@@ -15,12 +15,19 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.messages import in_page
 from app.context import AppContext
-from app.tabs.fields import entered_id, id_field
+from app.messages import in_page
 from app.services.accounts import auth
 from app.services.insight import round_charts
-from app.services.rounds import heldout_metrics, parse_settings, recipe_names, schedule_status, set_schedule
+from app.services.rounds import (
+    decision_lines,
+    heldout_metrics,
+    parse_settings,
+    recipe_names,
+    schedule_status,
+    set_schedule,
+)
+from app.tabs.fields import entered_id, id_field
 from orapo_core.errors import OrapoError
 
 ROUND_COLUMNS = ["Round", "Status", "Trigger", "Progress", "Started by", "Requested", "Started", "Finished", "Error"]
@@ -100,6 +107,7 @@ def round_html(details) -> str:
     if gate is not None and gate.reason:
         verdict = "promote" if gate.promote else "held for an administrator" if gate.hold else "reject"
         out.append(f"<div>Gate: <b>{verdict}</b> · {html.escape(gate.reason)}</div>")
+        out.extend(f"<div class='muted'>{html.escape(line)}</div>" for line in decision_lines(gate))
     if r.error:
         out.append(f"<div style='color:#cf222e'>{html.escape(r.error.splitlines()[0])}</div>")
     if details.version is not None:

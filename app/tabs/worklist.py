@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from app.messages import in_page
 from app.context import AppContext
+from app.messages import in_page
+from app.services.reading import reading_order, reports
 from app.tabs import read_guard, worklist_archive
 from app.tabs.fields import entered_id, id_field
 from app.tabs.read_report import mine
-from app.services.reading import reading_order, reports
 from orapo_core.errors import OrapoError
 
 STATUSES = ["all", "new", "drafted", "corrected", "signed", "trained"]
@@ -30,7 +30,8 @@ def rows(overviews) -> list[list]:
     out = []
     for o in overviews:
         s, d, c = o.study, o.latest_draft, o.latest_correction
-        out.append([s.id, s.patient_pseudonym, s.view_position or "unknown", s.status, reports.STUDY_USE_SHORT[s.split],
+        status = f"{s.status} · not drafted: {s.not_drafted}" if s.not_drafted else s.status
+        out.append([s.id, s.patient_pseudonym, s.view_position or "unknown", status, reports.STUDY_USE_SHORT[s.split],
                     s.created_at.strftime("%Y-%m-%d %H:%M"), f"{d.id} ({d.model_name})" if d else "",
                     c.version if c else "", c.signed_at.strftime("%Y-%m-%d %H:%M") if c and c.signed_at else ""])
     return out

@@ -8,7 +8,15 @@ from typing import Any
 from sqlalchemy import func, select
 
 from db.models import ArchiveSetting, AuditLog, Correction, PreferencePair, ScheduleSetting, Study, utcnow
-from db.records import SR_SEND_MODES, STUDY_STATUSES, ArchiveSettings, AuditEntry, DashboardCounts, ScheduleSettings, UserRecord
+from db.records import (
+    SR_SEND_MODES,
+    STUDY_STATUSES,
+    ArchiveSettings,
+    AuditEntry,
+    DashboardCounts,
+    ScheduleSettings,
+    UserRecord,
+)
 from db.repositories.base import Actor, Repository, as_utc, audit, must_utc
 from orapo_core.errors import OrapoError
 

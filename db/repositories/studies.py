@@ -55,6 +55,7 @@ def study_record(study: Study) -> StudyRecord:
         status=study.status,
         split=study.split,
         created_at=must_utc(study.created_at),
+        not_drafted=study.not_drafted,
     )
 
 
@@ -91,6 +92,7 @@ class StudyRepository(Repository):
         body_part: str | None = None,
         uploaded_by: int | None = None,
         holdout_fraction: float = HOLDOUT_FRACTION,
+        not_drafted: str | None = None,
     ) -> StudyRecord:
         if not study_uid_hash or not patient_pseudonym:
             raise OrapoError("invalid_study", "A study needs its hashed StudyInstanceUID and a patient pseudonym.")
@@ -106,6 +108,7 @@ class StudyRepository(Repository):
                     laterality=laterality,
                     body_part=body_part,
                     uploaded_by=uploaded_by,
+                    not_drafted=not_drafted,
                     status="new",
                     split=split_for(study_uid_hash, holdout_fraction),
                 )
@@ -203,6 +206,17 @@ class StudyRepository(Repository):
             if study is None:
                 raise OrapoError("study_not_found", f"There is no study with id {study_id}.")
             study.status = status
+            return study_record(study)
+
+    def set_not_drafted(self, study_id: int, reason: str) -> StudyRecord:
+        """Mark the study as stored but never drafted, for `reason` (words following "Study N is")."""
+        if not reason:
+            raise OrapoError("invalid_study", "A study is kept from drafting only with the reason why.")
+        with self._session() as session:
+            study = session.get(Study, study_id)
+            if study is None:
+                raise OrapoError("study_not_found", f"There is no study with id {study_id}.")
+            study.not_drafted = reason
             return study_record(study)
 
     def list(

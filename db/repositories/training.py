@@ -8,6 +8,7 @@ one in the same transaction, and a partial unique index backs it up.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -200,7 +201,7 @@ class RoundRepository(Repository):
                 query = query.where(TrainingRound.status.in_(statuses))
             return [round_record(r) for r in session.scalars(query)]
 
-    def active(self) -> list[RoundRecord]:
+    def active(self) -> builtins.list[RoundRecord]:  # `list` is the method above in this class
         return self.list(status=ACTIVE_ROUND_STATUSES)
 
     def count_by_status(self) -> dict[str, int]:

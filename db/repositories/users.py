@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from db.models import User, utcnow
 from db.records import ROLES, UserRecord
-from db.repositories.base import Actor, Repository, audit, as_utc, must_utc
+from db.repositories.base import Actor, Repository, as_utc, audit, must_utc
 from orapo_core.errors import OrapoError
 
 MIN_PASSWORD_LENGTH = 8

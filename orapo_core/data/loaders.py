@@ -37,7 +37,7 @@ ROUND_COLUMNS = ("id", "split", "path_to_image", "section_findings", "section_im
 csv.field_size_limit(1 << 28)  # report cells in CheXpert Plus exceed the 128 KiB default
 
 
-def _open_text(path: Path):
+def _open_text(path: Path) -> io.TextIOWrapper:
     raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
 
@@ -271,7 +271,7 @@ def load_iu_xray(path: Path, labeler: Labeler | None = None) -> list[StudyRecord
         if not sections:
             continue
         uid = tree.find(".//uId")
-        study_id = uid.get("id") if uid is not None and uid.get("id") else xml_path.stem
+        study_id = (uid.get("id") if uid is not None else None) or xml_path.stem
         image_ids = [el.get("id") for el in tree.iter("parentImage") if el.get("id")]
         findings, impression = sections.get("FINDINGS", ""), sections.get("IMPRESSION", "")
         records.append(StudyRecord(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from PIL import Image
@@ -69,7 +70,7 @@ def write_png(path: Path, image: np.ndarray, bits: int = 8) -> None:
 def write_dicom(path: Path, image: np.ndarray, view: str, seed: int, index: int) -> dict[str, str]:
     """A 12-bit CR image; MONOCHROME1 studies store inverted pixels, as such scanners do."""
     from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+    from pydicom.uid import UID, ExplicitVRLittleEndian, generate_uid
 
     who = fake_identity(seed, index)
     pixels = np.round(image * 4095).astype(np.uint16)
@@ -81,7 +82,7 @@ def write_dicom(path: Path, image: np.ndarray, view: str, seed: int, index: int)
     sop_uid = generate_uid(entropy_srcs=key + ["image"])
 
     meta = FileMetaDataset()
-    meta.MediaStorageSOPClassUID = CR_SOP_CLASS
+    meta.MediaStorageSOPClassUID = UID(CR_SOP_CLASS)
     meta.MediaStorageSOPInstanceUID = sop_uid
     meta.TransferSyntaxUID = ExplicitVRLittleEndian
     meta.ImplementationClassUID = generate_uid(entropy_srcs=["orapo-phantomcxr"])
@@ -129,6 +130,16 @@ def write_dicom(path: Path, image: np.ndarray, view: str, seed: int, index: int)
     return who
 
 
+class WrittenStudy(Protocol):
+    """What `DatasetWriter.add` reads of a study: `orapo_core.data.phantom.PhantomStudy` (which imports this module)."""
+
+    image: np.ndarray
+    view: str
+    labels: dict[str, int | None]
+    report_findings: str
+    report_impression: str
+
+
 class DatasetWriter:
     """Streams studies to disk: image files as they come, one CSV row each."""
 
@@ -149,7 +160,7 @@ class DatasetWriter:
         self._csv.writerow(CSV_COLUMNS)
         return self
 
-    def add(self, index: int, study) -> None:
+    def add(self, index: int, study: WrittenStudy) -> None:
         study_id = f"phantom-{self.seed}-{index:06d}"
         split = split_for(study_id)
         folder = f"{split}/patient{index:05d}/study1"
@@ -166,7 +177,7 @@ class DatasetWriter:
                             study.report_findings, study.report_impression, split, *labels])
         self._count += 1
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._file.close()
         meta = {"generator": "PhantomCXR", "seed": self.seed, "studies": self._count, "formats": list(self.formats), "csv": CSV_NAME}
         (self.out_dir / META_NAME).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -15,6 +15,7 @@ when used.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 _EXPORTS = {
     "AblationConfig": "orapo_core.experimental.ablation",
@@ -28,7 +29,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)

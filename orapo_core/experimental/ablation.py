@@ -17,13 +17,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 
-from orapo_core.train.config import OraPOConfig, parse_recipe
+from orapo_core.train.config import OraPOConfig, OraPOScriptArguments, parse_recipe
 from orapo_core.train.pairs import MinedGroup
 from orapo_core.train.trainer import OraPOTrainer
+
+if TYPE_CHECKING:
+    from trl import ModelConfig
+
+    from orapo_core.facts.reward import RewardFunction
 
 ABLATION_ORACLE_MODES = ("dpo", "sft", "none")
 # What a pair's rows carry in each mode: SFT scores only the oracle; GRPO alone has no pair to score.
@@ -48,7 +53,7 @@ class AblationConfig(OraPOConfig):
     )
     oracle_modes: ClassVar[tuple[str, ...]] = ABLATION_ORACLE_MODES
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.use_clinician_pairs and self.oracle_mode in ("sft", "none"):
             raise ValueError("AblationConfig: use_clinician_pairs needs oracle_mode='dpo' (a pair is a DPO signal): "
                              "set one or the other.")
@@ -58,17 +63,21 @@ class AblationConfig(OraPOConfig):
 class AblationTrainer(OraPOTrainer):
     """`OraPOTrainer` with the oracle term of ``args.oracle_mode``: DPO (OraPO's), SFT on the oracle, or none."""
 
-    def __init__(self, model, reward_funcs=None, args: AblationConfig | None = None, **kwargs):
+    args: AblationConfig  # checked by __init__
+
+    def __init__(self, model: Any, reward_funcs: list[RewardFunction] | None = None,
+                 args: AblationConfig | None = None, **kwargs: Any) -> None:
         if not isinstance(args, AblationConfig):
             raise TypeError("AblationTrainer needs an AblationConfig as `args`.")
         super().__init__(model, reward_funcs, args, **kwargs)
 
+    # OraPOTrainer's class attributes, read per instance here: the mode is the config's
     @property
-    def oracle_answers(self) -> tuple[str, ...]:
+    def oracle_answers(self) -> tuple[str, ...]:  # type: ignore[override]
         return _ANSWERS[self.args.oracle_mode]
 
     @property
-    def oracle_loss_metric(self) -> str:
+    def oracle_loss_metric(self) -> str:  # type: ignore[override]
         return "orapo/sft_loss" if self.args.oracle_mode == "sft" else "orapo/dpo_loss"
 
     def dpo_weights(self, mined: list[MinedGroup]) -> list[float]:
@@ -76,24 +85,29 @@ class AblationTrainer(OraPOTrainer):
             return [0.0] * len(mined)
         return super().dpo_weights(mined)
 
-    def oracle_loss(self, model, inputs):
+    def oracle_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor | None:
         if self.args.oracle_mode == "none":
             return None
         return super().oracle_loss(model, inputs)
 
-    def pair_losses(self, model, inputs, rows, batch):
+    def pair_losses(self, model: torch.nn.Module, inputs: dict[str, Any], rows: torch.Tensor,
+                    batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         if self.args.oracle_mode != "sft":
             return super().pair_losses(model, inputs, rows, batch)
         chosen = self._chosen_logps(model, batch, length_normalize=True)
         return sft_loss(chosen), chosen.detach()
 
 
-def parse_ablation_recipe(config_path: str | Path | None = None, overrides: Mapping | Sequence[str] | None = None):
+def parse_ablation_recipe(
+    config_path: str | Path | None = None, overrides: Mapping[str, Any] | Sequence[str] | None = None
+) -> tuple[OraPOScriptArguments, AblationConfig, ModelConfig]:
     """`parse_recipe` into an `AblationConfig`: the same recipes and overrides, the ablation's oracle modes too."""
-    return parse_recipe(config_path, overrides, config_class=AblationConfig)
+    return cast("tuple[OraPOScriptArguments, AblationConfig, ModelConfig]",
+                parse_recipe(config_path, overrides, config_class=AblationConfig))
 
 
-def train_ablation_round(script_args, training_args: AblationConfig, model_args, **kwargs) -> Path:
+def train_ablation_round(script_args: OraPOScriptArguments, training_args: AblationConfig, model_args: ModelConfig,
+                         **kwargs: Any) -> Path:
     """`orapo_core.train.run.train_round` with `AblationTrainer`: one round of an ablation method."""
     from orapo_core.train.run import train_round
 

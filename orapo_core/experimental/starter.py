@@ -14,6 +14,7 @@ refusing what cannot be built with a sentence that names the option;
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from orapo_core.errors import OrapoError
 from orapo_core.models.starter.architecture import IMAGE_SIDE, StarterArchitecture
@@ -38,7 +39,8 @@ def starter_variant(*, seed: int = 0, rare_fraction: float | None = None, image_
         if value <= 0:
             option = "minutes" if name == "max_minutes" else name.replace("_", "-")
             raise OrapoError("bad_option", f"--{option} must be above 0, not {value}.")
-        warm = replace(warm, **{name: value})
+        change: dict[str, Any] = {name: value}  # a field named by PLAN_OPTIONS
+        warm = replace(warm, **change)
     if rare_fraction is not None:
         if not 0 < rare_fraction <= 1:
             raise OrapoError("bad_option", f"--rare-fraction must lie in (0, 1], not {rare_fraction}.")

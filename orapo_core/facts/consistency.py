@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from orapo_core.facts.extract import NEGATIVE, Fact, extract_facts
+from orapo_core.facts.extract import NEGATIVE, Fact, ReportFacts, extract_facts
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
     return normalize_space(" ".join([kept, *added])), added, dropped
 
 
-def _denials_kept(report, contradicted: set[int], denied: set[str]) -> dict[int, str]:
+def _denials_kept(report: ReportFacts, contradicted: set[int], denied: set[str]) -> dict[int, str]:
     """For each contradicted sentence that is a plain list of denials ("No pleural effusion or pneumothorax."), the
     same list without the denied findings ("No pleural effusion."), so the other denials stay in the report."""
     kept = {}

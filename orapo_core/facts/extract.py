@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from orapo_core.facts import vocabulary as V
@@ -42,11 +43,11 @@ class ReportFacts:
         return labels_from_facts(self.facts, schema)
 
 
-def _alt(patterns) -> str:
+def _alt(patterns: Iterable[str]) -> str:
     return "|".join(sorted(patterns, key=len, reverse=True))
 
 
-def _words(patterns) -> re.Pattern:
+def _words(patterns: Iterable[str]) -> re.Pattern[str]:
     return re.compile(r"(?<![\w-])(?:" + _alt(patterns) + r")(?![\w-])")
 
 
@@ -110,7 +111,7 @@ class _Spans:
         self.items = items
         self.starts = [it[0] for it in items]
 
-    def between(self, lo: int, hi: int):
+    def between(self, lo: int, hi: int) -> list[tuple[int, int, str]]:
         return self.items[bisect_left(self.starts, lo) : bisect_left(self.starts, hi)]
 
 
@@ -142,7 +143,15 @@ def _clause(terms: _Spans, sentence: Sentence, start: int, end: int) -> tuple[in
     return left, right
 
 
-def _polarity(text, spans, sentence, start, end, clause) -> tuple[str, str | None]:
+def _group(m: re.Match[str]) -> str:
+    """The named group a match of one of the patterns above matched (each of their alternatives is one)."""
+    assert m.lastgroup is not None
+    return m.lastgroup
+
+
+def _polarity(
+    text: str, spans: dict[str, _Spans], sentence: Sentence, start: int, end: int, clause: tuple[int, int]
+) -> tuple[str, str | None]:
     """(polarity, certainty): certainty is 'probable', 'alternative' or 'possible' for an uncertain fact, else None."""
     left, right = clause
     pre_neg = [t for t in spans["pre_neg"].between(left, start) if t[1] <= start]
@@ -172,7 +181,8 @@ def _next_to(text: str, end: int, start: int) -> bool:
     return len(gap) <= 25 and "," not in gap
 
 
-def _attributes(text: str, left: int, right: int, start: int, end: int, barriers: list[tuple[int, int]] = ()) -> dict[str, str]:
+def _attributes(text: str, left: int, right: int, start: int, end: int,
+                barriers: Sequence[tuple[int, int]] = ()) -> dict[str, str]:
     # Attributes live next to the mention: "small left pleural effusion", "effusion on the right".
     lo, hi = max(left, start - 40), min(right, end + 30)
     found: dict[str, str] = {}
@@ -184,7 +194,7 @@ def _attributes(text: str, left: int, right: int, start: int, end: int, barriers
             continue
         best = None
         for m in regex.finditer(text, lo, hi):
-            option = values[m.lastgroup]
+            option = values[_group(m)]
             if best is None or option < best:
                 best = option
         if best is not None:
@@ -192,13 +202,16 @@ def _attributes(text: str, left: int, right: int, start: int, end: int, barriers
     return found
 
 
-def _nearest(regex, values, text, lo, hi, start, end, barriers) -> str | None:
+def _nearest(regex: re.Pattern[str], values: dict[str, tuple[int, str]], text: str, lo: int, hi: int, start: int,
+             end: int, barriers: Sequence[tuple[int, int]]) -> str | None:
     """The value written inside the mention's span, else the nearest before it, else the nearest after it.
 
     A word with another finding between it and the mention belongs to that finding: in "large right
     effusion with atelectasis" the atelectasis has neither a side nor a size.
     """
-    inside, before, after = None, None, None
+    inside: re.Match[str] | None = None
+    before: re.Match[str] | None = None
+    after: re.Match[str] | None = None
     for m in regex.finditer(text, lo, hi):
         a, b = m.span()
         if a >= start and b <= end:
@@ -209,8 +222,8 @@ def _nearest(regex, values, text, lo, hi, start, end, barriers) -> str | None:
         elif a >= end and after is None:
             if not any(end <= s and e <= a for s, e in barriers):
                 after = m
-    m = inside or before or after
-    return values[m.lastgroup][1] if m is not None else None
+    found = inside or before or after
+    return values[_group(found)][1] if found is not None else None
 
 
 def _device(mention: str) -> str | None:
@@ -253,7 +266,7 @@ def _extract(text: str, attributes: bool) -> ReportFacts:
         sentence = _sentence_at(starts, sentences, m.start())
         if sentence is None or sentence.section in V.NON_FINDING_SECTIONS:
             continue
-        mentions.append((m.start(), m.end(), _GROUP_TO_CONCEPT[m.lastgroup], sentence))
+        mentions.append((m.start(), m.end(), _GROUP_TO_CONCEPT[_group(m)], sentence))
 
     facts: list[Fact] = []
     barriers = [(m[0], m[1]) for m in mentions]
@@ -274,7 +287,8 @@ def _extract(text: str, attributes: bool) -> ReportFacts:
     return report
 
 
-def _size_facts(text, lower, sentences, terms, spans, mentions, with_attributes=True) -> list[Fact]:
+def _size_facts(text: str, lower: str, sentences: list[Sentence], terms: _Spans, spans: dict[str, _Spans],
+                mentions: list[tuple[int, int, str, Sentence]], with_attributes: bool = True) -> list[Fact]:
     """Facts read from an organ and its qualifier: "heart size is normal", "the mediastinum is widened"."""
     taken_starts = [m[0] for m in mentions]
     barriers = [(m[0], m[1]) for m in mentions]
@@ -285,7 +299,7 @@ def _size_facts(text, lower, sentences, terms, spans, mentions, with_attributes=
         i = bisect_right(taken_starts, start) - 1
         if i >= 0 and start < mentions[i][1]:
             continue
-        concept, qualifier_re = _QUALIFIER_RES[m.lastgroup]
+        concept, qualifier_re = _QUALIFIER_RES[_group(m)]
         sentence = _sentence_at(starts, sentences, start)
         if sentence is None or sentence.section in V.NON_FINDING_SECTIONS:
             continue
@@ -311,7 +325,7 @@ def _size_facts(text, lower, sentences, terms, spans, mentions, with_attributes=
     return facts
 
 
-def labels_from_facts(facts, schema: str = "chexpert") -> dict[str, int | None]:
+def labels_from_facts(facts: Iterable[Fact], schema: str = "chexpert") -> dict[str, int | None]:
     """CheXpert-labeler aggregation: a positive anywhere wins, then uncertain, then negative."""
     names = schema_labels(schema)
     rank = {None: 0, 0: 1, -1: 2, 1: 3}

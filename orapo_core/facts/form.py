@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 
 from orapo_core.facts import vocabulary as V
-from orapo_core.facts.extract import NEGATIVE, POSITIVE, ReportFacts
+from orapo_core.facts.extract import NEGATIVE, POSITIVE, Fact, ReportFacts
 
 # The sections a report of this project is written in (report_layout.report_text) and is charged for missing.
 REQUIRED_SECTIONS = ("findings", "impression")
@@ -92,14 +92,14 @@ def has_stutter(text: str) -> bool:
     return any(a == b for a, b in zip(words, words[1:]))
 
 
-def _sides(facts) -> set[str]:
+def _sides(facts: list[Fact]) -> set[str | None]:
     return {(f.attributes or {}).get("laterality") for f in facts}
 
 
 def _contradicted(report: ReportFacts) -> list[str]:
     """Findings (concepts) the report asserts and denies, the two not told apart by side."""
-    asserted: dict[str, list] = {}
-    denied: dict[str, list] = {}
+    asserted: dict[str, list[Fact]] = {}
+    denied: dict[str, list[Fact]] = {}
     for fact in report.facts:
         if fact.polarity == POSITIVE:
             asserted.setdefault(fact.observation, []).append(fact)
@@ -115,7 +115,7 @@ def _contradicted(report: ReportFacts) -> list[str]:
     return sorted(out)
 
 
-def report_form(report: ReportFacts, *, required_sections=REQUIRED_SECTIONS) -> ReportForm:
+def report_form(report: ReportFacts, *, required_sections: tuple[str, ...] = REQUIRED_SECTIONS) -> ReportForm:
     """The defects of form of an extracted report, and the factor they make (see the module's docstring).
 
     `required_sections` are the sections charged when missing: pass those the reference report has.

@@ -14,7 +14,7 @@ from orapo_core.errors import OrapoError
 from orapo_core.facts.ontology import CHEXPERT_14, CONCEPT_TO_CHESTXRAY14, CONCEPTS
 
 
-def label_value(value) -> int | None:
+def label_value(value: object) -> int | None:
     """1, 0, -1 or None from whatever a table holds."""
     if value is None or isinstance(value, bool) and not value:
         return None if value is None else 0
@@ -35,7 +35,7 @@ def label_value(value) -> int | None:
     return int(number)
 
 
-def normalize_labels(labels) -> dict[str, int | None]:
+def normalize_labels(labels: object) -> dict[str, int | None]:
     """A label set keyed by observation name; JSON text is parsed, unknown names are kept as given."""
     if labels is None:
         return {}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from orapo_core.facts.extract import NEGATIVE, POSITIVE, UNCERTAIN, Fact, ReportFacts, extract_facts
 from orapo_core.facts.ontology import CONCEPTS
-from orapo_core.facts.text import split_sentences
+from orapo_core.facts.text import Sentence, split_sentences
 
 PROMPT = (
     "You extract atomic clinical facts from a chest X-ray report. Sentences are numbered.\n"
@@ -55,7 +55,7 @@ class LLMFactExtractor:
             self.last_error = f"{type(exc).__name__}: {exc}"
             return extract_facts(text)
 
-    def _facts(self, text, sentences) -> list[Fact]:
+    def _facts(self, text: str, sentences: list[Sentence]) -> list[Fact]:
         numbered = "\n".join(f"{s.index}. {s.text}" for s in sentences)
         prompt = PROMPT.format(observations=", ".join(CONCEPTS), sentences=numbered)
         answer = self._chat(prompt)

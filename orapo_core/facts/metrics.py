@@ -12,6 +12,7 @@ by `from_dict()`, with the key names those files have always had.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -81,7 +82,7 @@ class EvalMetrics:
         return replace(self, **values)
 
 
-def clinical_efficacy(predicted: list[dict], reference: list[dict], *, observations=CHEXPERT_14,
+def clinical_efficacy(predicted: list[dict], reference: list[dict], *, observations: Sequence[str] = CHEXPERT_14,
                       texts: list[str] | None = None) -> EvalMetrics:
     """Micro/macro P/R/F1 over all observations (`_14`) and the five (`_5`), per-class F1, report length."""
     if len(predicted) != len(reference):

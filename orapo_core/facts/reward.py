@@ -10,8 +10,11 @@ in open-r1); recipes find rewards by name in the one registry,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from orapo_core.errors import OrapoError
-from orapo_core.facts.extract import extract_facts, labels_from_facts
+from orapo_core.facts.extract import ReportFacts, extract_facts, labels_from_facts
 from orapo_core.facts.form import REQUIRED_SECTIONS, report_form
 from orapo_core.facts.labels import normalize_labels
 from orapo_core.facts.score import score_facts
@@ -24,8 +27,13 @@ ATTRIBUTE_CHECK_DEFAULT = True
 # from degenerate text, but on the clinic story it raised a round's false positives (docs, Research).
 FORM_GUARD_DEFAULT = False
 
+# A reward as TRL's GRPOTrainer calls it: completions, then dataset columns and logging hooks by keyword.
+RewardFunction = Callable[..., list[float | None]]
+# A completion as TRL passes it: the text, or a conversation (one message or a list of them).
+Completion = str | dict[str, Any] | list[dict[str, Any]] | None
 
-def completion_text(completion) -> str:
+
+def completion_text(completion: Completion) -> str:
     """The report text of a completion: a plain string, or the last assistant turn of a conversation."""
     if completion is None:
         return ""
@@ -42,7 +50,7 @@ def completion_text(completion) -> str:
     return ""
 
 
-def _reference(labels, reference_facts) -> dict | None:
+def _reference(labels: object, reference_facts: ReportFacts | None) -> dict[str, int | None] | None:
     reference = normalize_labels(labels) if labels is not None else {}
     if not any(v is not None for v in reference.values()):
         if reference_facts is not None:
@@ -51,7 +59,7 @@ def _reference(labels, reference_facts) -> dict | None:
     return reference
 
 
-def _sections(reference_text, extracted: dict) -> tuple[str, ...]:
+def _sections(reference_text: str | None, extracted: dict[str, ReportFacts]) -> tuple[str, ...]:
     """The report sections a completion is charged for lacking: those of its reference report (none without one)."""
     if not reference_text:
         return ()
@@ -70,7 +78,7 @@ def make_facts_reward(
     attribute_check: bool = ATTRIBUTE_CHECK_DEFAULT,
     form_guard: bool = FORM_GUARD_DEFAULT,
     name: str | None = None,
-):
+) -> RewardFunction:
     """A FactS reward with fixed parameters.
 
     beta > 1 favours recall, as the OraPO paper does; `precision_aware` charges
@@ -89,7 +97,13 @@ def make_facts_reward(
         raise OrapoError("bad_penalty", f"penalty must lie in [0, 1] (got {penalty}).")
     text_column = reference_text_column or ("reference_report" if (attribute_check or form_guard) else None)
 
-    def facts_reward(completions, *, labels=None, log_metric=None, **kwargs) -> list[float | None]:
+    def facts_reward(
+        completions: list[Completion],
+        *,
+        labels: list[object] | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
         n = len(completions)
         labels = list(labels) if labels is not None else [None] * n
         references = kwargs.get(text_column) if text_column else None
@@ -97,8 +111,10 @@ def make_facts_reward(
         if len(labels) != n or len(references) != n:
             raise OrapoError("reward_shape", f"{n} completions but {len(labels)} label sets were given.")
         rewards: list[float | None] = []
-        precisions, recalls, forms = [], [], []
-        extracted: dict[str, object] = {}  # a group's G completions share one reference: extract it once
+        precisions: list[float] = []
+        recalls: list[float] = []
+        forms: list[float] = []
+        extracted: dict[str, ReportFacts] = {}  # a group's G completions share one reference: extract it once
         for completion, row_labels, row_reference in zip(completions, labels, references):
             reference_facts = None
             if row_reference and (attribute_check or reference_text_column):

@@ -20,7 +20,9 @@ variant charges.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from orapo_core.facts import vocabulary as V
 from orapo_core.facts.extract import NEGATIVE, Fact, ReportFacts, extract_facts, labels_from_facts
@@ -101,7 +103,13 @@ def _agree(name: str, drafted: str, reported: str) -> bool:
     return drafted.lower() == reported.lower()
 
 
-def _reason(name: str, drafted: str, reported) -> str:
+class FactExtractor(Protocol):
+    """What `score_report` accepts as its extractor (the LLM extractor; the rule-based one by default)."""
+
+    def extract(self, text: str) -> ReportFacts: ...
+
+
+def _reason(name: str, drafted: str, reported: str | Iterable[str]) -> str:
     values = sorted(set(reported)) if not isinstance(reported, str) else [reported]
     return f"{ATTRIBUTE_NAMES[name]}: {drafted} in the draft, {' and '.join(values)} in the report"
 
@@ -149,7 +157,7 @@ def check_attributes(judgement: FactJudgement, by_label: dict[str, list[Fact]]) 
         candidates = [r for r in candidates if (r.attributes or {}).get("device") == drafted["device"]]
     reasons = []
     for name, value in drafted.items():
-        stated = {_compared(r).get(name) for r in candidates} - {None}
+        stated = {v for r in candidates if (v := _compared(r).get(name)) is not None}
         if stated and not any(_agree(name, value, v) for v in stated):
             reasons.append(_reason(name, value, stated))
     if not reasons:
@@ -222,12 +230,12 @@ def score_facts(
 def score_report(
     text: str,
     *,
-    labels=None,
+    labels: object = None,
     reference_text: str | None = None,
     beta: float = 1.0,
     precision_aware: bool = False,
     penalty: float = 0.5,
-    extractor=None,
+    extractor: FactExtractor | None = None,
     attribute_check: bool = True,
 ) -> ReportScore:
     """FactS of one report against reference labels or a reference report labelled the same way.
@@ -237,12 +245,15 @@ def score_report(
     `extractor` is anything with `extract(text) -> ReportFacts` (the LLM extractor);
     the rule-based extractor is used when it is None.
     """
-    if labels is None and reference_text is None:
+    extract = extractor.extract if extractor is not None else extract_facts
+    reference_facts = extract(reference_text) if reference_text is not None else None
+    if labels is not None:
+        reference = normalize_labels(labels)
+    elif reference_facts is not None:
+        reference = labels_from_facts(reference_facts.facts, "chexpert")
+    else:
         from orapo_core.errors import OrapoError
 
         raise OrapoError("no_reference", "score_report needs reference labels or a reference report.")
-    extract = extractor.extract if extractor is not None else extract_facts
-    reference_facts = extract(reference_text) if reference_text is not None else None
-    reference = normalize_labels(labels) if labels is not None else labels_from_facts(reference_facts.facts, "chexpert")
     return score_facts(extract(text), reference, beta=beta, precision_aware=precision_aware, penalty=penalty,
                        reference_facts=reference_facts if attribute_check else None)

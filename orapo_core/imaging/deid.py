@@ -66,11 +66,15 @@ import hmac
 import importlib
 import re
 import uuid
+from typing import TYPE_CHECKING
 
+from pydicom._uid_dict import UID_dictionary
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.sequence import Sequence
 from pydicom.uid import PYDICOM_IMPLEMENTATION_UID
-from pydicom._uid_dict import UID_dictionary
+
+if TYPE_CHECKING:
+    from cryptography.fernet import Fernet
 
 # The edition of PS3.15 Table E.1-1 used, a module of dicomanonymizer.dicom_anonymization_databases
 # (dicom-anonymizer 2.1.0 ships 2023, 2024b and 2026c).
@@ -181,7 +185,7 @@ def hashed_uid(secret: str, uid: str) -> str:
     return "2.25." + str(uuid.UUID(bytes=_digest(secret, "uid", uid)[:16], version=4).int)
 
 
-def _link_cipher(secret: str):
+def _link_cipher(secret: str) -> Fernet:
     import base64
 
     from cryptography.fernet import Fernet

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pydicom
@@ -23,6 +23,7 @@ from pydicom.pixels import apply_color_lut, apply_modality_lut, apply_voi_lut, g
 from pydicom.uid import UID, ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian
 
 from orapo_core.errors import OrapoError
+from orapo_core.imaging.scope import colour_share
 from orapo_core.imaging.windowing import full_range_window, render, voi_function
 
 # pydicom warns about a value that does not conform to its VR by quoting it ("Invalid value for VR TM: 'QZXTIME'"),
@@ -44,6 +45,7 @@ class DecodedFrame:
     window_source: str  # 'voi_lut_sequence' | 'window' | 'min_max'
     photometric_out: str  # photometric interpretation of `stored` (YBR is decoded to RGB), upper case
     warnings: list[str] = field(default_factory=list)
+    colour_share: float = 0.0  # share of strongly coloured pixels (orapo_core.imaging.scope.colour_share)
 
 
 def _truncated() -> OrapoError:
@@ -206,18 +208,19 @@ def _voi_lut_transfer(ds: Dataset) -> tuple[Callable[[np.ndarray], np.ndarray], 
     return transfer, first + entries / 2.0, float(entries)
 
 
-def _grey(stored: np.ndarray, ds: Dataset, notes: list[str]) -> tuple[np.ndarray, str]:
-    """Grey values of the frame and the photometric interpretation `stored` is in."""
+def _grey(stored: np.ndarray, ds: Dataset, notes: list[str]) -> tuple[np.ndarray, str, float]:
+    """Grey values of the frame, the photometric interpretation `stored` is in, and its share of strongly coloured
+    pixels (0 for a grey frame)."""
     photometric = str(ds.get("PhotometricInterpretation", "MONOCHROME2")).upper()
     if photometric in ("MONOCHROME1", "MONOCHROME2"):
-        return stored, photometric
+        return stored, photometric, 0.0
     if photometric == "PALETTE COLOR":
         rgb = apply_color_lut(stored, ds)
     else:  # RGB, or YBR that pydicom already converted to RGB
         rgb, photometric = stored, "RGB"
     notes.append("This image is in colour; it was converted to grey-scale for reading.")
     luminance = rgb[..., 0] * 0.299 + rgb[..., 1] * 0.587 + rgb[..., 2] * 0.114
-    return np.rint(luminance).astype(rgb.dtype), photometric
+    return np.rint(luminance).astype(rgb.dtype), photometric, colour_share(rgb)
 
 
 def decode_first_frame(ds: Dataset) -> DecodedFrame:
@@ -238,7 +241,7 @@ def decode_first_frame(ds: Dataset) -> DecodedFrame:
     rows, columns = int(ds.Rows), int(ds.Columns)
     if stored.shape[:2] != (rows, columns):
         raise OrapoError("dimension_mismatch", f"This DICOM file says its image is {columns} x {rows} pixels, but the image decodes to another size; it is damaged, export it again.")
-    grey, photometric_out = _grey(stored, ds, notes)
+    grey, photometric_out, coloured = _grey(stored, ds, notes)
     monochrome1 = str(ds.get("PhotometricInterpretation", "")).upper() == "MONOCHROME1"
     colour = photometric_out not in ("MONOCHROME1", "MONOCHROME2")
     if colour:
@@ -267,7 +270,7 @@ def decode_first_frame(ds: Dataset) -> DecodedFrame:
                 center = mirror - center + (1.0 if function not in ("LINEAR_EXACT", "SIGMOID") else 0.0)
             display = render(pixels, voi_function(center, width, function))
             source = "window"
-    if center is None:
+    if center is None or width is None:  # (set together)
         center, width = full_range_window(pixels)
         display = render(pixels, voi_function(center, width))
         source = "min_max"
@@ -280,4 +283,5 @@ def decode_first_frame(ds: Dataset) -> DecodedFrame:
         window_source=source,
         photometric_out=photometric_out,
         warnings=notes,
+        colour_share=coloured,
     )

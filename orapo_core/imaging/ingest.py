@@ -23,6 +23,7 @@ from orapo_core.imaging import sniff
 from orapo_core.imaging.deid import deidentify, hashed_uid
 from orapo_core.imaging.dicom_pixels import check_image_header, decode_first_frame, read_dataset
 from orapo_core.imaging.raster import decode_raster
+from orapo_core.imaging.scope import out_of_scope
 from orapo_core.imaging.windowing import preset_window, window
 
 DEFAULT_MAX_PIXELS = 50_000_000
@@ -39,6 +40,8 @@ class IngestedImage:
     window_center: float
     window_width: float
     bits_stored: int
+    # de-identified header values, and `not_drafted`: why the image is no chest radiograph for the model, in words
+    # following "Study N is" (orapo_core.imaging.scope), None for one to draft
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     deidentified: Dataset | None = None  # the de-identified header and first frame (DICOM input only)
@@ -132,7 +135,9 @@ def _ingest_dicom(data: bytes, *, secret: str, max_pixels: int) -> IngestedImage
         "series_uid": str(header.get("SeriesInstanceUID", "") or "") or None,
         "sop_instance_uid": str(header.get("SOPInstanceUID", "") or "") or None,
         "study_date": str(header.get("StudyDate", "") or "") or None,
+        "colour_share": frame.colour_share,
     }
+    meta["not_drafted"] = out_of_scope(meta, sniff.DICOM)
     return IngestedImage(
         source_format=sniff.DICOM,
         pixels=frame.pixels,
@@ -194,8 +199,9 @@ def _ingest_raster(data: bytes, kind: str, *, secret: str, max_pixels: int) -> I
         "study_uid": hashed_uid(secret, "study:" + content),
         "series_uid": hashed_uid(secret, "series:" + content),
         "sop_instance_uid": hashed_uid(secret, "instance:" + content),
-        "study_date": None,
+        "study_date": None, "colour_share": raster.colour_share,
     }
+    meta["not_drafted"] = out_of_scope(meta, kind)
     return IngestedImage(
         source_format=kind,
         pixels=pixels,

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from orapo_core.errors import OrapoError
+from orapo_core.imaging.scope import colour_share
 
 
 @dataclass
@@ -22,6 +23,7 @@ class RasterImage:
     pixels: np.ndarray  # uint8 or uint16, 2-D grey, higher is brighter
     bits_stored: int
     warnings: list[str] = field(default_factory=list)
+    colour_share: float = 0.0  # share of strongly coloured pixels (orapo_core.imaging.scope.colour_share)
 
 
 _NAMES = {"png": "PNG", "jpeg": "JPEG"}
@@ -31,7 +33,7 @@ def decode_raster(data: bytes, kind: str, max_pixels: int) -> RasterImage:
     """Decode a PNG or JPEG (already identified by its bytes) to a grey array."""
     label = _NAMES[kind]
     try:
-        image = Image.open(io.BytesIO(data), formats=[label])
+        image: Image.Image = Image.open(io.BytesIO(data), formats=[label])
         width, height = image.size
     except Image.DecompressionBombError:
         raise OrapoError("too_many_pixels", f"This {label} image is too large to be a radiograph; it may be a decompression bomb.") from None
@@ -49,6 +51,7 @@ def decode_raster(data: bytes, kind: str, max_pixels: int) -> RasterImage:
         raise OrapoError("truncated_file", f"This {label} file is incomplete or damaged (it ends too early); copy or export it again.") from exc
 
     notes: list[str] = []
+    coloured = 0.0
     mode = image.mode
     if mode in ("I;16", "I;16B", "I;16L", "I"):
         pixels = np.asarray(image)
@@ -61,5 +64,6 @@ def decode_raster(data: bytes, kind: str, max_pixels: int) -> RasterImage:
         rgb = np.asarray(image.convert("RGB"))
         if not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 1], rgb[..., 2])):
             notes.append("This image is in colour; it was converted to grey-scale for reading.")
+            coloured = colour_share(rgb)
         pixels, bits = np.asarray(image.convert("L")), 8
-    return RasterImage(pixels=np.ascontiguousarray(pixels), bits_stored=bits, warnings=notes)
+    return RasterImage(pixels=np.ascontiguousarray(pixels), bits_stored=bits, warnings=notes, colour_share=coloured)

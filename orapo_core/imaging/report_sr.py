@@ -7,8 +7,12 @@ CODE item "Finding" (121071) with its presence (Present / Absent / Presence
 Undetermined for the labeler's positive / negative / uncertain) and laterality,
 and the observation context (TID 1001) names both observers: the signing reader
 (a person, also the verifying observer) and the model version that drafted
-(a device). Each finding, and the narrative, is inferred from the de-identified
-image, referenced by its SOP instance; the SR's patient and study attributes are
+(a device). A sentence of the signed text that the version's automatic finding
+check added to the model's draft (read on the image, not written by the model;
+`orapo_core.models.verifier`) is named in a TEXT "Comment" (121106) of the
+Findings container (`ADDED_NOTE`), one per sentence, so a reader of the SR sees
+which words neither the model nor the reader wrote first. Each finding, and the
+narrative, is inferred from the de-identified image, referenced by its SOP instance; the SR's patient and study attributes are
 copied from that image by highdicom, so it carries the same pseudonyms and UIDs
 and no more.
 
@@ -42,16 +46,28 @@ import datetime as dt
 import functools
 import io
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from highdicom.sr import CodedConcept, ContentItem, ImageContentItem
+    from pydicom.dataset import Dataset
+    from pydicom.sr.coding import Code
+
+_Item = TypeVar("_Item", bound="ContentItem")
 
 SERIES_NUMBER = 900  # reports after the images, as modalities number their derived series
 MANUFACTURER = "OraPO"
 PRESENCE = {"positive": "present", "negative": "absent", "uncertain": "undetermined"}
 _UID_NAMESPACE = uuid.UUID("5f0e7a52-93c4-4d1e-8a3b-2c6d0f9e41a7")
-_RANK = {"absent": 1, "undetermined": 2, "present": 3}  # the labeler's aggregation: a positive anywhere wins
+_RANK = {"absent": 1, "undetermined": 2, "present": 3}
+#: The Comment a sentence the finding check added (and the reader kept) is named in, the sentence after the colon.
+ADDED_NOTE = ("Added to the model's draft by an automatic finding check (read on the image, not written by the "
+              "model); kept by the signing reader: ")  # the labeler's aggregation: a positive anywhere wins
 
 # FactS concept -> (scheme, code value, meaning, source). Devices are coded by their kind (`_DEVICE_CODES`).
 _PS316 = "DICOM PS3.16 via pydicom.sr.codedict"
@@ -113,6 +129,7 @@ class ReportSR:
     referenced_instances: tuple[str, ...]
     verified: bool
     final: bool
+    added: tuple[str, ...] = ()  # sentences named as added by the finding check (`ADDED_NOTE`)
 
 
 def coded_findings(text: str) -> list[CodedFinding]:
@@ -127,8 +144,9 @@ def coded_findings(text: str) -> list[CodedFinding]:
         if fact.observation == "Support Devices":
             coded = _DEVICE_CODES.get(fact.attributes.get("device", ""))
         else:
-            coded = FINDING_CODES.get(fact.observation, (None,) * 4)[:3]
-        if not coded or coded[0] is None:
+            known = FINDING_CODES.get(fact.observation)
+            coded = known[:3] if known is not None else None
+        if not coded:
             continue
         scheme, value, meaning = coded
         presence = PRESENCE[fact.polarity]
@@ -145,25 +163,25 @@ def coded_findings(text: str) -> list[CodedFinding]:
 
 
 @functools.cache
-def _hd():
+def _hd() -> ModuleType:
     import highdicom
 
     return highdicom
 
 
-def _code(scheme: str, value: str, meaning: str):
+def _code(scheme: str, value: str, meaning: str) -> CodedConcept:
     return _hd().sr.CodedConcept(value=value, scheme_designator=scheme, meaning=meaning)
 
 
-def _codes():
+def _codes() -> Any:
     from pydicom.sr.codedict import codes
 
     return codes
 
 
-def build_report_sr(images, *, report: str, reader: str, model: str | None, organization: str,
+def build_report_sr(images: Iterable[Dataset], *, report: str, reader: str, model: str | None, organization: str,
                     report_key: Iterable[object], signed_at: dt.datetime, software_version: str = "",
-                    dated_by_signing: bool = False) -> bytes:
+                    dated_by_signing: bool = False, added: Iterable[str] = ()) -> bytes:
     """The Comprehensive SR of a signed report about `images` (the study's de-identified pydicom Datasets, the
     first one's patient and study attributes copied), as DICOM bytes.
 
@@ -171,6 +189,7 @@ def build_report_sr(images, *, report: str, reader: str, model: str | None, orga
     report always becomes the same SOP instance, so sending it twice stores it once. Read back before it returns.
     `dated_by_signing`: the content and verification dates are the signing time, for an SR about the archive's own
     images (`images` their headers, with the real identity and dates); otherwise the de-identified study's date.
+    `added`: the sentences of `report` the finding check added to the model's draft, each named in a Comment.
     """
     from orapo_core.report_layout import split_report
 
@@ -187,8 +206,9 @@ def build_report_sr(images, *, report: str, reader: str, model: str | None, orga
     if any(e.StudyInstanceUID != first.StudyInstanceUID for e in evidence):
         raise OrapoError("sr_invalid", "The images of one report belong to different studies.")
     key = [str(part) for part in report_key]
+    added = tuple(dict.fromkeys(" ".join(str(a).split()) for a in added if str(a).strip()))
 
-    def image_refs():
+    def image_refs() -> list[ImageContentItem]:
         return [hd.sr.ImageContentItem(name=codes.DCM.BestIllustrationOfFinding, referenced_sop_class_uid=e.SOPClassUID,
                                        referenced_sop_instance_uid=e.SOPInstanceUID, relationship_type=RT.INFERRED_FROM)
                 for e in evidence]
@@ -227,6 +247,9 @@ def build_report_sr(images, *, report: str, reader: str, model: str | None, orga
         section.ContentSequence.append(_with_children(
             hd.sr.CodeContentItem(name=codes.DCM.Finding, value=_code(finding.scheme, finding.value, finding.meaning),
                                   relationship_type=RT.CONTAINS), children))
+    for sentence in added:
+        section.ContentSequence.append(hd.sr.TextContentItem(name=codes.DCM.Comment, value=ADDED_NOTE + sentence,
+                                                             relationship_type=RT.CONTAINS))
     root.ContentSequence.append(section)
     conclusions = hd.sr.ContainerContentItem(name=codes.DCM.Impressions, relationship_type=RT.CONTAINS)
     conclusions.ContentSequence = hd.sr.ContentSequence()
@@ -248,8 +271,9 @@ def build_report_sr(images, *, report: str, reader: str, model: str | None, orga
         **({"software_versions": software_version} if software_version else {}),
     )
     sr.InstanceCreationDate, sr.InstanceCreationTime = day, time
-    if dated_by_signing and signed_at.utcoffset() is not None:  # the signing time as stored: UTC
-        offset = int(signed_at.utcoffset().total_seconds() // 60)
+    utc_offset = signed_at.utcoffset() if dated_by_signing else None
+    if utc_offset is not None:  # the signing time as stored: UTC
+        offset = int(utc_offset.total_seconds() // 60)
         sr.TimezoneOffsetFromUTC = f"{'+' if offset >= 0 else '-'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
     sr.VerifyingObserverSequence[0].VerificationDateTime = day + time
     for keyword in ("PatientIdentityRemoved", "DeidentificationMethod", "DeidentificationMethodCodeSequence",
@@ -263,7 +287,7 @@ def build_report_sr(images, *, report: str, reader: str, model: str | None, orga
     meant = [(c.scheme, c.value, c.presence, c.laterality) for c in coded_findings(report)]
     if (back.findings, back.impression, back.reader) != (findings, impression, reader_name.rstrip("^")) \
             or [(c.scheme, c.value, c.presence, c.laterality) for c in back.coded] != meant \
-            or set(back.referenced_instances) != {e.SOPInstanceUID for e in evidence}:
+            or set(back.referenced_instances) != {e.SOPInstanceUID for e in evidence} or back.added != added:
         raise OrapoError("sr_invalid", "The structured report did not read back as it was written; nothing was kept.")
     return data
 
@@ -279,17 +303,17 @@ def person_name(name: str) -> str:
     return name if "^" in name else f"{name}^"
 
 
-def _with_children(item, children):
+def _with_children(item: _Item, children: Sequence[ContentItem]) -> _Item:
     item.ContentSequence = _hd().sr.ContentSequence(children)
     return item
 
 
-def _presence_code(presence: str):
+def _presence_code(presence: str) -> Code:
     codes = _codes().DCM
     return {"present": codes.Present, "absent": codes.Absent, "undetermined": codes.PresenceUndetermined}[presence]
 
 
-def _evidence(image):
+def _evidence(image: object) -> Dataset:
     """The image as highdicom's evidence: every Type 2 patient and study attribute it copies present (a PNG's
     secondary capture has none), nothing else changed."""
     from pydicom.dataset import Dataset
@@ -306,7 +330,7 @@ def _evidence(image):
     return evidence
 
 
-def _report_date(evidence, signed_at: dt.datetime) -> tuple[str, str]:
+def _report_date(evidence: Dataset, signed_at: dt.datetime) -> tuple[str, str]:
     day = str(evidence.get("StudyDate") or "")
     if len(day) == 8 and day.isdigit():
         time = str(evidence.get("StudyTime") or "000000").split(".")[0][:6].ljust(6, "0")
@@ -331,10 +355,13 @@ def read_report_sr(data: bytes) -> ReportSR:
     coded: list[CodedFinding] = []
     reader = device = ""
     referenced: set[str] = set()
+    added: list[str] = []
     for item in _walk(ds.ContentSequence):
         name = item.ConceptNameCodeSequence[0].CodeValue if "ConceptNameCodeSequence" in item else ""
         if item.ValueType == "TEXT" and name in ("121071", "121073"):
             texts[name] = str(item.TextValue)
+        elif item.ValueType == "TEXT" and name == "121106" and str(item.TextValue).startswith(ADDED_NOTE):
+            added.append(str(item.TextValue)[len(ADDED_NOTE):])
         elif item.ValueType == "PNAME" and name == "121008":  # Person Observer Name
             reader = str(item.PersonName).rstrip("^")
         elif item.ValueType == "TEXT" and name == "121013":  # Device Observer Name
@@ -358,10 +385,11 @@ def read_report_sr(data: bytes) -> ReportSR:
         sop_instance_uid=str(sr.SOPInstanceUID), study_instance_uid=str(sr.StudyInstanceUID),
         findings=texts.get("121071", ""), impression=texts.get("121073", ""), coded=tuple(coded), reader=reader,
         device=device, referenced_instances=tuple(sorted(referenced)),
-        verified=sr.get("VerificationFlag") == "VERIFIED", final=sr.get("PreliminaryFlag") == "FINAL")
+        verified=sr.get("VerificationFlag") == "VERIFIED", final=sr.get("PreliminaryFlag") == "FINAL",
+        added=tuple(added))
 
 
-def _walk(sequence):
+def _walk(sequence: Iterable[Dataset]) -> Iterator[Dataset]:
     for item in sequence:
         yield item
         if "ContentSequence" in item:

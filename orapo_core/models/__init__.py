@@ -7,6 +7,7 @@ torch and transformers load when a model does.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 _EXPORTS = {
     "LoadedModel": "loading", "load_model": "loading", "load_for_training": "loading", "save_adapter": "loading",
@@ -19,7 +20,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

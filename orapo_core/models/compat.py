@@ -19,11 +19,15 @@ the family's own code. This is the only module that knows about it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, ProcessorMixin
 
 _IMAGE_TOKENIZER_VIDEO = ["image_processor", "tokenizer", "video_processor"]
 
 
-def load_processor(model_dir: Path, config):
+def load_processor(model_dir: Path, config: PretrainedConfig) -> Any:
     """The processor saved in `model_dir`, from local files only, with the shim where one is needed."""
     from transformers import AutoProcessor
     from transformers.utils import is_torchvision_available
@@ -38,10 +42,11 @@ def load_processor(model_dir: Path, config):
     return AutoProcessor.from_pretrained(model_dir, local_files_only=True)
 
 
-def without_video_processor(processor_class):
+def without_video_processor(processor_class: type[ProcessorMixin]) -> type[ProcessorMixin]:
     """A subclass of `processor_class` that has no video processor part."""
 
-    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+    def __init__(self: ProcessorMixin, image_processor: Any = None, tokenizer: Any = None,
+                 chat_template: str | None = None, **kwargs: Any) -> None:
         processor_class.__init__(
             self,
             image_processor=image_processor,
@@ -60,10 +65,11 @@ def without_video_processor(processor_class):
     )
 
 
-def _mapped_processor_class(config):
+def _mapped_processor_class(config: PretrainedConfig) -> type[ProcessorMixin] | None:
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
 
     try:
-        return PROCESSOR_MAPPING[type(config)]
+        # a processor class (transformers types the auto mappings' values as tokenizers' (slow, fast) pairs)
+        return cast("type[ProcessorMixin]", PROCESSOR_MAPPING[type(config)])
     except (KeyError, ValueError):
         return None

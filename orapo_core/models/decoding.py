@@ -42,10 +42,16 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orapo_core.models.features import capture_image_features
+
+if TYPE_CHECKING:
+    import torch
+
+    from orapo_core.models.loading import LoadedModel
 
 #: Generation-config settings this loop does not implement, with the value that means "off".
 _UNSUPPORTED = {"no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "suppress_tokens": (None,),
@@ -56,7 +62,7 @@ _UNSUPPORTED = {"no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "su
                 "min_p": (None,), "typical_p": (None, 1.0)}
 
 
-def unsupported_reason(model) -> str | None:
+def unsupported_reason(model: Any) -> str | None:
     """Why `model`'s generation config cannot be decoded by `ContinuousDecoder`; None when it can."""
     config = getattr(model, "generation_config", None)
     if config is None:
@@ -74,7 +80,7 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
-def top_p_filter(scores, top_p: float):
+def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     """`scores` with -inf outside each row's nucleus: the fewest most likely tokens whose probability reaches
     `top_p` (as `transformers`' TopPLogitsWarper keeps them; the most likely token always stays)."""
     ordered, order = scores.sort(dim=-1, descending=False)
@@ -116,7 +122,7 @@ class _Row:
 class ContinuousDecoder:
     """A running batch of drafts over one loaded model (see the module docstring)."""
 
-    def __init__(self, loaded, prompt_text: str, *, lock: threading.Lock | None = None):
+    def __init__(self, loaded: LoadedModel, prompt_text: str, *, lock: threading.Lock | None = None) -> None:
         self.loaded = loaded
         self.prompt_text = prompt_text
         self.lock = lock or threading.Lock()
@@ -128,12 +134,14 @@ class ContinuousDecoder:
         self._rows: list[_Row] = []
         self._requests: list[DecodeRequest] = []
         self._pending: list[DecodeRequest] = []
-        self._cache = None
-        self._mask = None  # (rows, columns) 1 for real tokens, 0 for left padding
-        self._next_pos = None  # (rows,) the position of each row's next token
-        self._last = None  # (rows,) each row's last chosen token, not yet in the cache
+        # set while rows are running (by the first prefill; cleared when the last row leaves)
+        # the running rows' transformers DynamicCache: full-attention layers, whose keys and values are edited here
+        self._cache: Any = None
+        self._mask: torch.Tensor | None = None  # (rows, columns) 1 for real tokens, 0 for left padding
+        self._next_pos: torch.Tensor | None = None  # (rows,) the position of each row's next token
+        self._last: torch.Tensor | None = None  # (rows,) each row's last chosen token, not yet in the cache
         # (rows, columns) token ids of each row (padding: -1), kept only for a repetition penalty
-        self._seen = None
+        self._seen: torch.Tensor | None = None
         self._mrope = False
 
     # -- the batch -----------------------------------------------------------------------------------------------
@@ -176,7 +184,7 @@ class ContinuousDecoder:
             self.step()
 
     @contextlib.contextmanager
-    def _model(self):
+    def _model(self) -> Iterator[Any]:
         with self.lock, self.loaded.using() as model:
             yield model
 
@@ -232,7 +240,7 @@ class ContinuousDecoder:
         self._last = last
         return self._record(chosen, first_row=len(self._rows) - len(rows))
 
-    def _merge(self, batch: dict, rows: list[_Row]) -> None:
+    def _merge(self, batch: dict[str, Any], rows: list[_Row]) -> None:
         """Append `rows` (their cache, mask, positions) to the running batch, left-padding the shorter side."""
         import torch
 
@@ -242,9 +250,10 @@ class ContinuousDecoder:
             self._rows = list(rows)
             self._last = None
             return
+        assert self._mask is not None and self._next_pos is not None  # rows are running
         width = max(self._mask.shape[1], batch["mask"].shape[1])
 
-        def pad(tensor, dim, value=0):
+        def pad(tensor: torch.Tensor, dim: int, value: int = 0) -> torch.Tensor:
             short = width - tensor.shape[dim]
             if short == 0:
                 return tensor
@@ -267,6 +276,7 @@ class ContinuousDecoder:
         import torch
 
         n = len(self._rows)
+        assert self._mask is not None and self._next_pos is not None and self._last is not None  # rows are running
         ones = torch.ones((n, 1), dtype=self._mask.dtype, device=self._mask.device)
         self._mask = torch.cat([self._mask, ones], dim=1)
         if self._seen is not None:
@@ -282,11 +292,12 @@ class ContinuousDecoder:
         self._last = chosen
         return self._record(chosen, first_row=0)
 
-    def _choose(self, logits, rows: list[_Row], seen):
+    def _choose(self, logits: torch.Tensor, rows: list[_Row], seen: torch.Tensor | None) -> torch.Tensor:
         """The next token of each row: arg-max on greedy rows, a draw from the request's generator on the others."""
         import torch
 
         if self.repetition_penalty != 1.0:
+            assert seen is not None  # kept whenever there is a penalty
             # every token a row holds (prompt and drafted so far; not its padding, -1) is penalised once
             held = torch.zeros_like(logits, dtype=torch.int32).scatter_add_(
                 1, seen.clamp(min=0), (seen >= 0).to(torch.int32)) > 0
@@ -307,7 +318,7 @@ class ContinuousDecoder:
             chosen[where] = draws.to(chosen.device)
         return chosen
 
-    def _record(self, chosen, *, first_row: int) -> list[DecodeRequest]:
+    def _record(self, chosen: torch.Tensor, *, first_row: int) -> list[DecodeRequest]:
         """Append each row's chosen token; rows at EOS or at their length leave; the requests that are done."""
         import torch
 
@@ -330,6 +341,7 @@ class ContinuousDecoder:
             else:
                 keep.append(i)
         if len(keep) < len(self._rows):
+            assert self._mask is not None  # rows are running
             self._drop(torch.tensor(keep, dtype=torch.long, device=self._mask.device))
             self._rows = [self._rows[i] for i in keep]
         for request in finished:
@@ -339,11 +351,12 @@ class ContinuousDecoder:
             self._requests.remove(request)
         return finished
 
-    def _drop(self, keep) -> None:
+    def _drop(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep`, and drop the columns of padding no remaining row needs."""
         if keep.numel() == 0:
             self._rows, self._cache, self._mask, self._next_pos, self._last, self._seen = [], None, None, None, None, None
             return
+        assert self._mask is not None and self._next_pos is not None  # rows are running
         mask = self._mask.index_select(0, keep)
         start = int((mask.sum(dim=0) > 0).int().argmax())  # the first column some row still uses
         for layer in self._cache.layers:

@@ -28,16 +28,23 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from orapo_core.errors import OrapoError
 from orapo_core.models.decoding import ContinuousDecoder, DecodeRequest, unsupported_reason
 from orapo_core.models.loading import LoadedModel, load_model
 from orapo_core.models.picture import DEFAULT_MAX_SIDE, to_rgb_image
 from orapo_core.models.prompt import PROMPT_VERSION, REPORT_PROMPT, render_prompt
+from orapo_core.models.unfamiliar import FilmCheck, FilmScore
 from orapo_core.models.verifier import FindingVerifier, prompt_states
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from PIL import Image
 
 #: How many sampled drafts measure each sentence's confidence (self-consistency), in the app and its gate.
 DRAFT_SAMPLES = 4
@@ -67,6 +74,16 @@ class Draft:
     # sentences the version's finding check put in: it read the finding on the film and the draft did not say it
     # (orapo_core.models.verifier); the model chose each among the sentences its round's reports state it with
     added: list[str] = field(default_factory=list)
+    # the film's unfamiliar-film score (orapo_core.models.unfamiliar.FilmScore.to_dict: "unfamiliar" True when it
+    # is unlike the model's training films); None when not checked (no calibration for this model yet)
+    unfamiliar: dict | None = None
+
+    @property
+    def unfamiliar_warning(self) -> str | None:
+        """The warning a draft of an unfamiliar film carries, else None."""
+        from orapo_core.models.unfamiliar import WARNING
+
+        return WARNING if (self.unfamiliar or {}).get("unfamiliar") else None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -84,6 +101,7 @@ class Drafter:
         max_side: int | None = DEFAULT_MAX_SIDE,
         lock: threading.Lock | None = None,
         min_agreement: float = 0.0,
+        calibration_cache: Path | None = None,
     ):
         if not 0.0 <= min_agreement <= 1.0:
             raise OrapoError("draft_invalid",
@@ -101,16 +119,20 @@ class Drafter:
         self._decoding: str | None = None  # "" once continuous decoding is known to work; else why not
         # the checks the version's round fitted for the findings it taught, or None (orapo_core.models.verifier)
         self.verifier = FindingVerifier.load(loaded.adapter_dir or loaded.model_dir)
+        # how unlike its training films each drafted film is (orapo_core.models.unfamiliar); its calibration is
+        # found beside the weights or under `calibration_cache`, computed only when asked (`films.calibration`)
+        self.films = FilmCheck(loaded, cache_dir=calibration_cache, lock=self._lock)
 
     @classmethod
     def from_dir(
-        cls, model_dir: str | Path, adapter_dir: str | Path | None = None, *, model_version: str | None = None, **kwargs
+        cls, model_dir: str | Path, adapter_dir: str | Path | None = None, *, model_version: str | None = None,
+        **kwargs: Any,
     ) -> Drafter:
         return cls(load_model(model_dir, adapter_dir), model_version=model_version, **kwargs)
 
     def draft(
         self,
-        image,
+        image: Image.Image | np.ndarray,
         *,
         samples: int = 4,
         max_new_tokens: int = 192,
@@ -122,13 +144,13 @@ class Drafter:
         return self.draft_many([image], samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
                                top_p=top_p, seed=seed)[0]
 
-    def prepare(self, image):
+    def prepare(self, image: Image.Image | np.ndarray) -> Image.Image:
         """The RGB picture the model is given for `image`; raises OrapoError for something that is not an image."""
         return to_rgb_image(image, max_side=self.max_side)
 
     def draft_many(
         self,
-        images,
+        images: Iterable[Image.Image | np.ndarray],
         *,
         samples: int = 4,
         max_new_tokens: int = 192,
@@ -155,11 +177,16 @@ class Drafter:
         if decoder is not None:
             requests = [decoder.add(DecodeRequest(picture, **settings)) for picture in pictures]
             decoder.run()
-            results = [(r.texts[0], r.texts[1:], r.image_features) for r in requests]
+            texts = [cast("list[str]", r.texts) for r in requests]  # `run` returns once every request is decoded
+            results = [(t[0], t[1:], r.image_features) for t, r in zip(texts, requests, strict=True)]
         else:
             with self._lock:
                 results = [(greedy, sampled, None) for greedy, sampled in
                            self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)]
+        if any(features is None for _, _, features in results):  # `generate` captures none: the tower alone
+            scores = self.films.score_pictures(pictures)
+        else:
+            scores = [None] * len(pictures)
         unsupported, supported = self.checked_findings(pictures)
         additions = [self.choose_additions(picture, greedy, vetoed, wanted)
                      for picture, (greedy, _, _), vetoed, wanted in zip(pictures, results, unsupported, supported,
@@ -167,10 +194,11 @@ class Drafter:
         generated_s = time.perf_counter() - started
         # the shared decoding plus each image's own scoring, not the scoring of those before it
         return [self.compose(greedy, sampled, settings, batch_size=len(pictures), generated_s=generated_s,
-                             image_features=features, unsupported=vetoed, additions=added)
-                for (greedy, sampled, features), vetoed, added in zip(results, unsupported, additions, strict=True)]
+                             image_features=features, unsupported=vetoed, additions=added, film=film)
+                for (greedy, sampled, features), vetoed, added, film in zip(results, unsupported, additions, scores,
+                                                                           strict=True)]
 
-    def checked_findings(self, pictures) -> tuple[list[set[str]], list[set[str]]]:
+    def checked_findings(self, pictures: Sequence[Image.Image]) -> tuple[list[set[str]], list[set[str]]]:
         """Per picture, the checked findings the model's own state does not support, and those it reads clearly
         enough to state (none without a verifier): one prompt-only forward per batch, beside the decoding."""
         if self.verifier is None:
@@ -179,14 +207,15 @@ class Drafter:
             states = prompt_states(model, self.loaded.processor, self.prompt_text, pictures)
         return self.verifier.unsupported(states), self.verifier.supported(states)
 
-    def finish(self, picture, greedy: str, sampled: list[str], settings: dict, **kwargs) -> Draft:
+    def finish(self, picture: Image.Image, greedy: str, sampled: list[str], settings: dict[str, Any],
+               **kwargs: Any) -> Draft:
         """The Draft of one picture decoded elsewhere (the app's running batch), the version's finding checks
         applied to it as `draft_many` applies them: `compose` with what they withhold and add."""
         (vetoed,), (wanted,) = self.checked_findings([picture])
         return self.compose(greedy, sampled, settings, unsupported=vetoed,
                             additions=self.choose_additions(picture, greedy, vetoed, wanted), **kwargs)
 
-    def choose_additions(self, picture, greedy: str, unsupported: set[str], supported: set[str]) -> dict[str, str]:
+    def choose_additions(self, picture: Image.Image, greedy: str, unsupported: set[str], supported: set[str]) -> dict[str, str]:
         """For each finding the check reads on `picture` and the greedy draft (less what the check withholds) does
         not state, the sentence to add: the one of the check's sentences the model reads most easily after the
         draft's findings (`orapo_core.models.scoring.best_continuation`), so side and size come from the film."""
@@ -201,6 +230,7 @@ class Drafter:
         from orapo_core.models.scoring import best_continuation
 
         prefix = findings_section_end(text)
+        assert self.verifier is not None  # `supported` is empty without one (`checked_findings`)
         chosen = {}
         with self._lock, self.loaded.using() as model:
             for name in wanted:
@@ -212,12 +242,12 @@ class Drafter:
 
     @staticmethod
     def sampling_settings(*, samples: int = 4, max_new_tokens: int = 192, temperature: float = 1.0,
-                          top_p: float = 0.95, seed: int | None = 0) -> dict:
+                          top_p: float = 0.95, seed: int | None = 0) -> dict[str, Any]:
         """Every sampling setting of a draft, `draft`'s defaults filled in; OrapoError for one out of range."""
         _check_sampling(samples, max_new_tokens, temperature, top_p)
         return dict(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
 
-    def new_decoder(self):
+    def new_decoder(self) -> ContinuousDecoder | None:
         """A `ContinuousDecoder` over this model (drafts joining and leaving a running batch step by step), or
         None when the model's generation config asks for something it does not do: then `generate` drafts."""
         if self._decoding is None:
@@ -231,14 +261,16 @@ class Drafter:
 
     def compose(self, greedy: str, sampled: list[str], settings: dict, *, batch_size: int = 1,
                 generated_s: float = 0.0, image_features: list[float] | None = None,
-                unsupported: set[str] | None = None, additions: dict[str, str] | None = None) -> Draft:
+                unsupported: set[str] | None = None, additions: dict[str, str] | None = None,
+                film: FilmScore | None = None) -> Draft:
         """The Draft of a greedy text and its samples: self-consistency scored, provenance recorded.
 
         `settings` are the draft's sampling settings; `batch_size`, the most drafts decoded alongside it
         (recorded when above 1); `generated_s`, the decoding time, to which this scoring's time is added;
         `image_features`, the image's pooled merged tokens when the decoder captured them; `unsupported`, the
         verified findings the verifier did not find on the image (their sentences are withheld); `additions`, the
-        sentences the finding check puts in (`choose_additions`; a denial of their finding is withheld)."""
+        sentences the finding check puts in (`choose_additions`; a denial of their finding is withheld); `film`, the
+        image's unfamiliar-film score when it was measured apart (else it is scored from `image_features`)."""
         from orapo_core.facts.consistency import add_findings, split_agreed, split_unsupported
 
         scoring = time.perf_counter()
@@ -256,6 +288,7 @@ class Drafter:
             sampling["verified_findings"] = sorted(self.verifier.checks)
         if batch_size > 1:
             sampling["batch_size"] = batch_size
+        film = film or self.films.score(image_features)
         return Draft(
             text=text,
             samples=sampled,
@@ -270,9 +303,11 @@ class Drafter:
             image_features=image_features,
             withheld=withheld,
             added=added,
+            unfamiliar=film.to_dict() if film is not None else None,
         )
 
-    def _generate_many(self, pictures, samples, max_new_tokens, temperature, top_p, seed) -> list[tuple[str, list[str]]]:
+    def _generate_many(self, pictures: Sequence[Image.Image], samples: int, max_new_tokens: int, temperature: float,
+                       top_p: float, seed: int | None) -> list[tuple[str, list[str]]]:
         import torch
 
         processor = self.loaded.processor
@@ -318,10 +353,10 @@ class _GreedyRows:
     exactly as greedy search would.
     """
 
-    def __init__(self, rows: int):
+    def __init__(self, rows: int) -> None:
         self.rows = rows
 
-    def __call__(self, input_ids, scores):
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         import torch
 
         greedy = scores[::self.rows]
@@ -350,7 +385,7 @@ def score_self_consistency(greedy: str, samples: list[str]) -> tuple[list[dict],
     return [_sentence(s) for s in sentences], [_plain(f) for f in flagged]
 
 
-def _sentence(item) -> dict:
+def _sentence(item: Any) -> dict[str, Any]:
     if isinstance(item, tuple):
         text, confidence = item
         return {"text": str(text), "confidence": float(confidence)}
@@ -361,7 +396,7 @@ def _sentence(item) -> dict:
     return plain
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, tuple):

@@ -27,10 +27,17 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from orapo_core.facts.metrics import EvalMetrics
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from orapo_core.models.draft import Drafter
 
 __all__ = ["EvalMetrics", "EvaluationResult", "evaluate_drafter", "load_study_image", "rescore"]
 
@@ -44,7 +51,7 @@ class EvaluationResult:
         return {"metrics": self.metrics.to_dict(), "predictions": self.predictions}
 
 
-def load_study_image(path):
+def load_study_image(path: str | Path) -> np.ndarray:
     """The display rendering of one study image, decoded the way the app decodes uploads (nothing stored)."""
     from orapo_core.imaging import ingest_path
 
@@ -52,7 +59,7 @@ def load_study_image(path):
 
 
 def evaluate_drafter(
-    drafter,
+    drafter: Drafter,
     records: Sequence,
     *,
     batch_size: int = 8,
@@ -139,7 +146,7 @@ def _score(drafts: Sequence[tuple], facts_beta: float) -> EvaluationResult:
 
 
 @contextlib.contextmanager
-def _eval_mode(model):
+def _eval_mode(model: Any) -> Iterator[None]:
     training = bool(getattr(model, "training", False))
     if training:
         model.eval()

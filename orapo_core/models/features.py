@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 DECIMALS = 5  # stored as JSON: 5 decimals keep the rankings (cosines to 1e-5) at a third of the text
 
 
-def vision_merger(model):
+def vision_merger(model: Any) -> torch.nn.Module | None:
     """The module whose output the language model reads as image tokens, or None."""
     for owner in (getattr(model, "model", None), model):
         merger = getattr(getattr(owner, "visual", None), "merger", None)
@@ -34,7 +39,7 @@ def vision_merger(model):
     return None
 
 
-def _tokens_per_image(model, grid) -> list[int] | None:
+def _tokens_per_image(model: Any, grid: torch.Tensor | None) -> list[int] | None:
     vision = getattr(model.config, "vision_config", None)
     merge = int(getattr(vision, "spatial_merge_size", 1) or 1)
     if grid is None:
@@ -43,13 +48,13 @@ def _tokens_per_image(model, grid) -> list[int] | None:
 
 
 @contextlib.contextmanager
-def capture_image_features(model, inputs, n_images: int):
+def capture_image_features(model: Any, inputs: Any, n_images: int) -> Iterator[list[list[float] | None]]:
     """Within the block, run the forward over `inputs` (a processor's output for `n_images` images); after it,
     the yielded list holds one pooled feature vector (a list of floats) per image, or None per image when the
     model has no merger or its output could not be split by image."""
-    out: list = [None] * n_images
+    out: list[list[float] | None] = [None] * n_images
     merger = vision_merger(model)
-    captured = []
+    captured: list[torch.Tensor] = []
     hook = None
     if merger is not None:
         hook = merger.register_forward_hook(lambda _m, _i, output: captured.append(output.detach()))

@@ -24,9 +24,15 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    import torch
+    from peft import PeftModel
+
+    from orapo_core.config import Settings
 
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 
@@ -43,7 +49,7 @@ class LoadedModel:
     dtype: Any
     # set by orapo_core.models.shared_base for a version on a base shared with others: selects the version's
     # adapter on the shared modules and yields the model to run; None: `model` as it is
-    activate: Callable[[], contextlib.AbstractContextManager] | None = None
+    activate: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
 
     @contextlib.contextmanager
     def using(self) -> Iterator[Any]:
@@ -74,7 +80,7 @@ def default_device() -> tuple[str, Any]:
     return "cpu", torch.float32
 
 
-def resolve_model_dir(model_dir: str | Path | None = None, settings=None) -> Path:
+def resolve_model_dir(model_dir: str | Path | None = None, settings: Settings | None = None) -> Path:
     """The folder to serve, draft, evaluate or train from: the one given, else ORAPO_MODEL_DIR, else the starter.
 
     The starter is the data folder's (`<data>/models/starter`). A fresh data folder gets the one shipped in
@@ -175,7 +181,7 @@ def as_torch_dtype(dtype: Any) -> Any:
     return value
 
 
-def _load_checked(path: Path, *, dtype: Any, device_map: Any, attn_implementation: str | None):
+def _load_checked(path: Path, *, dtype: Any, device_map: Any, attn_implementation: str | None) -> tuple[Any, Any]:
     """The model and processor of `path`, refused (OrapoError) unless every weight fits the config."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
@@ -184,7 +190,8 @@ def _load_checked(path: Path, *, dtype: Any, device_map: Any, attn_implementatio
     extra = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
-        model, info = AutoModelForImageTextToText.from_pretrained(
+        # with output_loading_info, (the model, what was missing, unexpected or mismatched)
+        model, info = cast("tuple[Any, dict[str, Any]]", AutoModelForImageTextToText.from_pretrained(
             path,
             config=config,
             dtype=dtype,
@@ -192,7 +199,7 @@ def _load_checked(path: Path, *, dtype: Any, device_map: Any, attn_implementatio
             local_files_only=True,
             output_loading_info=True,
             **extra,
-        )
+        ))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise OrapoError("model_invalid", f"The folder {path} is not an image-text-to-text checkpoint: {exc}") from exc
     except RuntimeError as exc:  # transformers 5 raises this for tensors of the wrong shape
@@ -211,7 +218,7 @@ def _load_checked(path: Path, *, dtype: Any, device_map: Any, attn_implementatio
     return model, processor
 
 
-def save_adapter(model, adapter_dir: str | Path) -> Path:
+def save_adapter(model: LoadedModel | torch.nn.Module, adapter_dir: str | Path) -> Path:
     """Save the LoRA adapter of a PEFT model (or `LoadedModel`) into `adapter_dir`: weights and config only."""
     from peft import PeftModel
 
@@ -220,11 +227,11 @@ def save_adapter(model, adapter_dir: str | Path) -> Path:
         raise OrapoError("adapter_invalid", "Only a model with a LoRA adapter attached can be saved as an adapter.")
     path = Path(adapter_dir)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
+    model.save_pretrained(str(path))
     return path
 
 
-def add_named_adapter(model, adapter_dir: str | Path, name: str):
+def add_named_adapter(model: torch.nn.Module, adapter_dir: str | Path, name: str) -> PeftModel:
     """The LoRA adapter saved in `adapter_dir` put on `model` as adapter `name`, for inference; `model` is a
     base model (a PeftModel wrapping it is returned) or a PeftModel already holding other adapters (returned)."""
     from peft import PeftModel

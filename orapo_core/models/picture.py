@@ -7,14 +7,20 @@ benchmarks, so a check reads the films as the drafts it vets see them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from PIL import Image
 
 # Radiographs are often 3000 px a side; a VLM's own resize would keep far more
 # visual tokens than a report needs, and those tokens dominate CPU latency.
 DEFAULT_MAX_SIDE = 1024
 
 
-def to_rgb_image(image, *, max_side: int | None = DEFAULT_MAX_SIDE):
+def to_rgb_image(image: Image.Image | np.ndarray, *, max_side: int | None = DEFAULT_MAX_SIDE) -> Image.Image:
     """An 8-bit RGB PIL image from a PIL image or an array, no larger than `max_side` a side.
 
     A 2-D array that is not uint8 is full bit depth (a DICOM's stored values):
@@ -37,7 +43,7 @@ def to_rgb_image(image, *, max_side: int | None = DEFAULT_MAX_SIDE):
     return picture
 
 
-def _to_uint8(pixels):
+def _to_uint8(pixels: np.ndarray) -> np.ndarray:
     import numpy as np
 
     if pixels.ndim == 3 and pixels.shape[2] in (3, 4) and pixels.dtype == np.uint8:

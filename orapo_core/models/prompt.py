@@ -9,6 +9,8 @@ unknowingly.
 
 from __future__ import annotations
 
+from typing import Any
+
 from orapo_core.errors import OrapoError
 
 PROMPT_VERSION = "report-v1"
@@ -24,7 +26,7 @@ def build_messages(prompt: str = REPORT_PROMPT) -> list[dict]:
     return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
 
 
-def render_prompt(processor, prompt: str = REPORT_PROMPT) -> str:
+def render_prompt(processor: Any, prompt: str = REPORT_PROMPT) -> str:
     """The chat-templated text of the prompt, ending where the model's answer begins."""
     if not getattr(processor, "chat_template", None) and not getattr(processor.tokenizer, "chat_template", None):
         raise OrapoError(

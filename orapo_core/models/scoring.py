@@ -8,10 +8,15 @@ the benchmarks use it for the oracle's log-likelihood and for a finding sentence
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
 
 
-def answer_token_logps(model, processor, pictures: Sequence, answers: Sequence[list[int]], *,
-                       prompt_text: str | None = None):
+def answer_token_logps(model: Any, processor: Any, pictures: Sequence[Image.Image], answers: Sequence[list[int]], *,
+                       prompt_text: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each answer (token ids) read after the drafting prompt and its picture, under teacher forcing, in one
     forward: (log-prob of each answer token, the argmax token at each position, mask), each (answers, width).
     `prompt_text` is the rendered prompt (default: `render_prompt(processor)`)."""
@@ -41,7 +46,7 @@ def answer_token_logps(model, processor, pictures: Sequence, answers: Sequence[l
     return logps.gather(-1, ids.unsqueeze(-1)).squeeze(-1), logps.argmax(-1), mask
 
 
-def best_continuation(model, processor, picture, prefix: str, candidates: Sequence[str], *,
+def best_continuation(model: Any, processor: Any, picture: Image.Image, prefix: str, candidates: Sequence[str], *,
                       prompt_text: str | None = None) -> int:
     """Index of the candidate the model reads most easily after `prefix` as the start of its answer on `picture`:
     the highest mean log-prob per token of the candidate's own tokens (the prefix's are context only)."""

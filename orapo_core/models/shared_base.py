@@ -22,7 +22,10 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 from orapo_core.models.loading import LoadedModel, _check_adapter_dir, add_named_adapter, load_model
 
@@ -33,7 +36,7 @@ class SharedBase:
     def __init__(self, model_dir: str | Path, *, device: str | None = None, dtype: Any = None):
         self.base = load_model(model_dir, device=device, dtype=dtype)
         self.lock = threading.Lock()  # held around every generate on this base (and every adapter change)
-        self._peft = None  # the PeftModel wrapping the base once the first adapter is loaded
+        self._peft: PeftModel | None = None  # the PeftModel wrapping the base once the first adapter is loaded
         self._adapters: dict[str, Path] = {}  # adapter name -> its folder, for the adapters now on the model
         self._views: dict[str, str] = {}  # key of each view handed out and not released -> its adapter ("": none)
 
@@ -80,12 +83,12 @@ class SharedBase:
             return len(self._views)
 
     @contextlib.contextmanager
-    def _active(self, name: str, adapter_dir) -> Iterator[Any]:
+    def _active(self, name: str, adapter_dir: Path | None) -> Iterator[Any]:
         """The model to generate with, adapter `name` on (every other off) for the body; "" runs the base with no
         adapter at all.
 
         The caller holds `self.lock` (Drafter's generate lock is this lock)."""
-        if not name:
+        if not name or adapter_dir is None:  # (view() passes no folder exactly when the name is "")
             if self._peft is None:
                 yield self.base.model
             else:
@@ -95,6 +98,7 @@ class SharedBase:
         reloaded = name not in self._adapters
         if reloaded:  # released while this draft waited for the lock: load it again, for this draft only
             self._load_adapter(name, adapter_dir)
+        assert self._peft is not None  # adapter `name` is loaded: a PeftModel wraps the base
         try:
             self._peft.set_adapter(name)
             yield self._peft

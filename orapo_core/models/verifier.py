@@ -14,13 +14,20 @@ withheld, as the sample-agreement operating point does (`orapo_core.facts.consis
 The same readout also says the finding where the draft is silent (2026-12-05). On the rare-enriched ablation a
 ridge readout of the prompt state found the rare findings at F1 0.50 where the same model's drafts reached 0.10
 (docs, Research): the state carries what the decoder does not yet say. So a check whose cross-fitted AUC
-reaches `add_min_auc` also has an `add_threshold`, the cut that maximises the cross-fitted F1 while calling at most
-`add_max_fpr` of the rows without the finding and being right on at least `ADD_MIN_PRECISION` of those it calls
-(without that floor, a rare finding at a clinic's prevalence was stated on 18 % of films without it); a film
-scoring above it whose draft does not state the finding gets a sentence stating it, chosen by the model among the
+reaches `ADD_MIN_AUC` (0.9) also has an `add_threshold`, the cut that maximises the cross-fitted F1 while calling at
+most `add_max_fpr` (5 %) of the rows without the finding, at most `ADD_MAX_GROUP_FPR` (10 %) of those rows within
+each group that carries one other finding (effusion, cardiomegaly, devices, "No Finding", ...: a group of fewer
+than `MIN_GROUP_ROWS` such rows is judged by the overall rate alone), and being right on at least
+`ADD_MIN_PRECISION` of those it calls; where no cut meets all three, the check adds nothing. A film scoring above
+the cut whose draft does not state the finding gets a sentence stating it, chosen by the model among the
 sentences the round's own reports state it with (`orapo_core.models.scoring.best_continuation`), in its findings
 and impression, and what the sentence contradicts is taken out (shown as withheld;
-`orapo_core.facts.consistency.add_findings`).
+`orapo_core.facts.consistency.add_findings`); the draft records the sentence as added by the check
+(`Draft.added`), and every output of the draft says so.
+
+Those limits are issue 40's (2026-12): adding was first allowed at AUC >= 0.7 under a 20 % cap (chosen on a
+development set), and a user measured 15.5 % false positives from it, 32 % on films with a pleural effusion. A
+verifier saved before then has no measured rates for its cuts (`add_fpr` None): it still withholds, never adds.
 
 Pure numpy apart from `prompt_states`; saved as JSON beside the adapter (`VERIFIER_FILE`), so a version carries
 the verifier its round fitted, and a model without one drafts as before.
@@ -33,6 +40,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +68,20 @@ class FindingCheck:
     add_threshold: float | None = None
     # what is added: sentences of the round's reports stating this finding and no other, most frequent first
     sentences: list[str] = field(default_factory=list)
+    # the cut's cross-fitted false-positive rate among the round's rows without the finding (None: a cut not
+    # measured so, as an older verifier's: it adds nothing), within each group of them carrying another finding
+    # that has `MIN_GROUP_ROWS` rows or more, and the groups with fewer (judged by the overall rate alone)
+    add_fpr: float | None = None
+    add_group_fpr: dict[str, float] = field(default_factory=dict)
+    add_groups_too_small: list[str] = field(default_factory=list)
+
+    @property
+    def adds(self) -> bool:
+        """Whether the check states its finding where a draft is silent: read at `ADD_MIN_AUC` or better, with a
+        cut measured against the false-positive limits and sentences to add."""
+        auc = self.cross_fitted_auc
+        return (self.add_threshold is not None and self.add_fpr is not None and bool(self.sentences)
+                and auc is not None and not math.isnan(auc) and auc >= ADD_MIN_AUC)
 
     def score(self, states: np.ndarray) -> np.ndarray:
         x = (np.asarray(states, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.std)
@@ -86,7 +108,7 @@ class FindingVerifier:
         states = np.atleast_2d(np.asarray(states, dtype=np.float64))
         out: list[set[str]] = [set() for _ in range(len(states))]
         for name, check in self.checks.items():
-            if check.add_threshold is not None and check.sentences:
+            if check.adds:
                 for row in np.flatnonzero(check.score(states) >= check.add_threshold):
                     out[row].add(name)
         return out
@@ -117,14 +139,28 @@ def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(greater / (len(pos) * len(neg)))
 
 
-def add_cut(scores: np.ndarray, present: np.ndarray, max_fpr: float, min_precision: float = 0.0) -> float | None:
+def _floor(negatives: np.ndarray, max_fpr: float) -> float:
+    """The score a cut must exceed to call at most `max_fpr` of `negatives` (sorted ascending)."""
+    allowed = int(np.floor(max_fpr * len(negatives) + 1e-9))  # how many rows without it may be called
+    return float(negatives[len(negatives) - allowed - 1]) if allowed < len(negatives) else -np.inf
+
+
+def add_cut(scores: np.ndarray, present: np.ndarray, max_fpr: float, min_precision: float = 0.0, *,
+            groups: dict[str, np.ndarray] | None = None, max_group_fpr: float | None = None,
+            min_group: int | None = None) -> float | None:
     """The score cut (call the finding at `>= cut`) with the best F1 on `scores` among those calling at most
     `max_fpr` of the rows without the finding and right at least `min_precision` of the time; None when no cut
-    calls any row with it so."""
+    calls any row with it so. With `groups` (name: a mask of the rows carrying another finding), also at most
+    `max_group_fpr` (`ADD_MAX_GROUP_FPR`) of the rows without the finding in each group with at least `min_group`
+    (`MIN_GROUP_ROWS`) of them; a smaller group is judged by `max_fpr` overall alone."""
     scores, present = np.asarray(scores, dtype=np.float64), np.asarray(present, dtype=bool)
-    negatives = np.sort(scores[~present])
-    allowed = int(np.floor(max_fpr * len(negatives)))  # how many rows without it may be called
-    floor = negatives[len(negatives) - allowed - 1] if allowed < len(negatives) else -np.inf
+    floor = _floor(np.sort(scores[~present]), max_fpr)
+    max_group_fpr = ADD_MAX_GROUP_FPR if max_group_fpr is None else max_group_fpr
+    min_group = MIN_GROUP_ROWS if min_group is None else min_group
+    for mask in (groups or {}).values():
+        negatives = np.sort(scores[np.asarray(mask, dtype=bool) & ~present])
+        if len(negatives) >= min_group:
+            floor = max(floor, _floor(negatives, max_group_fpr))
     best, best_f1 = None, 0.0
     for cut in np.unique(scores[present & (scores > floor)]):
         called = scores >= cut
@@ -135,12 +171,32 @@ def add_cut(scores: np.ndarray, present: np.ndarray, max_fpr: float, min_precisi
     return best
 
 
+def add_rates(scores: np.ndarray, present: np.ndarray, cut: float, groups: dict[str, np.ndarray] | None = None, *,
+              min_group: int | None = None) -> tuple[float, dict[str, float], list[str]]:
+    """At `cut`: the share of the rows without the finding it calls, that share within each group of `groups`
+    with at least `min_group` such rows, and the groups with fewer (some, but too few to estimate a rate on)."""
+    scores, present = np.asarray(scores, dtype=np.float64), np.asarray(present, dtype=bool)
+    min_group = MIN_GROUP_ROWS if min_group is None else min_group
+    called = scores >= cut
+    overall = float(called[~present].mean()) if (~present).any() else 0.0
+    rates, small = {}, []
+    for name, mask in (groups or {}).items():
+        rows = np.asarray(mask, dtype=bool) & ~present
+        if rows.sum() >= min_group:
+            rates[name] = round(float(called[rows].mean()), 4)
+        elif rows.any():
+            small.append(name)
+    return round(overall, 4), rates, small
+
+
 def fit_check(states: np.ndarray, present: Sequence[bool], finding: str, *, keep: float = 0.9, folds: int = 5,
-              alpha: float = 1.0, seed: int = 0, add_max_fpr: float | None = None) -> FindingCheck:
+              alpha: float = 1.0, seed: int = 0, add_max_fpr: float | None = None,
+              groups: dict[str, np.ndarray] | None = None) -> FindingCheck:
     """A ridge readout of `finding` from `states` (rows: films), its threshold keeping `keep` of the positives'
     cross-fitted scores (each scored by a readout fitted on the other folds), so it is not set on scores of films
     the readout was fitted on; with `add_max_fpr`, also the cut above which it states the finding (`add_cut` on
-    the same cross-fitted scores, right at least `ADD_MIN_PRECISION` of the time)."""
+    the same cross-fitted scores, right at least `ADD_MIN_PRECISION` of the time, within `ADD_MAX_GROUP_FPR` in
+    each group of `groups` large enough), with its false-positive rates measured there (`add_rates`)."""
     x, y = np.asarray(states, dtype=np.float64), np.asarray(present, dtype=bool)
     mean, std = x.mean(0), x.std(0) + 1e-6
     z = (x - mean) / std
@@ -154,12 +210,14 @@ def fit_check(states: np.ndarray, present: Sequence[bool], finding: str, *, keep
         held[test] = z[test] @ w[:-1] + w[-1]
     w = _ridge(z, target, alpha)
     threshold = float(np.quantile(held[y], 1.0 - keep))
-    add = add_cut(held, y, add_max_fpr, ADD_MIN_PRECISION) if add_max_fpr is not None else None
+    add = add_cut(held, y, add_max_fpr, ADD_MIN_PRECISION, groups=groups) if add_max_fpr is not None else None
+    rates = add_rates(held, y, add, groups) if add is not None else (None, {}, [])
     return FindingCheck(finding, mean.tolist(), std.tolist(), w[:-1].tolist(), float(w[-1]), threshold,
-                        int(y.sum()), int((~y).sum()), keep, round(_auc(held, y), 4), add_threshold=add)
+                        int(y.sum()), int((~y).sum()), keep, round(_auc(held, y), 4), add_threshold=add,
+                        add_fpr=rates[0], add_group_fpr=rates[1], add_groups_too_small=rates[2])
 
 
-def prompt_states(model, processor, prompt_text: str, pictures: Sequence, *, batch: int = 32) -> np.ndarray:
+def prompt_states(model: Any, processor: Any, prompt_text: str, pictures: Sequence, *, batch: int = 32) -> np.ndarray:
     """(films, hidden): the text model's last-layer state at the last prompt token, where the report begins."""
     import torch
 
@@ -195,10 +253,18 @@ def taught_findings(rows: Sequence[dict], *, min_taught: int = 10) -> list[str]:
 
 
 MIN_AUC = 0.9  # a check whose cross-fitted AUC on the round's own rows is lower withholds nothing (see fit_verifier)
-# A check reading its finding at this cross-fitted AUC or better also states it where the draft is silent, calling
-# at most ADD_MAX_FPR of the round's rows without it (chosen on a development set of another seed; docs, Research).
-ADD_MIN_AUC = 0.7
-ADD_MAX_FPR = 0.2
+# A check reading its finding at this cross-fitted AUC or better also states it where the draft is silent (never
+# below: a readout at 0.7-0.9 added false findings to 15.5 % of films without them, issue 40), calling at most
+# ADD_MAX_FPR of the round's rows without it, cross-fitted (the default of the round setting
+# finding_verifier_add_max_fpr; it was 0.2, chosen on a development set of another seed) ...
+ADD_MIN_AUC = 0.9
+ADD_MAX_FPR = 0.05
+# ... and at most ADD_MAX_GROUP_FPR of them within each group carrying one other finding (32 % of the films with a
+# pleural effusion got a false finding at the 0.2 cap), judged on groups of at least MIN_GROUP_ROWS rows without
+# the finding (fewer cannot estimate a rate of a few %: those groups are held to the overall cap alone). These are
+# issue 40's goals, not limits tuned on any data set.
+ADD_MAX_GROUP_FPR = 0.10
+MIN_GROUP_ROWS = 20
 # ... and only where at least this share of the rows it calls have the finding: at a clinic's prevalence (a few %)
 # the best-F1 cut of a readout at AUC 0.75-0.85 states a rare finding on about 1 film in 10 without it (docs, Research).
 ADD_MIN_PRECISION = 0.4
@@ -229,38 +295,55 @@ def fit_verifier(states: np.ndarray, oracle_reports: Sequence[str], findings: Se
     It withholds where its cross-fitted AUC reaches `min_auc`: a readout that barely tells the finding from its
     absence on the round's own studies would withhold a tenth of the true statements for few false ones (on the
     clinic story, atelectasis read at 0.54-0.61, lung opacity at 0.85, the corrected pneumothorax at 0.97-0.99).
-    It adds where that AUC reaches `add_min_auc` (None: never), at the cut `add_cut` picks with `add_max_fpr`;
-    a check that does neither is dropped."""
+    It adds where that AUC reaches `add_min_auc` (None: never; never under `ADD_MIN_AUC` whatever is asked), at the
+    cut `add_cut` picks with `add_max_fpr` overall and `ADD_MAX_GROUP_FPR` within each group of the rows without
+    the finding that carry one other of the 14 CheXpert labels of the oracle reports (`label_report`), "No Finding"
+    included; a check that does neither is dropped."""
     from orapo_core.facts import label_report
 
     labels = [label_report(text or "") for text in oracle_reports]
+    names = list(labels[0]) if labels else []
+    carries = {name: np.array([lab.get(name) in (1, -1) for lab in labels]) for name in names}
     checks = {}
     for finding in findings:
         present = [lab.get(finding) in (1, -1) for lab in labels]
         if min(sum(present), len(present) - sum(present)) < min_each:
             continue
-        check = fit_check(states, present, finding, keep=keep, add_max_fpr=add_max_fpr)
+        groups = {name: mask for name, mask in carries.items() if name != finding}
+        check = fit_check(states, present, finding, keep=keep, add_max_fpr=add_max_fpr, groups=groups)
         auc = check.cross_fitted_auc if check.cross_fitted_auc is not None else 0.0
-        adds = add_min_auc is not None and auc >= add_min_auc and check.add_threshold is not None
+        adds = (add_min_auc is not None and auc >= max(add_min_auc, ADD_MIN_AUC)
+                and check.add_threshold is not None)
         sentences = finding_sentences([t for t, p in zip(oracle_reports, present) if p], finding) if adds else []
-        check = replace(check, withholds=auc >= min_auc, add_threshold=check.add_threshold if sentences else None,
-                        sentences=sentences)
+        check = replace(check, withholds=auc >= min_auc, sentences=sentences)
+        if not sentences:  # it adds nothing: no cut, nor rates of one
+            check = replace(check, add_threshold=None, add_fpr=None, add_group_fpr={}, add_groups_too_small=[])
         if check.withholds or check.add_threshold is not None:
             checks[finding] = check
     return FindingVerifier(checks) if checks else None
 
 
 def describe(verifier: FindingVerifier | None) -> dict:
-    """What a round records of its verifier: per finding, the counts it was fitted on and its cross-fitted AUC."""
+    """What a round records of its verifier: per finding, the counts it was fitted on, its cross-fitted AUC, and for
+    a check that adds, the cross-fitted false-positive rates of its cut overall and per group of the rows without
+    the finding carrying another finding, naming the groups too small to estimate (judged by the overall rate)."""
     if verifier is None:
         return {}
-    return {name: {"positives": c.n_positive, "negatives": c.n_negative, "keep": c.keep,
-                   "cross_fitted_auc": None if c.cross_fitted_auc is None or math.isnan(c.cross_fitted_auc)
-                   else c.cross_fitted_auc, "withholds": c.withholds, "adds": c.add_threshold is not None}
-            for name, c in verifier.checks.items()}
+    out: dict[str, dict[str, Any]] = {}
+    for name, c in verifier.checks.items():
+        out[name] = {"positives": c.n_positive, "negatives": c.n_negative, "keep": c.keep,
+                     "cross_fitted_auc": None if c.cross_fitted_auc is None or math.isnan(c.cross_fitted_auc)
+                     else c.cross_fitted_auc, "withholds": c.withholds, "adds": c.adds}
+        if c.adds:
+            out[name].update({"add_fpr": c.add_fpr, "add_group_fpr": dict(c.add_group_fpr)})
+            if c.add_groups_too_small:
+                out[name]["add_groups_judged_overall_only"] = (
+                    f"{', '.join(c.add_groups_too_small)}: fewer than {MIN_GROUP_ROWS} rows without the finding, "
+                    f"judged by the overall rate alone")
+    return out
 
 
-def fit_round_verifier(model, processor, dataset, *, keep: float = 0.9, min_taught: int = 10,
+def fit_round_verifier(model: Any, processor: Any, dataset: Any, *, keep: float = 0.9, min_taught: int = 10,
                        prompt: str | None = None, add_max_fpr: float = ADD_MAX_FPR) -> FindingVerifier | None:
     """The verifier of a trained round: checks for the findings its corrections taught (`taught_findings`), fitted
     on the prompt states `model` gives the round's own training rows (`dataset`: the trainer's `datasets.Dataset`,

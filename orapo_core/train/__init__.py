@@ -7,6 +7,7 @@ package exports them lazily and `import orapo_core.train` stays cheap.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 _EXPORTS = {
     "OraPOConfig": "orapo_core.train.config",
@@ -30,7 +31,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)

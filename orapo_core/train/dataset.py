@@ -18,15 +18,25 @@ from __future__ import annotations
 import csv
 import json
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orapo_core.data.records import CHEXPERT_14, StudyRecord
 from orapo_core.errors import OrapoError
 from orapo_core.models.prompt import REPORT_PROMPT
 
+if TYPE_CHECKING:
+    from datasets import Dataset
 
-def oracle_for(record: Mapping) -> str:
+    from orapo_core.train.config import OraPOScriptArguments
+
+# A study to train on: a StudyRecord or a row's dict (the columns of the module's docstring).
+TrainingRecord = StudyRecord | Mapping[str, Any]
+_Record = TypeVar("_Record", bound=TrainingRecord)
+
+
+def oracle_for(record: Mapping[str, Any]) -> str:
     """The oracle of a study: the clinician's corrected report if there is one, else the reference report.
 
     The one rule for the chosen answer: the dataset writes it into ``oracle_report`` and the trainer reads rows
@@ -35,7 +45,7 @@ def oracle_for(record: Mapping) -> str:
     return corrected or (record.get("reference_report") or "").strip()
 
 
-def _as_row(record) -> dict:
+def _as_row(record: TrainingRecord) -> dict[str, Any]:
     if isinstance(record, Mapping):
         return dict(record)
     # A StudyRecord (orapo_core.data.records) or anything shaped like one.
@@ -51,7 +61,7 @@ def _as_row(record) -> dict:
     }
 
 
-def build_training_dataset(records: Iterable, *, prompt_text: str | None = None):
+def build_training_dataset(records: Iterable[TrainingRecord], *, prompt_text: str | None = None) -> Dataset:
     """A `datasets.Dataset` from dicts (keys as the columns above; ``image`` a path or PIL image) or StudyRecords."""
     from datasets import Dataset, Image
 
@@ -60,7 +70,7 @@ def build_training_dataset(records: Iterable, *, prompt_text: str | None = None)
     if not rows:
         raise OrapoError("no_studies", "The round has no studies to train on: check the CSV or the selection.")
     with_clinician = any(r.get("clinician_chosen") and r.get("clinician_rejected") for r in rows)
-    columns: dict[str, list] = {k: [] for k in ("prompt", "image", "study_id", "labels", "reference_report", "oracle_report")}
+    columns: dict[str, list[Any]] = {k: [] for k in ("prompt", "image", "study_id", "labels", "reference_report", "oracle_report")}
     if with_clinician:
         columns["clinician_chosen"], columns["clinician_rejected"] = [], []
     for i, row in enumerate(rows):
@@ -119,15 +129,16 @@ def load_training_records(
     return records
 
 
-def _study_key(record) -> str:
+def _study_key(record: TrainingRecord) -> Hashable:
     return record["study_id"] if isinstance(record, Mapping) else record.study_id
 
 
-def _labels(record) -> Mapping:
+def _labels(record: TrainingRecord) -> Mapping[str, int | None]:
     return (record.get("labels") if isinstance(record, Mapping) else record.labels) or {}
 
 
-def select_studies(records: list, *, max_studies: int | None, class_balanced: bool, seed: int = 0) -> list:
+def select_studies(records: Sequence[_Record], *, max_studies: int | None, class_balanced: bool,
+                   seed: int = 0) -> list[_Record]:
     """At most `max_studies` records (StudyRecords or dicts); class-balanced means round-robin over the observations' positive studies."""
     rng = random.Random(seed)
     records = list(records)
@@ -137,7 +148,7 @@ def select_studies(records: list, *, max_studies: int | None, class_balanced: bo
     if not class_balanced:
         return records[:max_studies]
     pools = {name: [r for r in records if _labels(r).get(name) == 1] for name in CHEXPERT_14}
-    chosen: dict[str, object] = {}
+    chosen: dict[Hashable, _Record] = {}
     while len(chosen) < max_studies and any(pools.values()):
         for name in CHEXPERT_14:
             pool = pools[name]
@@ -153,7 +164,7 @@ def select_studies(records: list, *, max_studies: int | None, class_balanced: bo
     return list(chosen.values())
 
 
-def load_round_dataset(script_args):
+def load_round_dataset(script_args: OraPOScriptArguments) -> Dataset:
     """The round's dataset from `OraPOScriptArguments` (train_csv, dataset_kind, split, image_root, max_studies, class_balanced)."""
     if not script_args.train_csv:
         raise OrapoError("data_missing", "The recipe names no training data: set train_csv to a CheXpert Plus style CSV or a dataset folder.")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Iterator
+from typing import Any, cast
 
 import torch
 
@@ -35,14 +37,14 @@ def finding_targets(report: str) -> tuple[float, ...]:
     return tuple(1.0 if labels.get(name) in (1, -1) else 0.0 for name in CHEXPERT_14)
 
 
-def _module_ending(model, suffix: str):
+def _module_ending(model: torch.nn.Module, suffix: str) -> torch.nn.Module | None:
     for name, module in model.named_modules():
         if name.endswith(suffix):
             return module
     return None
 
 
-def _text_hidden_size(model) -> int:
+def _text_hidden_size(model: Any) -> int:
     config = model.config
     text = getattr(config, "text_config", None)
     return int(getattr(text, "hidden_size", None) or config.hidden_size)
@@ -58,7 +60,7 @@ def _standardized(features: torch.Tensor, layer: torch.nn.Linear) -> torch.Tenso
 class FindingProbes(torch.nn.Module):
     """Two linear probes (merged visual tokens, last prompt state) onto the 14 observations, and their loss."""
 
-    def __init__(self, model):
+    def __init__(self, model: Any) -> None:
         super().__init__()
         hidden = _text_hidden_size(model)
         merger, norm = _module_ending(model, "visual.merger"), _module_ending(model, "language_model.norm")
@@ -72,10 +74,10 @@ class FindingProbes(torch.nn.Module):
         self._observed = (merger, norm)
 
     @contextlib.contextmanager
-    def observe(self):
+    def observe(self) -> Iterator[dict[str, list[torch.Tensor]]]:
         """Within the block, every output of the merger and the final norm is kept (with its graph)."""
         seen: dict[str, list[torch.Tensor]] = {"visual": [], "prompt": []}
-        hooks = []
+        hooks: list[torch.utils.hooks.RemovableHandle] = []
         merger, norm = self._observed
         if merger is not None:
             hooks.append(merger.register_forward_hook(lambda _m, _i, out: seen["visual"].append(out)))
@@ -87,7 +89,8 @@ class FindingProbes(torch.nn.Module):
             for hook in hooks:
                 hook.remove()
 
-    def loss(self, seen: dict, inputs: dict, targets: torch.Tensor) -> tuple[torch.Tensor | None, dict]:
+    def loss(self, seen: dict[str, list[torch.Tensor]], inputs: dict[str, Any],
+             targets: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, float]]:
         """Mean BCE of each probe that could read this micro-batch's rows; None when neither could."""
         rows = targets.size(0)
         bce = torch.nn.functional.binary_cross_entropy_with_logits
@@ -106,4 +109,4 @@ class FindingProbes(torch.nn.Module):
                 parts["prompt"] = bce(self.prompt(_standardized(states[:, last], self.prompt)), targets)
         if not parts:
             return None, {}
-        return sum(parts.values()) / len(parts), {k: v.detach().item() for k, v in parts.items()}
+        return cast(torch.Tensor, sum(parts.values())) / len(parts), {k: v.detach().item() for k, v in parts.items()}

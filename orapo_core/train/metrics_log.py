@@ -11,11 +11,12 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 
-def _plain(value):
+def _plain(value: object) -> int | float | str | bool | None:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if hasattr(value, "item"):
@@ -24,13 +25,14 @@ def _plain(value):
 
 
 class MetricsJsonlCallback(TrainerCallback):
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs:
             return
-        record = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}
+        record: dict[str, object] = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}
         record.update({k: _plain(v) for k, v in logs.items()})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as handle:

@@ -34,6 +34,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orapo_core.train.config import OraPOConfig
 
 
 def zero_reward_rate(rewards: Sequence[float | None], threshold: float = 0.0) -> float:
@@ -126,7 +130,7 @@ class MinedGroup:
         return self.weight if self.pairs else 0.0
 
 
-def _text(value) -> str | None:
+def _text(value: object) -> str | None:
     if value is None:
         return None
     value = str(value).strip()
@@ -154,7 +158,7 @@ class OraclePairMiner:
         self.ema = ZeroRewardEMA(ema_alpha)
 
     @classmethod
-    def from_config(cls, args) -> OraclePairMiner:
+    def from_config(cls, args: OraPOConfig) -> OraclePairMiner:
         return cls(
             w_min=args.dpo_weight_min,
             w_max=args.dpo_weight_max,

@@ -18,13 +18,18 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from orapo_core.facts.reward import Completion, RewardFunction
+    from orapo_core.train.config import OraPOConfig
 
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-def _words(text) -> list[str]:
+def _words(text: Completion) -> list[str]:
     from orapo_core.facts.reward import completion_text
 
     return _WORD.findall(completion_text(text).lower())
@@ -47,8 +52,10 @@ def _f1(overlap: int, predicted: int, reference: int) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _overlap_reward(name: str, overlap):
-    def reward(completions, *, reference_report=None, **kwargs) -> list[float | None]:
+def _overlap_reward(name: str, overlap: Callable[[list[str], list[str]], int]) -> RewardFunction:
+    def reward(
+        completions: list[Completion], *, reference_report: list[str | None] | None = None, **kwargs: Any
+    ) -> list[float | None]:
         references = list(reference_report) if reference_report is not None else [None] * len(completions)
         if len(references) != len(completions):
             raise OrapoError("reward_shape", f"{len(completions)} completions but {len(references)} reference reports.")
@@ -82,21 +89,21 @@ class RewardSettings:
     form_guard: bool | None = None
 
     @classmethod
-    def from_config(cls, args) -> RewardSettings:
+    def from_config(cls, args: OraPOConfig) -> RewardSettings:
         return cls(args.facts_beta, args.precision_aware, args.facts_attribute_check, args.facts_form_guard)
 
 
-def _facts(settings: RewardSettings, **fixed):
+def _facts(settings: RewardSettings, **fixed: Any) -> RewardFunction:
     from orapo_core.facts.reward import make_facts_reward
 
-    extra = {} if settings.attribute_check is None else {"attribute_check": settings.attribute_check}
+    extra: dict[str, Any] = {} if settings.attribute_check is None else {"attribute_check": settings.attribute_check}
     if settings.form_guard is not None:
         extra["form_guard"] = settings.form_guard
     return make_facts_reward(**{**extra, **fixed})
 
 
 # name -> factory(settings) -> reward function. 'facts_reward' is the function's own name, kept as a name too.
-REWARDS: dict[str, Callable[[RewardSettings], Callable]] = {
+REWARDS: dict[str, Callable[[RewardSettings], RewardFunction]] = {
     "facts": lambda s: _facts(s, beta=s.facts_beta, precision_aware=s.precision_aware),
     "facts_reward": lambda s: _facts(s, beta=s.facts_beta, precision_aware=s.precision_aware),
     "facts_plain": lambda s: _facts(s, precision_aware=False, name="facts_plain"),
@@ -106,7 +113,7 @@ REWARDS: dict[str, Callable[[RewardSettings], Callable]] = {
 }
 
 
-def get_reward(name: str, settings: RewardSettings | None = None):
+def get_reward(name: str, settings: RewardSettings | None = None) -> RewardFunction:
     """The reward called `name` in the registry, or imported from 'package.module:function'."""
     if name in REWARDS:
         return REWARDS[name](settings or RewardSettings())
@@ -123,7 +130,7 @@ def get_reward(name: str, settings: RewardSettings | None = None):
     return func
 
 
-def rewards_for(args) -> list[Callable]:
+def rewards_for(args: OraPOConfig) -> list[RewardFunction]:
     """The reward functions an `OraPOConfig` names (`reward_funcs`, in order; their weights are `reward_weights`)."""
     settings = RewardSettings.from_config(args)
-    return [get_reward(name, settings) for name in args.reward_funcs]
+    return [get_reward(name, settings) for name in args.reward_funcs or ()]  # the config sets it (None: 'facts')

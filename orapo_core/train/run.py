@@ -15,14 +15,24 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import ModelConfig
+
+    from orapo_core.facts.reward import RewardFunction
+    from orapo_core.train.config import OraPOConfig, OraPOScriptArguments
+    from orapo_core.train.trainer import OraPOTrainer
 
 PHANTOM_FOLDER = "phantomcxr"
 PHANTOM_SIZE = 128  # px a side: the starter sees 96x96; a smoke run needs no more
 
 
-def phantom_training_data(script_args, training_args) -> Path | None:
+def phantom_training_data(script_args: OraPOScriptArguments, training_args: OraPOConfig) -> Path | None:
     """With no train_csv and `phantom_studies` set, the CSV of that many PhantomCXR studies in <output_dir>/phantomcxr.
 
     Written once and reused while the count and seed match (a second smoke run does not redraw them).
@@ -31,6 +41,7 @@ def phantom_training_data(script_args, training_args) -> Path | None:
         return None
     from orapo_core.data.phantom import write_dataset
 
+    assert training_args.output_dir is not None  # TrainingArguments.__post_init__ fills it in
     folder = Path(training_args.output_dir).resolve() / PHANTOM_FOLDER
     wanted = {"n": script_args.phantom_studies, "seed": training_args.seed, "size": PHANTOM_SIZE}
     stamp = folder / "phantom_set.json"
@@ -41,8 +52,10 @@ def phantom_training_data(script_args, training_args) -> Path | None:
     return csv_path
 
 
-def train_round(script_args, training_args, model_args, *, reward_funcs=None, train_dataset=None,
-                callbacks=None, trainer_class=None) -> Path:
+def train_round(script_args: OraPOScriptArguments, training_args: OraPOConfig, model_args: ModelConfig, *,
+                reward_funcs: list[RewardFunction] | None = None, train_dataset: Dataset | None = None,
+                callbacks: list[TrainerCallback] | None = None,
+                trainer_class: type[OraPOTrainer] | None = None) -> Path:
     """Train one round and save the model (or LoRA adapter), processor, miner state and resolved recipe.
 
     `callbacks` are extra `transformers.TrainerCallback`s (the ablation evaluates at checkpoints with one);
@@ -82,6 +95,7 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
         # transformers can end "successfully" at step 0: a model saved from that would be the untouched base,
         # and a round would count its corrections as trained.
         raise no_step
+    assert training_args.output_dir is not None  # TrainingArguments.__post_init__ fills it in
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
     if trainer.accelerator.is_main_process:
@@ -95,7 +109,7 @@ def train_round(script_args, training_args, model_args, *, reward_funcs=None, tr
                                           add_max_fpr=training_args.finding_verifier_add_max_fpr)
             if verifier is not None:
                 verifier.save(out)
-            print(f"finding verifier: {describe(verifier) or 'none (no finding taught by 10 corrections and read at AUC >= 0.7)'}", flush=True)
+            print(f"finding verifier: {describe(verifier) or 'none (no finding taught by 10 corrections and read at AUC >= 0.9)'}", flush=True)
         resolved = {"script": asdict(script_args), "model": asdict(model_args), "training": training_args.to_dict()}
         (out / "orapo_recipe.json").write_text(json.dumps(resolved, indent=2, default=str))
     return out

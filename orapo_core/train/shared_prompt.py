@@ -22,17 +22,19 @@ prefix, say) may depend on the whole sequence in a way not checked here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 SHARED_PROMPT_MODEL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "idefics3", "llava"})
 
 
-def supports_shared_prompt(model) -> bool:
+def supports_shared_prompt(model: object) -> bool:
     """Whether `answer_logps_after_prompts` reproduces the full forward for this (unwrapped) model."""
     return getattr(getattr(model, "config", None), "model_type", None) in SHARED_PROMPT_MODEL_TYPES
 
 
-def _rope_index_owner(model):
+def _rope_index_owner(model: torch.nn.Module) -> Any:
     """The module with Qwen-VL's ``get_rope_index`` (the inner model), or None for column-numbered families."""
     for module in model.modules():
         if callable(getattr(module, "get_rope_index", None)):
@@ -41,14 +43,14 @@ def _rope_index_owner(model):
 
 
 def answer_logps_after_prompts(
-    model,
-    prompts: dict,
-    prompt_kwargs: dict,
+    model: torch.nn.Module,
+    prompts: dict[str, torch.Tensor],
+    prompt_kwargs: dict[str, torch.Tensor],
     owners: torch.Tensor,
     answer_ids: torch.Tensor,
     answer_mask: torch.Tensor,
     *,
-    unwrapped=None,
+    unwrapped: torch.nn.Module | None = None,
 ) -> torch.Tensor:
     """Per-token log-probs ``(len(owners), answer_ids.size(1))`` of each answer after prompt ``owners[i]``.
 
@@ -76,7 +78,7 @@ def answer_logps_after_prompts(
     ids = torch.cat([prompt_ids[owners, -1:], answer_ids], dim=1)
     mask = torch.cat([prompt_mask[owners], answer_mask], dim=1)
     labels = ids.masked_fill(torch.cat([torch.zeros_like(answer_mask[:, :1]), answer_mask], dim=1) == 0, -100)
-    extra = {}
+    extra: dict[str, torch.Tensor] = {}
     rope = _rope_index_owner(unwrapped if unwrapped is not None else model)
     if rope is not None:
         positions, _ = rope.get_rope_index(

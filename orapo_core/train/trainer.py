@@ -38,6 +38,8 @@ import copy
 import math
 import os
 import zlib
+from collections.abc import Iterator
+from typing import Any, cast
 
 import torch
 from accelerate.utils import gather_object, is_peft_model
@@ -102,8 +104,15 @@ class OraPOTrainer(GRPOTrainer):
     oracle_answers: tuple[str, ...] = ("chosen", "rejected")
     #: Where `oracle_loss` logs the term's mean loss over the paired rows.
     oracle_loss_metric = "orapo/dpo_loss"
+    # What TRL's base classes declare wider and this trainer's __init__ guarantees: an OraPOConfig, a model, and
+    # the K of GRPOConfig (which refuses a None there).
+    args: OraPOConfig
+    model: Any
+    num_generations: int
+    num_generations_eval: int
 
-    def __init__(self, model, reward_funcs=None, args: OraPOConfig | None = None, *, miner: OraclePairMiner | None = None, **kwargs):
+    def __init__(self, model: Any, reward_funcs: Any = None, args: OraPOConfig | None = None, *,
+                 miner: OraclePairMiner | None = None, **kwargs: Any) -> None:
         if not isinstance(args, OraPOConfig):
             raise TypeError("OraPOTrainer needs an OraPOConfig as `args` (TRL's GRPOConfig lacks the oracle settings).")
         if reward_funcs is None:
@@ -121,13 +130,13 @@ class OraPOTrainer(GRPOTrainer):
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         self.miner = miner or OraclePairMiner.from_config(args)
         # Discarded after training; their loss trains the adapter through TRL's own forward (`_compute_loss`).
-        self.finding_probes = None
+        self.finding_probes: FindingProbes | None = None
         if args.finding_probe_weight > 0:
             self.finding_probes = FindingProbes(self._unwrapped()).to(self.accelerator.device)
         if "rejected" in self.oracle_answers and self.ref_model is None and not is_peft_model(self._unwrapped()):
             # TRL builds no reference when beta == 0; DPO needs one: the policy as it starts the round.
             self.ref_model = self._frozen_copy(self.model)
-        self.add_callback(MetricsJsonlCallback(args.metrics_jsonl))
+        self.add_callback(MetricsJsonlCallback(cast(str, args.metrics_jsonl)))  # set by OraPOConfig.__post_init__
 
     # ----------------------------------------------------------------- hooks
 
@@ -139,22 +148,22 @@ class OraPOTrainer(GRPOTrainer):
         """The w_i the loss uses per group (0 where the group has no pair)."""
         return [g.effective_weight for g in mined]
 
-    def oracle_text(self, example: dict) -> str | None:
+    def oracle_text(self, example: dict[str, Any]) -> str | None:
         """The chosen answer of a study (`dataset.oracle_for`: ``oracle_report``, else ``reference_report``)."""
         return oracle_for(example) or None
 
     # ------------------------------------------------------- TRL overrides
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> torch.Tensor:
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
-    def _generate_and_score_completions(self, inputs):
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         k = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = self._scalar_rewards(self._last_rewards_per_func)
+        rewards = self._scalar_rewards(cast(torch.Tensor, self._last_rewards_per_func))  # set by `super()`'s call
         groups = self._rollout_groups(inputs, rewards, k)
         mined = self.mine_pairs(groups, update_state=mode == "train")
         weights = self.dpo_weights(mined)
@@ -165,7 +174,7 @@ class OraPOTrainer(GRPOTrainer):
         self._log_generation_metrics(mode, mined, weights, rewards)
         return output
 
-    def create_optimizer(self, model=None):
+    def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
         # transformers' Trainer builds the optimizer from the model's trainable parameters: the finding probes are
         # not the model's, so they join as their own group (their learning rate, no decay) before the scheduler.
         optimizer = super().create_optimizer(model)
@@ -175,7 +184,7 @@ class OraPOTrainer(GRPOTrainer):
             optimizer.add_param_group({"params": probes, "lr": self.args.finding_probe_lr, "weight_decay": 0.0})
         return optimizer
 
-    def _compute_loss(self, model, inputs):
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
         # TRL's forward already scores every rollout under the policy: keep its log-probs for the rejected answers.
         self._rollout_logps = None
         self._capture_rollout_logps = "rejected" in self.oracle_answers and inputs.get("orapo_coef") is not None
@@ -189,6 +198,7 @@ class OraPOTrainer(GRPOTrainer):
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         self._metrics[mode]["orapo/grpo_loss"].append(self.accelerator.gather(loss.detach() * accumulation).mean().item())
         if probes is not None:
+            assert seen is not None  # `probes.observe()` yields the dict
             probe_loss, parts = probes.loss(seen, inputs, inputs["orapo_finding_targets"])
             if probe_loss is not None:
                 loss = loss + self.args.finding_probe_weight * probe_loss / accumulation
@@ -200,13 +210,13 @@ class OraPOTrainer(GRPOTrainer):
             self._rollout_logps = None
         return loss if term is None else loss + term
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
         result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._capture_rollout_logps:
             self._rollout_logps, self._capture_rollout_logps = result[0], False
         return result
 
-    def _save_checkpoint(self, model, trial):
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -214,14 +224,14 @@ class OraPOTrainer(GRPOTrainer):
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             self.miner.save(os.path.join(folder, MINER_STATE_FILE))
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None and os.path.exists(os.path.join(checkpoint, MINER_STATE_FILE)):
             self.miner.load(os.path.join(checkpoint, MINER_STATE_FILE))
 
     # ---------------------------------------------------------- the oracle term
 
-    def oracle_loss(self, model, inputs) -> torch.Tensor | None:
+    def oracle_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
         """This micro-batch's share of ``(1/B) Σ_i w_i·L_DPO,i``, None when it has no pair."""
         coefs = inputs.get("orapo_coef")
         if coefs is None:
@@ -246,7 +256,8 @@ class OraPOTrainer(GRPOTrainer):
             self._metrics[mode]["orapo/oracle_logp"].append((stats[2] / stats[1]).item())
         return term
 
-    def pair_losses(self, model, inputs, rows: torch.Tensor, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def pair_losses(self, model: Any, inputs: dict[str, Any], rows: torch.Tensor,
+                    batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """The oracle term's loss of each paired row (`rows` of `inputs`, selected as `batch`): DPO's, and the
         oracle's mean per-token log-prob under the policy (the paper's "oracle likelihood", for the logs)."""
         chosen = self._chosen_logps(model, batch, length_normalize=self.args.dpo_length_normalize)
@@ -254,9 +265,11 @@ class OraPOTrainer(GRPOTrainer):
         row_losses = dpo_loss(
             chosen, rejected, batch["orapo_ref_chosen_logps"], batch["orapo_ref_rejected_logps"], beta=self.args.dpo_beta
         )
-        oracle_logp = chosen.detach() if self.args.dpo_length_normalize else \
-            chosen.detach() / batch["orapo_chosen_mask"].sum(-1).clamp(min=1).to(chosen.dtype)
-        return row_losses, oracle_logp
+        per_token = chosen if self.args.dpo_length_normalize else \
+            chosen / batch["orapo_chosen_mask"].sum(-1).clamp(min=1).to(chosen.dtype)
+        if self.args.oracle_nll_weight:
+            row_losses = row_losses - self.args.oracle_nll_weight * per_token
+        return row_losses, per_token.detach()
 
     def _paired_rows(self, coefs: torch.Tensor) -> torch.Tensor | None:
         """Indices of the rows with a pair; None when there is none and no other process needs this one's forwards."""
@@ -267,7 +280,7 @@ class OraPOTrainer(GRPOTrainer):
             return rows.new_zeros(1) if self.accelerator.num_processes > 1 else None
         return rows
 
-    def _chosen_logps(self, model, batch: dict, *, length_normalize: bool | None = None, reference: bool = False) -> torch.Tensor:
+    def _chosen_logps(self, model: Any, batch: dict[str, Any], *, length_normalize: bool | None = None, reference: bool = False) -> torch.Tensor:
         """Log-probs of each row's chosen answer, one forward per distinct (study, chosen) of the batch.
 
         All failed rollouts of a study share its oracle as the chosen answer, so its log-prob is computed once and
@@ -283,13 +296,14 @@ class OraPOTrainer(GRPOTrainer):
             )
         return logps[inverse]
 
-    def _rejected_logps(self, model, inputs: dict, rows: torch.Tensor, batch: dict) -> torch.Tensor:
+    def _rejected_logps(self, model: Any, inputs: dict[str, Any], rows: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         """Policy log-probs of the rejected answers of ``rows``: a rejected rollout's come from TRL's own forward."""
         from_rollout = batch["orapo_rejected_is_rollout"].bool()
         if self._rollout_logps is None:  # called outside `_compute_loss`: score every row
             from_rollout = torch.zeros_like(from_rollout)
         logps = torch.zeros(rows.numel(), device=rows.device)
         if from_rollout.any():
+            assert self._rollout_logps is not None  # `from_rollout` was cleared above otherwise
             per_token = self._rollout_logps[rows.to(self._rollout_logps.device)].float()
             mask = inputs["completion_mask"][rows.to(inputs["completion_mask"].device)]
             logps = sequence_logps(per_token, mask, length_normalize=self.args.dpo_length_normalize)
@@ -306,7 +320,7 @@ class OraPOTrainer(GRPOTrainer):
         return logps
 
     @staticmethod
-    def _select_rows(batch: dict, rows: torch.Tensor) -> dict:
+    def _select_rows(batch: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
         """The rows ``rows`` of a batch, images included (per-sample image tensors through TRL's own split/unsplit)."""
         if rows.numel() == len(batch["prompt_ids"]):
             return batch
@@ -320,7 +334,8 @@ class OraPOTrainer(GRPOTrainer):
                 picked[key] = [value[i] for i in index]
         return unsplit_pixel_values_by_grid(picked)
 
-    def _sequence_logps(self, model, inputs, ids, mask, *, length_normalize: bool | None = None) -> torch.Tensor:
+    def _sequence_logps(self, model: Any, inputs: dict[str, Any], ids: torch.Tensor, mask: torch.Tensor, *,
+                        length_normalize: bool | None = None) -> torch.Tensor:
         """Log-prob of answers ``ids`` after each row's prompt (and image), through TRL's own forward helper."""
         if length_normalize is None:
             length_normalize = self.args.dpo_length_normalize
@@ -341,7 +356,8 @@ class OraPOTrainer(GRPOTrainer):
         return sequence_logps(per_token.float(), mask, length_normalize=length_normalize)
 
     @torch.no_grad()
-    def _reference_pair_logps(self, batch: dict, score_rejected: torch.Tensor, prompt_keys: torch.Tensor):
+    def _reference_pair_logps(self, batch: dict[str, Any], score_rejected: torch.Tensor,
+                              prompt_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Reference log-probs of each row's chosen answer, and of the rejected answers where ``score_rejected``.
 
         Where the model's family allows (`shared_prompt`), each distinct prompt runs once and all its answers,
@@ -366,7 +382,8 @@ class OraPOTrainer(GRPOTrainer):
         reference = self._unwrapped() if self.ref_model is None else self.accelerator.unwrap_model(self.ref_model)
         return supports_shared_prompt(reference)
 
-    def _reference_pair_logps_shared(self, batch: dict, score_rejected: torch.Tensor, prompt_keys: torch.Tensor):
+    def _reference_pair_logps_shared(self, batch: dict[str, Any], score_rejected: torch.Tensor,
+                                     prompt_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         chosen_first, chosen_inverse = self._first_of_each(batch["orapo_chosen_key"])
         prompt_first, prompt_index = self._first_of_each(prompt_keys)
         rejected_rows = torch.nonzero(score_rejected).flatten()
@@ -386,14 +403,15 @@ class OraPOTrainer(GRPOTrainer):
         with self._reference_model() as model, self.accelerator.autocast():
             unwrapped = self.accelerator.unwrap_model(model)
             # A cache needs the layers run plainly: a checkpointed layer in training mode (the PEFT policy) drops it.
-            with disable_gradient_checkpointing(unwrapped, self.args.gradient_checkpointing_kwargs):
+            # TrainingArguments.__post_init__ has parsed a JSON string of these kwargs into a dict by now.
+            with disable_gradient_checkpointing(unwrapped, cast("dict[str, Any] | None", self.args.gradient_checkpointing_kwargs)):
                 per_token = answer_logps_after_prompts(model, prompts, kwargs, owners, ids, mask, unwrapped=unwrapped)
         logps = sequence_logps(per_token.float(), mask, length_normalize=self.args.dpo_length_normalize)
         chosen = logps[: chosen_first.numel()][chosen_inverse]
         return chosen, (logps[chosen_first.numel() :] if rejected_rows.numel() else None)
 
     @contextlib.contextmanager
-    def _reference_model(self):
+    def _reference_model(self) -> Iterator[Any]:
         """The frozen reference: ``ref_model``, or the PEFT policy with its adapters disabled (or its "ref" adapter)."""
         if self.ref_model is not None:
             yield self.ref_model
@@ -403,7 +421,7 @@ class OraPOTrainer(GRPOTrainer):
             yield self.model
 
     @torch.no_grad()
-    def _reference_sequence_logps(self, inputs, ids, mask) -> torch.Tensor:
+    def _reference_sequence_logps(self, inputs: dict[str, Any], ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         with self._reference_model() as model:
             return self._sequence_logps(model, inputs, ids, mask)
 
@@ -417,10 +435,10 @@ class OraPOTrainer(GRPOTrainer):
 
     # ---------------------------------------------------------------- helpers
 
-    def _unwrapped(self):
+    def _unwrapped(self) -> Any:
         return self.accelerator.unwrap_model(self.model)
 
-    def _frozen_copy(self, model):
+    def _frozen_copy(self, model: Any) -> Any:
         from trl.models import prepare_deepspeed
         from trl.trainer.utils import add_fused_lm_head
 
@@ -441,7 +459,7 @@ class OraPOTrainer(GRPOTrainer):
         unscorable = torch.isnan(rewards_per_func).all(dim=1)
         return [None if bad else float(r) for r, bad in zip(rewards.tolist(), unscorable.tolist(), strict=True)]
 
-    def _rollout_groups(self, inputs, rewards: list[float | None], k: int) -> list[RolloutGroup]:
+    def _rollout_groups(self, inputs: list[dict[str, Any]], rewards: list[float | None], k: int) -> list[RolloutGroup]:
         local = [
             (
                 # Without a study_id column, the prompt and oracle stand for the study (crc32: stable across processes).
@@ -472,7 +490,7 @@ class OraPOTrainer(GRPOTrainer):
             ids = ids + [self.eos_token_ids[-1]]
         return ids[: self.max_completion_length]
 
-    def _attach_oracle_rows(self, output: dict, mined: list[MinedGroup], weights: list[float], k: int, *, local_rows: int) -> None:
+    def _attach_oracle_rows(self, output: dict[str, Any], mined: list[MinedGroup], weights: list[float], k: int, *, local_rows: int) -> None:
         """Lay each group's pairs onto its rows (one pair per row) and keep this process's slice."""
         total = len(mined) * k
         coef = [0.0] * total
@@ -540,7 +558,7 @@ class OraPOTrainer(GRPOTrainer):
         output["orapo_ref_chosen_logps"], output["orapo_ref_rejected_logps"] = ref_chosen, ref_rejected
 
     @staticmethod
-    def _pad_answers(seqs: list[torch.Tensor], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _pad_answers(seqs: list[torch.Tensor], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         # An empty answer is one masked pad token, so every row has a shape; its coefficient is 0.
         masks = [torch.ones_like(s) if s.numel() else torch.zeros(1, dtype=torch.long) for s in seqs]
         seqs = [s if s.numel() else torch.tensor([pad_id], dtype=torch.long) for s in seqs]

@@ -95,8 +95,14 @@ def corrected_text(i: int) -> str:
 
 def check_stored_once(db, results: list[ReaderResult]) -> None:
     """Each reader's study has one draft and one signed report version, by them, with their text; nothing else exists."""
-    from db import (AuditRepository, CorrectionRepository, DashboardRepository, DraftRepository, StudyRepository,
-                    UserRepository)
+    from db import (
+        AuditRepository,
+        CorrectionRepository,
+        DashboardRepository,
+        DraftRepository,
+        StudyRepository,
+        UserRepository,
+    )
 
     ids = {u.username: u.id for u in UserRepository(db).list()}
     studies = {o.study.id: o for o in StudyRepository(db).list(limit=10_000)}

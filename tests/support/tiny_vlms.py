@@ -198,7 +198,12 @@ def _qwen2_5_vl(out: Path) -> None:
 
 
 def _idefics3(out: Path) -> None:
-    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessorPil, Idefics3Processor
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessorPil,
+        Idefics3Processor,
+    )
 
     tokenizer = train_tokenizer(_IDEFICS3_SPECIALS, chat_template=_IDEFICS3_TEMPLATE, bos_token="<|im_start|>",
                                 eos_token="<end_of_utterance>", pad_token="<|endoftext|>")

@@ -10,15 +10,19 @@ refused here, whatever the page showed them.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from db.records import UserRecord
+from db.records import AuditEntry, UserRecord
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from app.services.accounts.sessions import SessionBook
+    from db.database import Database
 
 ROLE_WORDS = {"admin": "an administrator", "radiologist": "a radiologist"}
 
 
-def check_credentials(db, username: str, password: str) -> bool:
+def check_credentials(db: Database, username: str, password: str) -> bool:
     """True for a valid, active account (even one that must change its password). The web sign-in goes through
     `app.services.accounts.signin.SignInGuard`, which adds throttling and the audit log to the same check."""
     from db import UserRepository
@@ -30,7 +34,7 @@ def check_credentials(db, username: str, password: str) -> bool:
     return True
 
 
-def is_admin(db, username: str) -> bool:
+def is_admin(db: Database, username: str) -> bool:
     """Whether `username` is an active administrator now (the session middleware asks, for admin-only files)."""
     from db import UserRepository
 
@@ -41,7 +45,7 @@ def is_admin(db, username: str) -> bool:
     return user.active and user.role == "admin"
 
 
-def signed_in(db, username: str | None, *, role: str | None = None, allow_password_change: bool = False) -> UserRecord:
+def signed_in(db: Database, username: str | None, *, role: str | None = None, allow_password_change: bool = False) -> UserRecord:
     """The signed-in user, checked now: active, password changed if required, and holding `role` if given."""
     from db import UserRepository
 
@@ -67,7 +71,7 @@ def require_role(user: UserRecord, role: str) -> None:
     raise OrapoError("forbidden", f"Only {ROLE_WORDS.get(role, role)} can do this.")
 
 
-def change_own_password(db, user: UserRecord, old: str, new: str, repeat: str) -> UserRecord:
+def change_own_password(db: Database, user: UserRecord, old: str, new: str, repeat: str) -> UserRecord:
     from db import UserRepository
 
     if new != repeat:
@@ -75,7 +79,7 @@ def change_own_password(db, user: UserRecord, old: str, new: str, repeat: str) -
     return UserRepository(db).change_password(user.username, old, new)
 
 
-def change_own_password_in_session(db, sessions, user: UserRecord, request: Any, old: str, new: str,
+def change_own_password_in_session(db: Database, sessions: SessionBook | None, user: UserRecord, request: Any, old: str, new: str,
                                    repeat: str) -> int:
     """`user`'s own change from the session of `request`: that session goes on under the new password (honoured
     by the middleware throughout the change), every other session of theirs ends; returns how many ended."""
@@ -85,13 +89,13 @@ def change_own_password_in_session(db, sessions, user: UserRecord, request: Any,
         return end_other_sessions(db, sessions, user, request)
 
 
-def _session_token(sessions, request: Any) -> str | None:
+def _session_token(sessions: SessionBook | None, request: Any) -> str | None:
     raw = getattr(request, "request", None)
     cookies = getattr(raw, "cookies", None) or {}
     return sessions.token_in(cookies) if sessions is not None else None
 
 
-def end_other_sessions(db, sessions, user: UserRecord, request: Any) -> int:
+def end_other_sessions(db: Database, sessions: SessionBook | None, user: UserRecord, request: Any) -> int:
     """After `user` changed their own password: the session of `request` goes on under the new password, every
     other session of theirs ends (the middleware would refuse them anyway: their password stamp is stale)."""
     from db import UserRepository
@@ -105,14 +109,14 @@ def end_other_sessions(db, sessions, user: UserRecord, request: Any) -> int:
 # Administration: each takes the acting user and checks the role itself, so no
 # caller (a tab, a test, a future endpoint) can forget to.
 
-def list_users(db, actor: UserRecord) -> list[UserRecord]:
+def list_users(db: Database, actor: UserRecord) -> list[UserRecord]:
     from db import UserRepository
 
     require_role(actor, "admin")
     return UserRepository(db).list()
 
 
-def create_user(db, actor: UserRecord, username: str, role: str) -> tuple[UserRecord, str]:
+def create_user(db: Database, actor: UserRecord, username: str, role: str) -> tuple[UserRecord, str]:
     """A new account with a one-time password, returned once to show the administrator."""
     from db import UserRepository
 
@@ -120,7 +124,7 @@ def create_user(db, actor: UserRecord, username: str, role: str) -> tuple[UserRe
     return UserRepository(db).create_with_one_time_password(username, role=role, actor=actor)
 
 
-def set_user_active(db, actor: UserRecord, username: str, active: bool) -> UserRecord:
+def set_user_active(db: Database, actor: UserRecord, username: str, active: bool) -> UserRecord:
     from db import UserRepository
 
     require_role(actor, "admin")
@@ -130,7 +134,7 @@ def set_user_active(db, actor: UserRecord, username: str, active: bool) -> UserR
     return users.enable(username, actor=actor) if active else users.disable(username, actor=actor)
 
 
-def reset_password(db, actor: UserRecord, username: str) -> tuple[UserRecord, str]:
+def reset_password(db: Database, actor: UserRecord, username: str) -> tuple[UserRecord, str]:
     """A new one-time password the user must change at next sign-in."""
     from db import UserRepository
     from db.repositories.users import generate_password
@@ -140,7 +144,7 @@ def reset_password(db, actor: UserRecord, username: str) -> tuple[UserRecord, st
     return UserRepository(db).set_password(username, password, must_change_password=True, actor=actor), password
 
 
-def audit_log(db, actor: UserRecord, *, action: str | None = None, actor_name: str | None = None, limit: int = 200) -> list[Any]:
+def audit_log(db: Database, actor: UserRecord, *, action: str | None = None, actor_name: str | None = None, limit: int = 200) -> list[AuditEntry]:
     from db import AuditRepository
 
     require_role(actor, "admin")

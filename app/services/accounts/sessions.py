@@ -15,8 +15,9 @@ import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class SessionBook:
 
     HASHES_KEPT_S = 24 * 3600  # a session hash unseen this long is forgotten (Gradio has dropped its state)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._sessions: dict[str, SignedInSession] = {}
         self._seen: dict[str, float] = {}  # token -> when the session last did something of its own
         self._hash_owners: dict[str, tuple[str, float]] = {}
@@ -66,7 +67,7 @@ class SessionBook:
         now = time.time() if now is None else now
         with self._lock:
             session = self._sessions.get(token) if token else None
-            if session is None:
+            if not token or session is None:
                 return True
             return now - session.started > max_s or now - self._seen.get(token, session.started) > idle_s
 
@@ -105,7 +106,7 @@ class SessionBook:
         return None
 
     @contextlib.contextmanager
-    def changing_password(self, token: str | None):
+    def changing_password(self, token: str | None) -> Iterator[None]:
         """While the session `token` changes its own password: the new hash is committed before this session is
         restamped with it, and a request of the same session checked in between (the page's event stream, a
         heartbeat) must not end the very session that proved the old password. Other sessions get no grace."""
@@ -154,16 +155,16 @@ class SessionBook:
                     self._open_studies.pop(key, None)
         return True
 
-    def note_uploads(self, token: str, paths, size: int = 0) -> None:
+    def note_uploads(self, token: str, paths: Iterable[str | Path], size: int = 0) -> None:
         """The session `token` uploaded these files (Gradio's upload route answered with their cache paths), `size`
         bytes in all (the request's length, shared out among them)."""
-        paths = [str(p) for p in paths]
+        names = [str(p) for p in paths]
         now = time.time()
         with self._lock:
-            for path in paths:
+            for path in names:
                 holders = self._uploads.setdefault(path, {})
                 holders[token] = holders.get(token, 0) + 1
-                self._upload_meta[path] = (now, max(size // max(len(paths), 1), self._upload_meta.get(path, (0, 0))[1]))
+                self._upload_meta[path] = (now, max(size // max(len(names), 1), self._upload_meta.get(path, (0, 0))[1]))
 
     def upload_started(self, username: str, size: int) -> None:
         with self._lock:
@@ -194,12 +195,14 @@ class SessionBook:
                 self._upload_meta.pop(path, None)
         return stale
 
-    def uploaded_by(self, token: str | None, path) -> bool:
+    def uploaded_by(self, token: str | None, path: str | Path) -> bool:
         """Whether the session `token` uploaded `path` and has not yet had it ingested."""
+        if not token:
+            return False
         with self._lock:
-            return bool(token) and self._uploads.get(str(path), {}).get(token, 0) > 0
+            return self._uploads.get(str(path), {}).get(token, 0) > 0
 
-    def release_upload(self, token: str | None, path) -> bool:
+    def release_upload(self, token: str | None, path: str | Path) -> bool:
         """The session `token` is done with one upload of `path`; True when no session still waits to read it (the
         caller deletes the file then)."""
         with self._lock:

@@ -35,17 +35,25 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from limits import parse
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
 from app.services.operations.metrics import count_sign_in_failure
-
 from db.records import UserRecord
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from anyio import CapacityLimiter
+
+    from db.database import Database
+
+_Key = TypeVar("_Key", bound=Hashable)
 
 ACCOUNT_FAILURES, ADDRESS_FAILURES, WINDOW_MINUTES = 5, 20, 15
 ACCOUNT_LIMIT = f"{ACCOUNT_FAILURES} per {WINDOW_MINUTES} minutes"
@@ -82,16 +90,16 @@ class Lockout:
     until: datetime
 
 
-class FailureLog:
+class FailureLog(Generic[_Key]):
     """Failed sign-ins per key within a moving window. After `free` of them, each further failure holds the key for a
     time that doubles from `first_s` up to `cap_s`, counted from the last failure: a guesser slows down at once, and
     nobody is held longer than `cap_s` after the last guess."""
 
-    def __init__(self, free: int, window_s: float, first_s: float, cap_s: float):
+    def __init__(self, free: int, window_s: float, first_s: float, cap_s: float) -> None:
         self.free, self.window_s, self.first_s, self.cap_s = free, window_s, first_s, cap_s
-        self._failures: dict = {}
+        self._failures: dict[_Key, list[float]] = {}
 
-    def _recent(self, key, now: float) -> list[float]:
+    def _recent(self, key: _Key, now: float) -> list[float]:
         times = [t for t in self._failures.get(key, ()) if now - t < self.window_s]
         if times:
             self._failures[key] = times
@@ -99,24 +107,24 @@ class FailureLog:
             self._failures.pop(key, None)
         return times
 
-    def hit(self, key, now: float) -> None:
+    def hit(self, key: _Key, now: float) -> None:
         self._failures.setdefault(key, []).append(now)
 
-    def count(self, key, now: float) -> int:
+    def count(self, key: _Key, now: float) -> int:
         return len(self._recent(key, now))
 
-    def held_until(self, key, now: float) -> float | None:
+    def held_until(self, key: _Key, now: float) -> float | None:
         times = self._recent(key, now)
         if len(times) < self.free:
             return None
         until = times[-1] + min(self.cap_s, self.first_s * 2 ** (len(times) - self.free))
         return until if until > now else None
 
-    def clear(self, match) -> None:
+    def clear(self, match: Callable[[_Key], bool]) -> None:
         for key in [k for k in self._failures if match(k)]:
             del self._failures[key]
 
-    def keys(self) -> list:
+    def keys(self) -> list[_Key]:
         return list(self._failures)
 
 
@@ -135,22 +143,24 @@ class SignInGuard:
     # the app's `app.services.operations.metrics.AppMetrics` (`build_app` sets it): counts failures by reason
     metrics = None
 
-    def __init__(self, database, *, account_limit: str = ACCOUNT_LIMIT, address_limit: str = ADDRESS_LIMIT,
-                 hash_slots: int | None = None):
+    def __init__(self, database: Database, *, account_limit: str = ACCOUNT_LIMIT, address_limit: str = ADDRESS_LIMIT,
+                 hash_slots: int | None = None) -> None:
         self._db = database
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
         account = parse(account_limit)
         self._items = {"account": account, "address": parse(address_limit)}
         window = account.get_expiry()
-        self._accounts = FailureLog(account.amount, window, ACCOUNT_FIRST_HOLD_S, ACCOUNT_MAX_HOLD_S)
-        self._pairs = FailureLog(account.amount, PAIR_WINDOW_S, PAIR_FIRST_HOLD_S, PAIR_MAX_HOLD_S)
+        self._accounts: FailureLog[str] = FailureLog(account.amount, window, ACCOUNT_FIRST_HOLD_S, ACCOUNT_MAX_HOLD_S)
+        self._pairs: FailureLog[tuple[str, str]] = FailureLog(account.amount, PAIR_WINDOW_S, PAIR_FIRST_HOLD_S,
+                                                               PAIR_MAX_HOLD_S)
         self._refusals_audited = parse(REFUSALS_AUDITED)
         self._address_audited = parse(ADDRESS_AUDITED)
         self._unwritten: dict[str, int] = {}  # address -> attempts not written since its last row
         self._seen_locked: set[tuple[str, str]] = set()  # what was held, for one lockout row each and the admin list
         self._lock = threading.Lock()
         self.hash_slots = hash_slots or max(1, (os.cpu_count() or 2) // 2)
-        self._slots = None  # anyio CapacityLimiters (clean, suspect), made in the server's event loop on first use
+        # anyio CapacityLimiters (clean, suspect), made in the server's event loop on first use
+        self._slots: tuple[CapacityLimiter, CapacityLimiter] | None = None
         self._clean = 0  # clean sign-ins waiting for or in their hash: suspects wait until there are none
 
     async def sign_in(self, username: str, password: str, address: str) -> SignInResult:
@@ -276,7 +286,7 @@ class SignInGuard:
             self._seen_locked.discard(("account", name))
         return SignInResult("signed_in", username=user.username, stamp=stamp)
 
-    def _anonymous_row(self, address: str, action: str, **row) -> None:
+    def _anonymous_row(self, address: str, action: str, **row: Any) -> None:
         """One audit row of an unproven attempt from `address`, unless that address wrote `ADDRESS_AUDITED`
         already: then it is only counted, and the count goes in as one summary row before its next row."""
         from db import AuditRepository

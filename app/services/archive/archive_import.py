@@ -12,10 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from app.services.archive.pacs import CHEST_MODALITIES, ArchiveStudy
 from db.records import UserRecord
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from db.database import Database
+    from orapo_core.config import Settings
 
 NO_ARCHIVE = ("No archive is configured, so there is nothing to import from here: an administrator sets "
               "ORAPO_DICOMWEB_URL (and its credentials) to the PACS's DICOMweb address and restarts the app.")
@@ -57,7 +62,7 @@ def archive_note(environ: Mapping[str, str] | None = None) -> str | None:
         return f"The archive setting is wrong, so nothing can be imported from here: {exc.message}"
 
 
-def search(db, settings, user: UserRecord, *, date: str | None = None, accession: str | None = None,
+def search(db: Database, settings: Settings, user: UserRecord, *, date: str | None = None, accession: str | None = None,
            modalities: Iterable[str] = CHEST_MODALITIES, limit: int = 200) -> list[ArchiveStudy]:
     """The archive's chest studies matching the filters, each with the study it was already imported as."""
     from app.services.accounts.auth import require_role
@@ -71,7 +76,7 @@ def search(db, settings, user: UserRecord, *, date: str | None = None, accession
     return mark_imported(found, db=db, settings=settings)
 
 
-def import_studies(db, settings, user: UserRecord, study_uids: Iterable[str]) -> list[StudyImport]:
+def import_studies(db: Database, settings: Settings, user: UserRecord, study_uids: Iterable[str]) -> list[StudyImport]:
     """Pull each archive study through the upload's ingest as `user`; a study the archive fails on is a refusal."""
     from app.services.accounts.auth import require_role
     from app.services.archive.pacs import Archive, pull_study
@@ -93,7 +98,7 @@ def import_studies(db, settings, user: UserRecord, study_uids: Iterable[str]) ->
                     refusals.append((outcome.error or "refused", outcome.message or ""))
                     continue
                 duplicates, stored = duplicates + outcome.duplicate, stored + (not outcome.duplicate)
-                if outcome.study_id not in study_ids:
+                if outcome.study_id is not None and outcome.study_id not in study_ids:
                     study_ids.append(outcome.study_id)
         except OrapoError as exc:
             refusals.append((exc.code, exc.message))

@@ -18,8 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from pydicom import Dataset
+    from pydicom.uid import UID
+    from pynetdicom import AE
+    from pynetdicom.events import Event, EventHandlerType
+    from pynetdicom.transport import ThreadedAssociationServer
+
+    from app.services.reading.ingest import IngestOutcome
+    from db.database import Database
+    from orapo_core.config import Settings
 
 STATUS_SUCCESS = 0x0000
 STATUS_CANNOT_UNDERSTAND = 0xC000
@@ -28,16 +40,16 @@ STATUS_OUT_OF_RESOURCES = 0xA700
 
 @dataclass(frozen=True)
 class Received:
-    """One C-STORE: who sent it and what the ingest made of it (an `IngestOutcome`)."""
+    """One C-STORE: who sent it and what the ingest made of it."""
 
     calling_ae: str
     address: str
-    outcome: object
+    outcome: IngestOutcome
 
 
-def _contexts():
+def _contexts() -> tuple[list[UID], list[UID]]:
     from pydicom import uid
-    from pynetdicom.sop_class import (
+    from pynetdicom.sop_class import (  # type: ignore[attr-defined]  # (made by pynetdicom as it loads)
         ComputedRadiographyImageStorage,
         DigitalXRayImageStorageForPresentation,
         DigitalXRayImageStorageForProcessing,
@@ -52,11 +64,11 @@ def _contexts():
     return classes, syntaxes
 
 
-def listener(*, db, settings, ae_title: str = "ORAPO", allowed_calling: Iterable[str] = (),
-             on_receive: Callable[[Received], None] | None = None):
+def listener(*, db: Database, settings: Settings, ae_title: str = "ORAPO", allowed_calling: Iterable[str] = (),
+             on_receive: Callable[[Received], None] | None = None) -> tuple[AE, list[EventHandlerType]]:
     """A pynetdicom `AE` configured as the C-STORE/C-ECHO SCP, and its event handlers, ready to `start_server`."""
     from pynetdicom import AE, evt
-    from pynetdicom.sop_class import Verification
+    from pynetdicom.sop_class import Verification  # type: ignore[attr-defined]
 
     title = ae_title.strip()
     if not title or len(title) > 16 or "\\" in title or not title.isprintable():
@@ -72,7 +84,7 @@ def listener(*, db, settings, ae_title: str = "ORAPO", allowed_calling: Iterable
         ae.add_supported_context(sop_class, syntaxes)
     ae.add_supported_context(Verification)
 
-    def handle_store(event):
+    def handle_store(event: Event) -> int | Dataset:
         from app.services.reading.ingest import ingest_bytes
 
         try:
@@ -105,8 +117,9 @@ def listener(*, db, settings, ae_title: str = "ORAPO", allowed_calling: Iterable
     return ae, [(evt.EVT_C_STORE, handle_store)]
 
 
-def start_listener(*, db, settings, port: int, host: str = "127.0.0.1", ae_title: str = "ORAPO",
-                   allowed_calling: Iterable[str] = (), on_receive=None, block: bool = True):
+def start_listener(*, db: Database, settings: Settings, port: int, host: str = "127.0.0.1", ae_title: str = "ORAPO",
+                   allowed_calling: Iterable[str] = (), on_receive: Callable[[Received], None] | None = None,
+                   block: bool = True) -> ThreadedAssociationServer | None:
     """Serve until stopped (`block`), or return the running server (`.shutdown()` stops it)."""
     ae, handlers = listener(db=db, settings=settings, ae_title=ae_title, allowed_calling=allowed_calling,
                             on_receive=on_receive)

@@ -10,18 +10,30 @@ given (`study-<id>.dcm` next to `study-<id>.json`). With an archive given, each
 report is stored there too (STOW-RS, `app.services.archive.pacs.Archive.store`): a study
 imported from that archive gets an SR filed in the archive's own study
 (`archive_sr`, built in memory and only sent), any other study the de-identified
-SR that was written.
+SR that was written. A sentence the finding check added to the model's draft and the
+reader kept is named in the SR as added by an automatic finding check
+(`orapo_core.imaging.report_sr.ADDED_NOTE`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from app.services.operations.export import SkippedStudy, _model_label, build_each
+from app.services.operations.export import SkippedStudy, _model_label, build_each, kept_additions
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from pydicom import Dataset
+
+    from app.services.archive.pacs import Archive
+    from db import Database
+    from db.records import CorrectionRecord
+    from orapo_core.config import Settings
 
 #: The Verifying Organization an SR names (DICOM requires one for a verified report); the reader's own
 #: institution is not known to a de-identified copy.
@@ -37,7 +49,7 @@ class StudySR:
 
 
 @contextlib.contextmanager
-def _sr_of(study_id: int):
+def _sr_of(study_id: int) -> Iterator[None]:
     """Around what reads stored headers and builds an SR from them: a failure there is the study's data, not the
     export's (an old study's stored header with a value DICOM does not allow: ingest drops those now), so it becomes
     `sr_unwritable` for this study alone. The cause (whose text may quote the header value) stays chained, unprinted."""
@@ -51,9 +63,11 @@ def _sr_of(study_id: int):
                                           "ingest checked header values may); nothing was written for it.") from exc
 
 
-def _signed_parts(db, settings, study_id: int):
+def _signed_parts(db: Database, settings: Settings, study_id: int
+                  ) -> tuple[CorrectionRecord, list[Dataset], str, str | None, str, list[str]]:
     """What every SR of a study's signed report is made of: the signed correction, the study's stored (de-identified)
-    DICOM headers, the reader's name, the model label and the study's hashed UID."""
+    DICOM headers, the reader's name, the model label, the study's hashed UID and the sentences of the signed text
+    the finding check added to the draft (`kept_additions`)."""
     import pydicom
 
     from db import DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
@@ -63,7 +77,7 @@ def _signed_parts(db, settings, study_id: int):
     if signed is None or signed.signed_at is None:
         raise OrapoError("no_signed_report", f"Study {study_id} has no signed report; only a signed report becomes "
                                              "a DICOM SR (sign it in the Read tab first).")
-    images = []
+    images: list[Dataset] = []
     for image in overview.images:
         path = settings.storage_dir / image.dicom_path if image.dicom_path else None
         if path is not None and path.is_file():
@@ -75,23 +89,24 @@ def _signed_parts(db, settings, study_id: int):
     draft = DraftRepository(db).get(signed.draft_id) if signed.draft_id is not None else overview.latest_draft
     model = _model_label(ModelVersionRepository(db), draft) if draft is not None else None
     reader = UserRepository(db).get(signed.author_id).username
-    return signed, images, reader, model, overview.study.study_uid_hash
+    return signed, images, reader, model, overview.study.study_uid_hash, kept_additions(draft, signed.text)
 
 
-def study_sr(db, settings, study_id: int) -> StudySR:
+def study_sr(db: Database, settings: Settings, study_id: int) -> StudySR:
     """The SR of a study's signed report, read back and checked (errors: no_signed_report, no_dicom_image, sr_invalid).
     It belongs to the de-identified study: what `orapo export sr` writes to disk."""
     from orapo_core.imaging.report_sr import build_report_sr, read_report_sr
 
-    signed, images, reader, model, uid_hash = _signed_parts(db, settings, study_id)
+    signed, images, reader, model, uid_hash, added = _signed_parts(db, settings, study_id)
+    assert signed.signed_at is not None  # `_signed_parts` refuses an unsigned report
     with _sr_of(study_id):
         data = build_report_sr(images, report=signed.text, reader=reader, model=model, organization=ORGANIZATION,
                                report_key=[uid_hash, signed.id, signed.version],
-                               signed_at=signed.signed_at, software_version=_version())
+                               signed_at=signed.signed_at, software_version=_version(), added=added)
         return StudySR(study_id, data, read_report_sr(data).sop_instance_uid)
 
 
-def archive_sr(db, settings, study_id: int, archive, *, deidentified: StudySR | None = None) -> StudySR:
+def archive_sr(db: Database, settings: Settings, study_id: int, archive: Archive, *, deidentified: StudySR | None = None) -> StudySR:
     """The SR `archive` is sent: filed in the archive's own study when the study was imported from the archive
     (a DICOMweb pull or a DIMSE push, `db.ArchiveLinkRepository`), otherwise the de-identified one of `study_sr`
     (`deidentified`, when the caller has built it already).
@@ -108,7 +123,8 @@ def archive_sr(db, settings, study_id: int, archive, *, deidentified: StudySR | 
     sealed = ArchiveLinkRepository(db).sealed(study_id)
     if sealed is None:
         return deidentified if deidentified is not None else study_sr(db, settings, study_id)
-    signed, images, reader, model, uid_hash = _signed_parts(db, settings, study_id)
+    signed, images, reader, model, uid_hash, added = _signed_parts(db, settings, study_id)
+    assert signed.signed_at is not None  # `_signed_parts` refuses an unsigned report
     secret = settings.secret()
     study_uid = unseal_archive_uid(secret, sealed)
     ours = {str(image.SOPInstanceUID) for image in images}
@@ -119,7 +135,7 @@ def archive_sr(db, settings, study_id: int, archive, *, deidentified: StudySR | 
                                                      "images its report was made from; nothing was sent.")
     data = build_report_sr(originals, report=signed.text, reader=reader, model=model, organization=ORGANIZATION,
                            report_key=[uid_hash, signed.id, signed.version, "archive"], signed_at=signed.signed_at,
-                           software_version=_version(), dated_by_signing=True)
+                           software_version=_version(), dated_by_signing=True, added=added)
     del originals
     return StudySR(study_id, data, read_report_sr(data).sop_instance_uid, in_archive_study=True)
 
@@ -158,7 +174,7 @@ class SrExport:
         return text
 
 
-def signed_study_ids(db) -> list[int]:
+def signed_study_ids(db: Database) -> list[int]:
     """Every study whose latest report is signed, oldest first."""
     from db import StudyRepository
 
@@ -166,7 +182,8 @@ def signed_study_ids(db) -> list[int]:
             if o.latest_correction is not None and o.latest_correction.signed_at is not None]
 
 
-def export_sr(db, settings, out: str | Path, *, study_ids: list[int] | None = None, archive=None) -> SrExport:
+def export_sr(db: Database, settings: Settings, out: str | Path, *, study_ids: list[int] | None = None,
+              archive: Archive | None = None) -> SrExport:
     """One `study-<id>.dcm` per study (every study with a signed report when `study_ids` is None), each also
     stored in `archive` (an `app.services.archive.pacs.Archive`) when one is given, once all are written.
 

@@ -24,11 +24,22 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from dicomweb_client.api import DICOMwebClient
+
+    from app.services.reading.ingest import IngestOutcome
+    from db.database import Database
+    from db.records import UserRecord
+    from orapo_core.config import Settings
+
+_T = TypeVar("_T")
 
 #: The modalities of a chest radiograph; what `search` and `pull` look for unless told otherwise.
 CHEST_MODALITIES = ("CR", "DX")
@@ -89,11 +100,11 @@ class ArchiveStudy:
 
 @dataclass(frozen=True)
 class PulledInstance:
-    """One archive instance and what the ingest made of it (`outcome` is an `IngestOutcome`)."""
+    """One archive instance and what the ingest made of it."""
 
     study_uid: str
     index: int
-    outcome: object
+    outcome: IngestOutcome
 
 
 def dicom_date_range(text: str) -> str:
@@ -128,7 +139,7 @@ def _dicom_date(part: str, whole: str) -> str:
 class Archive:
     """One DICOMweb archive, through dicomweb-client; every HTTP failure becomes an error code and a sentence."""
 
-    def __init__(self, settings: ArchiveSettings, client=None):
+    def __init__(self, settings: ArchiveSettings, client: DICOMwebClient | None = None) -> None:
         self.settings = settings
         self._client = client
 
@@ -145,7 +156,7 @@ class Archive:
         return self.settings.url
 
     @property
-    def client(self):
+    def client(self) -> DICOMwebClient:
         if self._client is None:
             import requests
             from dicomweb_client.api import DICOMwebClient
@@ -159,7 +170,7 @@ class Archive:
             self._client.set_http_retry_params(max_attempts=self.settings.attempts)
         return self._client
 
-    def _call(self, what: str, fn, *args, missing: str | None = None, **kwargs):
+    def _call(self, what: str, fn: Callable[..., _T], *args: Any, missing: str | None = None, **kwargs: Any) -> _T:
         """`fn(*args, **kwargs)`; with `missing`, a 404 is `archive_study_not_found` with that sentence."""
         import requests
 
@@ -182,13 +193,14 @@ class Archive:
     def search(self, *, date: str | None = None, modalities: Iterable[str] = CHEST_MODALITIES,
                accession: str | None = None, limit: int = 200) -> list[ArchiveStudy]:
         """Studies matching every filter given, one query per modality (ModalitiesInStudy matches one value)."""
-        filters = {}
+        filters: dict[str, str] = {}
         if date:
             filters["StudyDate"] = dicom_date_range(date)
         if accession:
             filters["AccessionNumber"] = accession
         found: dict[str, ArchiveStudy] = {}
-        for modality in list(modalities) or [None]:
+        every: list[str | None] = [*modalities] or [None]
+        for modality in every:
             query = dict(filters, **({"ModalitiesInStudy": modality} if modality else {}))
             rows = self._call("searching for studies", self.client.search_for_studies, search_filters=query,
                               fields=list(_STUDY_FIELDS), limit=limit)
@@ -267,7 +279,7 @@ def _study_from_json(row: dict) -> ArchiveStudy:
                         instances=int(count) if count not in (None, "") else None)
 
 
-def mark_imported(studies: Iterable[ArchiveStudy], *, db, settings) -> list[ArchiveStudy]:
+def mark_imported(studies: Iterable[ArchiveStudy], *, db: Database, settings: Settings) -> list[ArchiveStudy]:
     """Each study with the id of this app's study made from it, found by hashing its UID with the de-identification
     secret (the only link kept)."""
     from dataclasses import replace
@@ -283,7 +295,7 @@ def mark_imported(studies: Iterable[ArchiveStudy], *, db, settings) -> list[Arch
     return marked
 
 
-def link_to_archive(db, settings, study_id: int, archive_study_uid: str, *, source: str) -> bool:
+def link_to_archive(db: Database, settings: Settings, study_id: int, archive_study_uid: str, *, source: str) -> bool:
     """Remember, sealed, which archive study a de-identified study came from, so that its signed report can be filed
     there (`app.services.archive.export_sr.archive_sr`). Only when the study is that archive study's de-identified copy
     (its hashed UID is the archive UID's hash): a study of another origin is never linked. True when linked."""
@@ -298,7 +310,8 @@ def link_to_archive(db, settings, study_id: int, archive_study_uid: str, *, sour
     return True
 
 
-def pull_study(archive: Archive, study_uid: str, *, db, settings, user=None, actor: str = "pacs") -> Iterator[PulledInstance]:
+def pull_study(archive: Archive, study_uid: str, *, db: Database, settings: Settings, user: UserRecord | None = None,
+               actor: str = "pacs") -> Iterator[PulledInstance]:
     """Every image instance of one archive study through the upload's ingest; refusals come back as outcomes."""
     from app.services.reading.ingest import ingest_bytes
 

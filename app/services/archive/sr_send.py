@@ -17,9 +17,16 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from db.records import SR_SEND_MODES, AuditEntry, UserRecord
 from orapo_core.errors import OrapoError, log_line
+
+if TYPE_CHECKING:
+    from app.services.archive.pacs import Archive
+    from db.database import Database
+    from db.repositories.base import Actor
+    from orapo_core.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +51,13 @@ class SrSend:
         return not self.error
 
 
-def sr_send_mode(db) -> str:
+def sr_send_mode(db: Database) -> str:
     from db import ArchiveSettingsRepository
 
     return ArchiveSettingsRepository(db).get().sr_send
 
 
-def set_sr_send_mode(db, user: UserRecord, mode: str) -> str:
+def set_sr_send_mode(db: Database, user: UserRecord, mode: str) -> str:
     """An admin's choice of when signed reports go to the archive (refused to anyone else)."""
     from app.services.accounts.auth import require_role
     from db import ArchiveSettingsRepository
@@ -60,7 +67,8 @@ def set_sr_send_mode(db, user: UserRecord, mode: str) -> str:
     return ArchiveSettingsRepository(db).update(sr_send=mode, actor=user).sr_send
 
 
-def send_report(db, settings, study_id: int, archive, *, actor=None, trigger: str = "on_sign") -> SrSend:
+def send_report(db: Database, settings: Settings, study_id: int, archive: Archive, *, actor: Actor = None,
+                trigger: str = "on_sign") -> SrSend:
     """Build the study's SR and store it in `archive`; never raises: a failure is returned, audited and logged."""
     from app.services.archive.export_sr import archive_sr
     from db import AuditRepository
@@ -90,7 +98,7 @@ def send_report(db, settings, study_id: int, archive, *, actor=None, trigger: st
     return result
 
 
-def after_signing(db, study_id: int, *, actor=None, settings=None,
+def after_signing(db: Database, study_id: int, *, actor: Actor = None, settings: Settings | None = None,
                   environ: Mapping[str, str] | None = None) -> threading.Thread | None:
     """With `on_sign` and an archive configured, start sending the study's SR in the background and return the
     thread (callers never need to wait; tests do); otherwise do nothing. Never raises."""
@@ -123,7 +131,7 @@ def after_signing(db, study_id: int, *, actor=None, settings=None,
     return thread
 
 
-def send_now(db, settings, user: UserRecord, study_id: int | None) -> SrSend:
+def send_now(db: Database, settings: Settings, user: UserRecord, study_id: int | None) -> SrSend:
     """An admin sends one study's SR at once, whatever the setting (the manual mode's button; a retry after a
     failed send). The outcome is audited like a background send."""
     from app.services.accounts.auth import require_role
@@ -135,7 +143,7 @@ def send_now(db, settings, user: UserRecord, study_id: int | None) -> SrSend:
     return send_report(db, settings, study_id, Archive.from_environment(), actor=user, trigger="manual")
 
 
-def last_send(db) -> AuditEntry | None:
+def last_send(db: Database) -> AuditEntry | None:
     """The newest SR send, done or failed."""
     from db import AuditRepository
 
@@ -143,7 +151,7 @@ def last_send(db) -> AuditEntry | None:
     return next((e for e in entries if e.action in (SENT, FAILED)), None)
 
 
-def status_markdown(db, environ: Mapping[str, str] | None = None) -> str:
+def status_markdown(db: Database, environ: Mapping[str, str] | None = None) -> str:
     """The archive, the setting and the last send, for the Admin tab."""
     from app.services.archive.pacs import archive_settings
 
@@ -159,7 +167,7 @@ def status_markdown(db, environ: Mapping[str, str] | None = None) -> str:
         lines.append("Last SR send: none yet.")
     elif last.action == SENT:
         filed = {"archive study": ", in the archive's own study",
-                 "de-identified study": ", as a de-identified study"}.get(last.details.get("filed_in"), "")
+                 "de-identified study": ", as a de-identified study"}.get(last.details.get("filed_in", ""), "")
         lines.append(f"Last SR send: study {last.object_id}, stored in {last.details.get('archive', 'the archive')}"
                      f"{filed} at {last.created_at:%Y-%m-%d %H:%M} UTC.")
     else:

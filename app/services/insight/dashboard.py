@@ -17,11 +17,17 @@ signed report does not.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from db.records import PAIR_SOURCES, STUDY_STATUSES, UserRecord
+from db.records import PAIR_SOURCES, STUDY_STATUSES, CorrectionRecord, DraftRecord, StudyOverview, UserRecord
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from db.database import Database
+    from db.repositories.reports import DraftRepository
 
 SCOPES = ("everyone", "mine")
 BUCKETS = ("auto", "day", "week")
@@ -92,7 +98,7 @@ def resolve_scope(user: UserRecord, scope: str | None) -> str:
     return scope
 
 
-def dashboard_data(db, user: UserRecord, *, scope: str | None = None, bucket: str = "auto",
+def dashboard_data(db: Database, user: UserRecord, *, scope: str | None = None, bucket: str = "auto",
                    top: int | None = None) -> DashboardData:
     """The dashboard for `user`: everyone's numbers for an administrator, a radiologist's own otherwise."""
     from db import DraftRepository, PairRepository, StudyRepository
@@ -107,7 +113,7 @@ def dashboard_data(db, user: UserRecord, *, scope: str | None = None, bucket: st
     by_status = dict.fromkeys(STUDY_STATUSES, 0)
     drafts_by_model: Counter[str] = Counter()
     corrections = 0
-    latest = []  # the studies with a report; their latest version is the one counted
+    latest: list[StudyOverview] = []  # the studies with a report; their latest version is the one counted
     for o in overviews:
         by_status[o.study.status] = by_status.get(o.study.status, 0) + 1
         for d in drafts_repo.for_study(o.study.id) if o.latest_draft else []:
@@ -115,14 +121,15 @@ def dashboard_data(db, user: UserRecord, *, scope: str | None = None, bucket: st
         if o.latest_correction is not None:
             corrections += o.latest_correction.version  # versions are 1..n with no gaps
             latest.append(o)
+    reports = [o.latest_correction for o in latest if o.latest_correction is not None]  # (each of them)
 
-    accepted = sum(1 for o in latest if o.latest_correction.accepted_unchanged)
+    accepted = sum(1 for c in reports if c.accepted_unchanged)
     pairs_by_source = dict.fromkeys(PAIR_SOURCES, 0)
     for p in PairRepository(db).list():
         if p.study_id in study_ids:
             pairs_by_source[p.source] = pairs_by_source.get(p.source, 0) + 1
 
-    bucket = _bucket_for([o.latest_correction.created_at for o in latest], bucket)
+    bucket = _bucket_for([c.created_at for c in reports], bucket)
     compared, misses, overcalls = _finding_errors(latest, drafts_repo)
     if top is not None:
         misses, overcalls = misses[:top], overcalls[:top]
@@ -135,20 +142,20 @@ def dashboard_data(db, user: UserRecord, *, scope: str | None = None, bucket: st
         drafts_by_model=dict(drafts_by_model.most_common()),
         corrections=corrections,
         reports=len(latest),
-        signed=sum(1 for o in latest if o.latest_correction.signed_at is not None),
+        signed=sum(1 for c in reports if c.signed_at is not None),
         accepted_unchanged=accepted,
         acceptance_rate=accepted / len(latest) if latest else None,
         pairs=sum(pairs_by_source.values()),
         pairs_by_source=pairs_by_source,
         bucket=bucket,
-        acceptance_over_time=_acceptance_series([o.latest_correction for o in latest], bucket),
+        acceptance_over_time=_acceptance_series(reports, bucket),
         compared_reports=compared,
         misses=misses,
         overcalls=overcalls,
     )
 
 
-def _model_label(draft) -> str:
+def _model_label(draft: DraftRecord) -> str:
     name = (draft.sampling or {}).get("model_version") or draft.model_name
     return f"{name} (version {draft.model_version_id})" if draft.model_version_id else name
 
@@ -168,7 +175,7 @@ def _period(when: datetime, bucket: str) -> str:
     return f"{year}-W{week:02d}"
 
 
-def _acceptance_series(corrections, bucket: str) -> list[AcceptancePoint]:
+def _acceptance_series(corrections: Iterable[CorrectionRecord], bucket: str) -> list[AcceptancePoint]:
     reports: Counter[str] = Counter()
     accepted: Counter[str] = Counter()
     for c in corrections:
@@ -185,7 +192,8 @@ def stated_findings(text: str) -> set[str]:
     return {k for k, v in label_report(text or "").items() if v in STATED and k not in NOT_A_FINDING}
 
 
-def _finding_errors(latest, drafts_repo) -> tuple[int, list[FindingRate], list[FindingRate]]:
+def _finding_errors(latest: list[StudyOverview],
+                    drafts_repo: DraftRepository) -> tuple[int, list[FindingRate], list[FindingRate]]:
     in_report: Counter[str] = Counter()
     in_draft: Counter[str] = Counter()
     missed: Counter[str] = Counter()
@@ -193,7 +201,7 @@ def _finding_errors(latest, drafts_repo) -> tuple[int, list[FindingRate], list[F
     compared = 0
     for o in latest:
         c = o.latest_correction
-        if c.signed_at is None or c.draft_id is None:
+        if c is None or c.signed_at is None or c.draft_id is None:
             continue
         draft = o.latest_draft if o.latest_draft and o.latest_draft.id == c.draft_id else drafts_repo.get(c.draft_id)
         truth, claimed = stated_findings(c.text), stated_findings(draft.text)

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import html
 import math
+from typing import TYPE_CHECKING
 
 from app.services.insight.dashboard import DashboardData
 from app.services.insight.round_charts import nothing_to_show
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
 
 STATUS_COLORS = {"new": "#90a4ae", "drafted": "#42a5f5", "corrected": "#ffa726", "signed": "#66bb6a", "trained": "#ab47bc"}
 TOP_FINDINGS = 10
@@ -25,13 +29,13 @@ def _whole_ticks(largest: int) -> dict:
     return {"tick0": 0, "dtick": max(1, math.ceil(largest / 6)), "rangemode": "tozero"}
 
 
-def _layout(fig, title: str, height: int = 320):
+def _layout(fig: Figure, title: str, height: int = 320) -> Figure:
     fig.update_layout(title={"text": title, "x": 0.01}, height=height, margin={"l": 10, "r": 10, "t": 50, "b": 10},
                       template="plotly_white", showlegend=False)
     return fig
 
 
-def status_figure(data: DashboardData):
+def status_figure(data: DashboardData) -> Figure:
     import plotly.graph_objects as go
 
     statuses = list(data.studies_by_status)
@@ -46,7 +50,7 @@ def status_figure(data: DashboardData):
     return _layout(fig, f"Studies by status ({data.studies})")
 
 
-def acceptance_figure(data: DashboardData):
+def acceptance_figure(data: DashboardData) -> Figure:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -70,7 +74,7 @@ def acceptance_figure(data: DashboardData):
     return _layout(fig, f"Drafts accepted unchanged, per {data.bucket} (overall {overall})")
 
 
-def findings_figure(data: DashboardData, top: int = TOP_FINDINGS):
+def findings_figure(data: DashboardData, top: int = TOP_FINDINGS) -> Figure:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -100,7 +104,7 @@ def findings_figure(data: DashboardData, top: int = TOP_FINDINGS):
     return _layout(fig, title, height=max(360, 60 + 28 * min(top, max(len(data.misses), len(data.overcalls)))))
 
 
-def models_figure(data: DashboardData):
+def models_figure(data: DashboardData) -> Figure:
     import plotly.graph_objects as go
 
     names = list(data.drafts_by_model)

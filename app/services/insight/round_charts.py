@@ -13,11 +13,16 @@ registered by hand) are left out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from app.services.rounds.versions import heldout_metrics
+from db.records import ModelVersionRecord
 from orapo_core.facts.metrics import EvalMetrics
+
+if TYPE_CHECKING:
+    from plotly.graph_objects import Figure
 
 REWARD, REWARD_STD = "orapo/reward_mean", "orapo/reward_std"
 ZERO_REWARD = "orapo/zero_reward_frac"
@@ -27,14 +32,14 @@ PALETTE = ["#1f6feb", "#d1495b", "#2a9d8f", "#e9a23b", "#7b5ea7", "#4d908e", "#f
 HEIGHT = 280
 
 
-def _go():
+def _go() -> ModuleType:
     import plotly.graph_objects as go
 
     return go
 
 
-def _layout(fig, title: str, *, y_title: str | None = None, x_title: str | None = "step", legend: bool = False,
-            height: int = HEIGHT):
+def _layout(fig: Figure, title: str, *, y_title: str | None = None, x_title: str | None = "step",
+            legend: bool = False, height: int = HEIGHT) -> Figure:
     fig.update_layout(title={"text": title, "x": 0.01, "font": {"size": 15}}, height=height, template="plotly_white",
                       margin={"l": 50, "r": 15, "t": 45, "b": 40}, showlegend=legend,
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0})
@@ -43,7 +48,7 @@ def _layout(fig, title: str, *, y_title: str | None = None, x_title: str | None 
     return fig
 
 
-def nothing_to_show(fig, message: str):
+def nothing_to_show(fig: Figure, message: str) -> Figure:
     """`fig` saying `message` in its middle, without empty axes (the dashboard's charts use it too)."""
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
                        font={"size": 14, "color": "#6e7781"})
@@ -54,7 +59,8 @@ def nothing_to_show(fig, message: str):
 
 def series(history: Iterable[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
     """(steps, values) of one logged key; records without it (the run's summary line, other phases) are skipped."""
-    steps, values = [], []
+    steps: list[int] = []
+    values: list[float] = []
     for record in history:
         value = record.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and record.get("step") is not None:
@@ -63,12 +69,12 @@ def series(history: Iterable[dict[str, Any]], key: str) -> tuple[list[int], list
     return steps, values
 
 
-def _line(go, steps, values, name: str, color: str):
+def _line(go: ModuleType, steps: list[int], values: list[float], name: str, color: str) -> Any:  # a go.Scatter
     return go.Scatter(x=steps, y=values, name=name, mode="lines+markers", line={"color": color, "width": 2},
                       marker={"size": 6}, hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4f}}<extra></extra>")
 
 
-def reward_figure(history: list[dict[str, Any]]):
+def reward_figure(history: list[dict[str, Any]]) -> Figure:
     """Mean FactS reward of the sampled reports per step, with a ±1 standard deviation band."""
     go = _go()
     fig = go.Figure()
@@ -86,7 +92,7 @@ def reward_figure(history: list[dict[str, Any]]):
     return _layout(fig, "Reward (mean ± std)", y_title="FactS reward")
 
 
-def zero_reward_figure(history: list[dict[str, Any]]):
+def zero_reward_figure(history: list[dict[str, Any]]) -> Figure:
     """The fraction of sampled reports that scored zero: what the oracle's DPO term is there to rescue."""
     go = _go()
     fig = go.Figure()
@@ -98,7 +104,7 @@ def zero_reward_figure(history: list[dict[str, Any]]):
     return _layout(fig, "Zero-reward fraction", y_title="fraction")
 
 
-def dpo_weight_figure(history: list[dict[str, Any]]):
+def dpo_weight_figure(history: list[dict[str, Any]]) -> Figure:
     go = _go()
     fig = go.Figure()
     steps, values = series(history, DPO_WEIGHT)
@@ -108,7 +114,7 @@ def dpo_weight_figure(history: list[dict[str, Any]]):
     return _layout(fig, "DPO weight", y_title="weight")
 
 
-def losses_figure(history: list[dict[str, Any]]):
+def losses_figure(history: list[dict[str, Any]]) -> Figure:
     """GRPO, DPO (and SFT, when the oracle mode logs it) losses on one chart."""
     go = _go()
     fig = go.Figure()
@@ -121,7 +127,7 @@ def losses_figure(history: list[dict[str, Any]]):
     return _layout(fig, "Losses", y_title="loss", legend=True)
 
 
-def live_figures(history: list[dict[str, Any]]) -> tuple:
+def live_figures(history: list[dict[str, Any]]) -> tuple[Figure, Figure, Figure, Figure]:
     """The four charts of a round's live view, in the tab's order."""
     return reward_figure(history), zero_reward_figure(history), dpo_weight_figure(history), losses_figure(history)
 
@@ -129,7 +135,7 @@ def live_figures(history: list[dict[str, Any]]) -> tuple:
 # --- versions -------------------------------------------------------------------------------------------
 
 
-def _evaluated(versions) -> list[tuple[str, EvalMetrics]]:
+def _evaluated(versions: Iterable[ModelVersionRecord]) -> list[tuple[str, EvalMetrics]]:
     """(label, held-out metrics) of each version that has them, oldest first."""
     out = []
     for v in sorted(versions, key=lambda v: v.id):
@@ -139,7 +145,7 @@ def _evaluated(versions) -> list[tuple[str, EvalMetrics]]:
     return out
 
 
-def per_class_f1_figure(versions):
+def per_class_f1_figure(versions: Sequence[ModelVersionRecord]) -> Figure:
     """F1 per CheXpert observation, one bar per version in each group."""
     go = _go()
     fig = go.Figure()
@@ -157,7 +163,7 @@ def per_class_f1_figure(versions):
     return _layout(fig, "F1 per class (held-out)", y_title="F1", x_title=None, legend=True, height=340)
 
 
-def quality_figure(versions):
+def quality_figure(versions: Sequence[ModelVersionRecord]) -> Figure:
     """Macro precision, recall and F1 (14 observations) of each version, in the order the rounds made them."""
     go = _go()
     fig = go.Figure()
@@ -176,7 +182,7 @@ def quality_figure(versions):
     return _layout(fig, "Precision, recall, macro-F1 (held-out)", y_title="score", x_title=None, legend=True)
 
 
-def report_length_figure(versions):
+def report_length_figure(versions: Sequence[ModelVersionRecord]) -> Figure:
     """Mean words per drafted report: a reward hacked by length shows here first."""
     go = _go()
     fig = go.Figure()
@@ -192,5 +198,5 @@ def report_length_figure(versions):
     return _layout(fig, "Mean report length (held-out)", y_title="words", x_title=None)
 
 
-def version_figures(versions) -> tuple:
+def version_figures(versions: Sequence[ModelVersionRecord]) -> tuple[Figure, Figure, Figure]:
     return per_class_f1_figure(versions), quality_figure(versions), report_length_figure(versions)

@@ -30,9 +30,14 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from orapo_core.config import Settings
 
 FORMAT, FORMAT_VERSION = "orapo-backup", 1
 MANIFEST = "manifest.json"
@@ -114,7 +119,7 @@ def postgres_tool(name: str) -> str:
     return path
 
 
-def read_snapshot(connection) -> Snapshot:
+def read_snapshot(connection: Connection) -> Snapshot:
     """The revision, the rows of every table and the files named by rows, as `connection` sees them."""
     import sqlalchemy as sa
     from alembic.runtime.migration import MigrationContext
@@ -132,7 +137,7 @@ def read_snapshot(connection) -> Snapshot:
     return Snapshot(revision, counts, images, models)
 
 
-def sqlite_problems(connection) -> list[str]:
+def sqlite_problems(connection: Connection) -> list[str]:
     """SQLite's own checks: `PRAGMA integrity_check` and `PRAGMA foreign_key_check`."""
     import sqlalchemy as sa
 
@@ -259,7 +264,7 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def current_secret(settings) -> tuple[str | None, str | None]:
+def current_secret(settings: Settings) -> tuple[str | None, str | None]:
     """(the de-identification secret, where it comes from: 'setting' or 'file'), or (None, None) when none was made
     yet. Reading it never creates one (`Settings.secret` would)."""
     if settings.deid_secret:
@@ -275,7 +280,7 @@ def _refuse_existing(out: Path) -> None:
         raise OrapoError("backup_exists", f"{out} exists and is not an empty folder; name a new folder for the backup.")
 
 
-def backup(settings, out: Path, *, actor: Any = "cli") -> BackupResult:
+def backup(settings: Settings, out: Path, *, actor: Any = "cli") -> BackupResult:
     """Back up the data folder `settings` names (and its database) into the new or empty folder `out`."""
     from app.settings import web_settings
 

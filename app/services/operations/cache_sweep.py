@@ -41,10 +41,17 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.runtime import upload_cache_dir
+
+if TYPE_CHECKING:
+    from app.services.operations.leader import ServerIdentity
+    from db.database import Database
+    from orapo_core.config import Settings
 
 #: Unreferenced stored files younger than this are left for the next start (see the module docstring).
 ORPHAN_GRACE_S = 60.0
@@ -80,7 +87,7 @@ class SweepReport:
         return text
 
 
-def sweep_at_start(settings, database, *, me=None, now: float | None = None) -> SweepReport:
+def sweep_at_start(settings: Settings, database: Database, *, me: ServerIdentity | None = None, now: float | None = None) -> SweepReport:
     """Before the server `me` (default: this process) listens: what a run, killed or not, of it or of any server
     now dead left behind (see the module docstring)."""
     from app.services.operations.export_downloads import prune_downloads
@@ -93,7 +100,7 @@ def sweep_at_start(settings, database, *, me=None, now: float | None = None) -> 
                        orphan_images=orphans, recent_unreferenced=recent)
 
 
-def sweep_at_stop(settings, database, *, me=None) -> SweepReport:
+def sweep_at_stop(settings: Settings, database: Database, *, me: ServerIdentity | None = None) -> SweepReport:
     """After the server `me` (default: this process) closed: its whole folder, not even an export zip stays, and
     what dead servers left. With the database unreachable, its own folder only: who else lives is unknown, and
     the leader or the next start deletes the rest."""
@@ -106,7 +113,7 @@ def sweep_at_stop(settings, database, *, me=None) -> SweepReport:
         return SweepReport(cache_files=_delete(upload_cache_dir(settings) / me.folder))
 
 
-def sweep_stale(settings, database, *, me=None, now: float | None = None) -> SweepReport:
+def sweep_stale(settings: Settings, database: Database, *, me: ServerIdentity | None = None, now: float | None = None) -> SweepReport:
     """The leading server's sweep, every CACHE_SWEEP_S: dead servers' folders whole; in live ones (`me`'s, default
     this process's, included) entries older than CACHE_MAX_AGE_S and export zips past their download time."""
     cache_files, exports = _sweep_upload_cache(settings, database, me=me, keep_own=True,
@@ -114,7 +121,8 @@ def sweep_stale(settings, database, *, me=None, now: float | None = None) -> Swe
     return SweepReport(cache_files=cache_files, exports=exports)
 
 
-def _sweep_upload_cache(settings, database, *, me, keep_own: bool, now: float | None = None) -> tuple[int, int]:
+def _sweep_upload_cache(settings: Settings, database: Database, *, me: ServerIdentity | None, keep_own: bool,
+                        now: float | None = None) -> tuple[int, int]:
     """Delete, at the top of the upload cache, every entry that is not a live server's folder (`me`'s only with
     `keep_own`); with `now`, in the live folders kept, entries older than CACHE_MAX_AGE_S and export zips past
     their download time. Returns how many files went, and how many of those zips apart."""
@@ -152,7 +160,7 @@ def _sweep_upload_cache(settings, database, *, me, keep_own: bool, now: float | 
     return removed, exports
 
 
-def delete_uploads(paths) -> int:
+def delete_uploads(paths: Iterable[str | Path]) -> int:
     """Delete uploads no upload event stored in time (`SessionBook.stale_uploads`), each with the folder Gradio made
     for it when that is left empty; how many files went."""
     removed = 0
@@ -180,7 +188,7 @@ def _delete(path: Path) -> int:
         return 0
 
 
-def _sweep_storage(settings, database, *, now: float) -> tuple[int, int, int]:
+def _sweep_storage(settings: Settings, database: Database, *, now: float) -> tuple[int, int, int]:
     """(partial writes, unreferenced images) deleted from the storage folder, and unreferenced ones kept as recent."""
     from db import StudyRepository
 

@@ -13,6 +13,11 @@ FHIR: `fhir.resources` 8.x puts R5 at the top level and ships R4B
 DiagnosticReport, Provenance and Bundle are unchanged from R4, so validating
 against R4B validates the R4 wire format receivers expect; R5 differs
 (e.g. DiagnosticReport.note, Provenance changes) and would not.
+
+A sentence the version's automatic finding check added to a draft (`DraftRecord.added`: read on the image, not
+written by the model; `orapo_core.models.verifier`) stays marked: R4's DiagnosticReport has no note, so each is an
+extension of the report (`ADDED_BY_CHECK`, the sentence as its valueString) on the draft, and on the signed report
+where the reader kept it (`kept_additions`); the draft's Provenance also names the check as an author of it.
 """
 
 from __future__ import annotations
@@ -20,12 +25,21 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orapo_core.errors import OrapoError
-from orapo_core.report_layout import report_text, same_text, split_report
+from orapo_core.report_layout import normalize_space, report_text, same_text, split_report
+
+if TYPE_CHECKING:
+    from db import Database, ModelVersionRepository
+    from db.records import DraftRecord, ImageRecord, StudyRecord
+    from orapo_core.config import Settings
+
+T = TypeVar("T")
 
 PAIR_FORMATS = ("trl-dpo", "trl-grpo")
 LOINC = "http://loinc.org"
@@ -33,6 +47,8 @@ REPORT_CODE = {"system": LOINC, "code": "18748-4", "display": "Diagnostic imagin
 RADIOLOGY = {"system": "http://terminology.hl7.org/CodeSystem/v2-0074", "code": "RAD", "display": "Radiology"}
 PARTICIPANT = "http://terminology.hl7.org/CodeSystem/provenance-participant-type"
 UUID_NAMESPACE = uuid.UUID("8b9d2f5e-4a0c-4f63-9d55-0f7a1c2e6b01")
+#: The extension naming a sentence of a report that the finding check added to the model's draft.
+ADDED_BY_CHECK = "urn:orapo:fhir:extension:sentence-added-by-automatic-finding-check"
 
 
 @dataclass(frozen=True)
@@ -47,18 +63,18 @@ class ExportSummary:
         return f"{self.rows} rows in {self.format} format written to {self.path}{extra}"
 
 
-def _image_bytes(settings, image) -> bytes | None:
+def _image_bytes(settings: Settings, image: ImageRecord) -> bytes | None:
     path = settings.storage_dir / image.display_path
     return path.read_bytes() if path.is_file() else None
 
 
-def _save(dataset, out: Path) -> None:
+def _save(dataset: Any, out: Path) -> None:  # a `datasets.Dataset`
     if out.exists() and any(out.iterdir()):
         raise OrapoError("export_exists", f"{out} exists and is not empty; choose a new folder.")
     dataset.save_to_disk(str(out))
 
 
-def export_pairs(db, settings, out: str | Path, *, format: str = "trl-dpo", source: str | None = None,
+def export_pairs(db: Database, settings: Settings, out: str | Path, *, format: str = "trl-dpo", source: str | None = None,
                  round_id: int | None = None) -> ExportSummary:
     """Write the preference pairs (`trl-dpo`) or the OraPO prompts (`trl-grpo`) as a `datasets` folder."""
     if format not in PAIR_FORMATS:
@@ -69,7 +85,7 @@ def export_pairs(db, settings, out: str | Path, *, format: str = "trl-dpo", sour
     return _export_grpo(db, settings, out)
 
 
-def _export_dpo(db, settings, out: Path, *, source, round_id) -> ExportSummary:
+def _export_dpo(db: Database, settings: Settings, out: Path, *, source: str | None, round_id: int | None) -> ExportSummary:
     from datasets import Dataset, Features, Image, List, Value
 
     from db import PairRepository, StudyRepository
@@ -100,7 +116,7 @@ def _export_dpo(db, settings, out: Path, *, source, round_id) -> ExportSummary:
     return ExportSummary(out, "trl-dpo", len(rows["prompt"]), skipped)
 
 
-def _export_grpo(db, settings, out: Path) -> ExportSummary:
+def _export_grpo(db: Database, settings: Settings, out: Path) -> ExportSummary:
     from db import PairRepository, StudyRepository
     from orapo_core.facts import label_report
     from orapo_core.train.dataset import build_training_dataset
@@ -138,14 +154,23 @@ def _urn(*parts: Any) -> str:
     return f"urn:uuid:{uuid.uuid5(UUID_NAMESPACE, '/'.join(map(str, parts)))}"
 
 
-def _instant(value) -> str:
+def _instant(value: datetime) -> str:
     return value.isoformat()
 
 
-def _diagnostic_report(study, text: str, *, status: str, issued, performer: str | None, identifier: str) -> dict[str, Any]:
+def kept_additions(draft: Any, text: str | None) -> list[str]:
+    """The sentences the finding check added to `draft` (a DraftRecord, or None) that `text` still says, word for
+    word (whitespace aside): in a signed report, those the reader kept."""
+    said = normalize_space(text)
+    return [s for s in (draft.added if draft is not None else []) if normalize_space(s) and normalize_space(s) in said]
+
+
+def _diagnostic_report(study: StudyRecord, text: str, *, status: str, issued: datetime, performer: str | None, identifier: str,
+                       added: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     _, impression = split_report(text)
     report: dict[str, Any] = {
         "resourceType": "DiagnosticReport",
+        **({"extension": [{"url": ADDED_BY_CHECK, "valueString": s} for s in added]} if added else {}),
         "identifier": [{"system": "urn:orapo:report", "value": identifier}],
         "status": status,
         "category": [{"coding": [RADIOLOGY]}],
@@ -165,7 +190,7 @@ def _diagnostic_report(study, text: str, *, status: str, issued, performer: str 
     return report
 
 
-def _provenance(target: str, recorded, agents: list[tuple[str, str]], entity: str | None = None) -> dict[str, Any]:
+def _provenance(target: str, recorded: datetime, agents: list[tuple[str, str]], entity: str | None = None) -> dict[str, Any]:
     prov: dict[str, Any] = {
         "resourceType": "Provenance",
         "target": [{"reference": target}],
@@ -178,7 +203,7 @@ def _provenance(target: str, recorded, agents: list[tuple[str, str]], entity: st
     return prov
 
 
-def _model_label(versions, draft) -> str:
+def _model_label(versions: ModelVersionRepository, draft: DraftRecord) -> str:
     if draft.model_version_id is not None:
         try:
             v = versions.get(draft.model_version_id)
@@ -188,7 +213,7 @@ def _model_label(versions, draft) -> str:
     return f"OraPO model {draft.model_name}"
 
 
-def fhir_bundle(db, study_id: int) -> dict[str, Any]:
+def fhir_bundle(db: Database, study_id: int) -> dict[str, Any]:
     """A FHIR R4 `collection` Bundle of a study's reports: the latest model draft (preliminary) and the signed report
     (final), each with a Provenance naming the model version that drafted it; validated before it is returned."""
     from fhir.resources.R4B.bundle import Bundle
@@ -210,10 +235,13 @@ def fhir_bundle(db, study_id: int) -> dict[str, Any]:
         model = _model_label(versions, draft)
         entries.append({"fullUrl": draft_url, "resource": _diagnostic_report(
             study, draft.text, status="preliminary", issued=draft.created_at, performer=model,
-            identifier=f"draft-{draft.id}")})
+            identifier=f"draft-{draft.id}", added=draft.added)})
+        check = [("author", f"Automatic finding check of {model}: {len(draft.added)} sentence(s) read on the image, "
+                            "not written by the model")] if draft.added else []
         entries.append({"fullUrl": _urn("provenance", draft_url), "resource": _provenance(
-            draft_url, draft.created_at, [("author", model)])})
+            draft_url, draft.created_at, [("author", model), *check])})
     if signed is not None:
+        assert signed.signed_at is not None  # `signed` is the correction only once it is signed
         author = UserRepository(db).get(signed.author_id).username
         final_url = _urn("final", study.study_uid_hash, signed.id)
         agents = [("author", f"Radiologist {author}"), ("verifier", f"Radiologist {author}")]
@@ -221,7 +249,7 @@ def fhir_bundle(db, study_id: int) -> dict[str, Any]:
             agents.append(("assembler", _model_label(versions, draft)))
         entries.append({"fullUrl": final_url, "resource": _diagnostic_report(
             study, signed.text, status="final", issued=signed.signed_at, performer=f"Radiologist {author}",
-            identifier=f"report-{signed.id}-v{signed.version}")})
+            identifier=f"report-{signed.id}-v{signed.version}", added=kept_additions(draft, signed.text))})
         entries.append({"fullUrl": _urn("provenance", final_url), "resource": _provenance(
             final_url, signed.signed_at, agents, entity=draft_url)})
     if not entries:
@@ -260,11 +288,12 @@ class FhirExport:
         return text
 
 
-def build_each(study_ids: list[int], build) -> tuple[list, list[SkippedStudy]]:
+def build_each(study_ids: list[int], build: Callable[[int], T]) -> tuple[list[T], list[SkippedStudy]]:
     """`build(study_id)` for each study, in order: what was built, and the studies skipped with their reason (an
     `OrapoError`). The one rule of every export: a study that cannot be exported is skipped and the rest still go;
     a single study asked for raises its own error, and nothing at all built is `nothing_to_export`."""
-    built, skipped = [], []
+    built: list[T] = []
+    skipped: list[SkippedStudy] = []
     for study_id in study_ids:
         try:
             built.append(build(study_id))
@@ -278,7 +307,7 @@ def build_each(study_ids: list[int], build) -> tuple[list, list[SkippedStudy]]:
     return built, skipped
 
 
-def export_fhir(db, out: str | Path, *, study_ids: list[int] | None = None) -> FhirExport:
+def export_fhir(db: Database, out: str | Path, *, study_ids: list[int] | None = None) -> FhirExport:
     """One `study-<id>.json` Bundle per study (all studies with a draft or a report when `study_ids` is None).
 
     A study that cannot be exported (say, an unsigned report and no draft) is skipped, with its reason, and

@@ -26,14 +26,23 @@ import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from app.runtime import server_cache_dir
 from app.services.accounts.auth import require_role
 from app.services.operations.export import ExportSummary, SkippedStudy, export_fhir, export_pairs
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from db.database import Database
+    from db.records import UserRecord
+    from orapo_core.config import Settings
+
+_Result = TypeVar("_Result")
 
 DOWNLOAD_RETENTION_S = 15 * 60
 #: The folder of export zips in a server's cache folder.
@@ -50,12 +59,12 @@ class ExportDownload:
     skipped: tuple[SkippedStudy, ...] = ()  # FHIR: studies left out, with why (also `fhir/skipped.json` in the zip)
 
 
-def downloads_dir(settings) -> Path:
+def downloads_dir(settings: Settings) -> Path:
     """Where this server keeps the export zips it offers: in its own cache folder, which Gradio serves."""
     return server_cache_dir(settings) / EXPORTS
 
 
-def work_dir(settings) -> Path:
+def work_dir(settings: Settings) -> Path:
     return settings.resolved_data_dir / "export-work"
 
 
@@ -66,7 +75,7 @@ def newest_mtime(path: Path) -> float:
     return max(stamps)
 
 
-def prune_downloads(settings, *, max_age_s: float = DOWNLOAD_RETENTION_S, now: float | None = None,
+def prune_downloads(settings: Settings, *, max_age_s: float = DOWNLOAD_RETENTION_S, now: float | None = None,
                     work: bool = False) -> list[Path]:
     """Delete export zips untouched for more than `max_age_s` and, with `work` (at the app's start, when no
     export of its own can be under way), work folders a crash left; returns what went."""
@@ -94,7 +103,7 @@ def prune_folder(root: Path, cutoff: float) -> list[Path]:
     return removed
 
 
-def _zip_export(settings, kind: str, write) -> tuple[Path, object]:
+def _zip_export(settings: Settings, kind: str, write: Callable[[Path], _Result]) -> tuple[Path, _Result]:
     """Run `write(folder)` in a fresh work folder, zip that folder into a new download folder; the work folder goes."""
     prune_downloads(settings)
     work_root, downloads = work_dir(settings), downloads_dir(settings)
@@ -109,7 +118,8 @@ def _zip_export(settings, kind: str, write) -> tuple[Path, object]:
     return archive, result
 
 
-def download_training_data(db, settings, actor, formats) -> ExportDownload:
+def download_training_data(db: Database, settings: Settings, actor: UserRecord,
+                           formats: Sequence[str]) -> ExportDownload:
     """The preference pairs and OraPO prompts in each of `formats`, as one zip (`<format>/` folders inside); audited."""
     from db import AuditRepository
 
@@ -123,7 +133,7 @@ def download_training_data(db, settings, actor, formats) -> ExportDownload:
     return ExportDownload(archive, summaries=summaries)
 
 
-def download_fhir(db, settings, actor) -> ExportDownload:
+def download_fhir(db: Database, settings: Settings, actor: UserRecord) -> ExportDownload:
     """Every reported study as a FHIR R4 Bundle (`fhir/study-<id>.json` inside the zip); audited. A study that
     cannot be exported is left out and listed, with why, in `fhir/skipped.json` and in `skipped`."""
     from db import AuditRepository

@@ -50,12 +50,16 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orapo_core.errors import log_line
+
+if TYPE_CHECKING:
+    from db.database import Database
+    from db.records import LeaseRecord, RoundRecord
 
 log = logging.getLogger(__name__)
 
@@ -138,14 +142,14 @@ def process_alive(identity: ServerIdentity) -> bool:
         return True  # cannot tell: alive, so nothing it may be watching is failed
 
 
-def server_leases(database) -> dict[str, Any]:
+def server_leases(database: Database) -> dict[str, LeaseRecord]:
     """Every server's sign-of-life lease (`db.records.LeaseRecord`, live or expired) by its process key."""
     from db import LeaseRepository
 
     return {lease.name[len(SERVER_PREFIX):]: lease for lease in LeaseRepository(database).with_prefix(SERVER_PREFIX)}
 
 
-def other_servers_alive(database, me: ServerIdentity | None = None) -> list[str]:
+def other_servers_alive(database: Database, me: ServerIdentity | None = None) -> list[str]:
     """The keys of the servers other than `me` (default: this process) whose sign of life is live; on this machine
     a server whose process is gone does not count, though its lease has not run out yet (a kill -9, restarted)."""
     me = me or this_process()
@@ -158,18 +162,18 @@ def other_servers_alive(database, me: ServerIdentity | None = None) -> list[str]
     return alive
 
 
-def live_server_folders(names, database, me: ServerIdentity | None = None) -> set[str]:
+def live_server_folders(names: Iterable[str], database: Database, me: ServerIdentity | None = None) -> set[str]:
     """Which of `names` (entries of the upload cache) are the folders (`ServerIdentity.folder`) of servers alive
     now, `me` (default: this process) always among them. On this machine a server lives while its process runs,
     its lease live or not (a paused process still holds what it was sent); elsewhere, while its sign-of-life lease
     is live. A folder on another machine whose server never took a lease is not a live one: a server takes its
     lease before it listens, so such a folder holds nothing uploaded (Gradio makes it again when it writes)."""
     me = me or this_process()
-    servers = {}
-    for key, lease in server_leases(database).items():
+    servers: dict[str, tuple[ServerIdentity | None, LeaseRecord | None]] = {}
+    for key, held in server_leases(database).items():
         identity = ServerIdentity.from_key(key)
         if identity is not None:
-            servers[identity.folder] = (identity, lease)
+            servers[identity.folder] = (identity, held)
     live = set()
     for name in names:
         identity, lease = servers.get(name, (ServerIdentity.from_folder(name), None))
@@ -201,7 +205,7 @@ class Watch:
     who: str  # the watcher, for the round's error
 
 
-def watch_of(record, *, me: ServerIdentity, servers: dict[str, Any], queued_grace_s: float = 0.0,
+def watch_of(record: RoundRecord, *, me: ServerIdentity, servers: dict[str, Any], queued_grace_s: float = 0.0,
              now: datetime | None = None) -> Watch:
     """Who watches `record` (an active round not run by this process) and whether they are gone.
 
@@ -239,8 +243,8 @@ class Leadership:
     """This process's part in the election: a tick every `lease_s / 3` in a daemon thread; `on_elected` and
     `on_deposed` run in that thread (the first tick runs in `start`, so a lone server leads before it returns)."""
 
-    def __init__(self, database, *, lease_s: float = DEFAULT_LEASE_S, on_elected: Callable[[], None] | None = None,
-                 on_deposed: Callable[[], None] | None = None, identity: ServerIdentity | None = None):
+    def __init__(self, database: Database, *, lease_s: float = DEFAULT_LEASE_S, on_elected: Callable[[], None] | None = None,
+                 on_deposed: Callable[[], None] | None = None, identity: ServerIdentity | None = None) -> None:
         self.db = database
         self.lease_s = float(lease_s)
         self.identity = identity or this_process()
@@ -266,7 +270,7 @@ class Leadership:
         deadline = self._deadline
         return deadline is not None and time.monotonic() < deadline
 
-    def leader(self):
+    def leader(self) -> LeaseRecord | None:
         """The leader lease (`db.records.LeaseRecord`: holder, live), or None before any server led."""
         from db import LeaseRepository
 

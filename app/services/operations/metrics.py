@@ -19,8 +19,16 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from app.services.reading.ingest import IngestOutcome
+    from app.services.reading.served import ServedModel
+    from db.database import Database
+    from orapo_core.config import Settings
 
 log = logging.getLogger("orapo.metrics")
 
@@ -34,7 +42,7 @@ class AppMetrics:
     """One app's metrics: its own registry, the event counters, and the values read at scrape time from
     `database` and `models` (the app's `ModelRegistry`)."""
 
-    def __init__(self, settings, database, models):
+    def __init__(self, settings: Settings, database: Database, models: Any) -> None:
         from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 
         self.port = getattr(settings, "metrics_port", None)
@@ -51,7 +59,7 @@ class AppMetrics:
         ProcessCollector(registry=self.prometheus)  # process_*: this server's memory, CPU time and open files
         self._server: tuple[Any, threading.Thread] | None = None
 
-    def watch(self, *services) -> None:
+    def watch(self, *services: Any) -> None:
         """Count the events of these services (the model registry, the sign-in guard) here: each has a `metrics`
         attribute, None until an app's metrics count for it."""
         for service in services:
@@ -96,14 +104,14 @@ class _ScrapeTime:
     """A collector of what is read at each scrape: the draft queue, the rounds by status, the served version. A
     part that cannot be read (the database down) is left out of this scrape, not failed: `/readyz` says why."""
 
-    def __init__(self, database, models):
+    def __init__(self, database: Database, models: Any) -> None:
         self._db = database
-        self._models = models
+        self._models = models  # the app's ModelRegistry, read by what it has (None: no models)
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []  # no fixed description: the registry calls `collect` only at scrape time
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 
         depth = getattr(self._models, "queue_depth", None)
@@ -133,7 +141,7 @@ class _ScrapeTime:
                                    value={"name": model.name, "version": _version(model)})
 
 
-def _version(model) -> str:
+def _version(model: ServedModel) -> str:
     return str(model.version_id) if model.version_id is not None else "configured"
 
 
@@ -153,7 +161,7 @@ def count_sign_in_failure(metrics: AppMetrics | None, reason: str) -> None:
         metrics.sign_in_failures.labels(reason=reason or "unknown").inc()
 
 
-def count_uploads(metrics: AppMetrics | None, outcomes: Iterable) -> None:
+def count_uploads(metrics: AppMetrics | None, outcomes: Iterable[IngestOutcome]) -> None:
     """The outcomes of an upload (`IngestOutcome`s): each refused one is counted by its error code."""
     if metrics is not None:
         for outcome in outcomes:
@@ -164,7 +172,7 @@ def count_uploads(metrics: AppMetrics | None, outcomes: Iterable) -> None:
 # -- health ----------------------------------------------------------------------------------------------------
 
 
-def readiness_checks(database, models) -> dict[str, str]:
+def readiness_checks(database: Database, models: Any) -> dict[str, str]:
     """One word per check, "ok" when it passes: the database answers a trivial query; the served model is loaded.
     No message, no path: the answer goes to whoever asks, signed in or not."""
     try:
@@ -176,7 +184,7 @@ def readiness_checks(database, models) -> dict[str, str]:
     return checks
 
 
-def _model_state(models, *, database_ok: bool) -> str:
+def _model_state(models: Any, *, database_ok: bool) -> str:
     """"ok" once the served model is loaded (warmed at start-up, or loaded by a draft); else the warm-up's state:
     "loading", "failed", or "not_loaded" when nothing has loaded it yet (an app started without warming)."""
     if models is None:

@@ -18,7 +18,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.services.operations.backup import (
     FORMAT,
@@ -39,6 +39,11 @@ from app.services.operations.backup import (
     sqlite_problems,
 )
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from app.settings import WebSettings
+    from db.database import Database
+    from orapo_core.config import Settings
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def read_manifest(source: Path) -> dict[str, Any]:
               and isinstance(files, dict) and database.get("file") in files and isinstance(counts, dict)
               and all(isinstance(f, dict) and isinstance(f.get("size"), int) and isinstance(f.get("sha256"), str)
                       for f in files.values()))
-    if not shaped:
+    if not shaped or not isinstance(database, dict) or not isinstance(files, dict):  # (shaped says they are)
         raise OrapoError("backup_invalid", f"{source}/{MANIFEST} lacks the database, its files or its counts.")
     secret = manifest.get("secret")
     for name in files:
@@ -130,7 +135,7 @@ def _known_revision(revision: str | None) -> bool:
         return False
 
 
-def _refusals(settings, source: Path, manifest: dict[str, Any]) -> None:
+def _refusals(settings: WebSettings, source: Path, manifest: dict[str, Any]) -> None:
     url, kind = settings.sqlalchemy_url, manifest["database"]["kind"]
     if database_kind(url) != kind:
         raise OrapoError("backup_database_mismatch", f"The backup holds a {kind} database, but this configuration's "
@@ -156,7 +161,7 @@ def _refusals(settings, source: Path, manifest: dict[str, Any]) -> None:
                                                         "and archive links would not match. Unset it, or set it to the backup's.")
 
 
-def _restore_database(settings, source: Path, manifest: dict[str, Any]) -> None:
+def _restore_database(settings: WebSettings, source: Path, manifest: dict[str, Any]) -> None:
     url, name = settings.sqlalchemy_url, manifest["database"]["file"]
     if manifest["database"]["kind"] == "sqlite":
         target = sqlite_path(url)
@@ -172,7 +177,7 @@ def _restore_database(settings, source: Path, manifest: dict[str, Any]) -> None:
         raise OrapoError("pg_restore_failed", f"pg_restore failed: {lines[-1] if lines else 'no message'}")
 
 
-def _restore_files(settings, source: Path, manifest: dict[str, Any]) -> None:
+def _restore_files(settings: Settings, source: Path, manifest: dict[str, Any]) -> None:
     roots = {IMAGES: settings.storage_dir, MODELS: settings.models_dir}
     for name in sorted(manifest["files"]):
         parts = PurePosixPath(name).parts
@@ -196,7 +201,7 @@ def _copy_checked(source: Path, name: str, target: Path, manifest: dict[str, Any
                                            "and restore again from an unchanging copy.")
 
 
-def check_integrity(database, settings) -> list[str]:
+def check_integrity(database: Database, settings: Settings) -> list[str]:
     """What is wrong with a database and its data folder (empty: nothing): SQLite's integrity and foreign-key
     checks, the schema at the newest revision, every file that an image row or a model version row (inside the
     data folder) names."""
@@ -211,7 +216,7 @@ def check_integrity(database, settings) -> list[str]:
     return problems
 
 
-def restore(settings, source: Path, *, actor: Any = "cli") -> RestoreResult:
+def restore(settings: Settings, source: Path, *, actor: Any = "cli") -> RestoreResult:
     """Restore the backup in `source` into the (empty) data folder and database `settings` names, and check it."""
     from app.settings import web_settings
     from db import Database

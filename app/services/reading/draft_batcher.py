@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orapo_core.models.decoding import ContinuousDecoder
+    from orapo_core.models.draft import Draft
 
 #: The most drafts decoding at once, and how long a draft waits for others when the model is idle.
 DRAFT_MAX_BATCH = 8
@@ -28,8 +33,8 @@ DRAFT_MAX_WAIT_S = 0.02
 @dataclass(eq=False)  # compared by identity: the image may be an array
 class _Request:
     image: Any
-    settings: tuple  # sorted (name, value) pairs: a gathered batch (draft_many) holds one set of settings
-    future: Future = field(default_factory=Future)
+    settings: tuple[tuple[str, Any], ...]  # sorted (name, value) pairs: a gathered batch (draft_many) holds one set
+    future: Future[Any] = field(default_factory=Future)  # the Draft, or the DecodeRequest decoded in a running batch
     submitted: float = field(default_factory=time.perf_counter)
     decoding: Any = None  # its DecodeRequest while a ContinuousDecoder decodes it
 
@@ -52,8 +57,8 @@ class DraftBatcher:
     A drafter without `draft_many` or `new_decoder` is called with `draft` once per request.
     """
 
-    def __init__(self, drafter, *, max_batch: int = DRAFT_MAX_BATCH, max_wait_s: float = DRAFT_MAX_WAIT_S,
-                 idle_s: float = 30.0):
+    def __init__(self, drafter: Any, *, max_batch: int = DRAFT_MAX_BATCH, max_wait_s: float = DRAFT_MAX_WAIT_S,
+                 idle_s: float = 30.0) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1; got {max_batch}")
         self.drafter = drafter
@@ -84,7 +89,7 @@ class DraftBatcher:
             worker.join(timeout)
         return worker is None or not worker.is_alive()
 
-    def draft(self, image, **settings):
+    def draft(self, image: Any, **settings: Any) -> Draft:
         """The Draft of `image` (as `drafter.draft(image, **settings)` gives it), drafted in a batch with others.
 
         Its `latency_ms` is the time from this call to the draft, waiting for the batch included.
@@ -109,7 +114,7 @@ class DraftBatcher:
             with self._cond:
                 self._asked -= 1
 
-    def _answer(self, request: _Request):
+    def _answer(self, request: _Request) -> Draft:
         """The caller's Draft, once the worker has decoded it (checked and scored here, in the caller's thread)."""
         draft = request.future.result()
         if request.decoding is not None:  # decoded in the running batch: check, score and record it here, off the loop
@@ -145,8 +150,7 @@ class DraftBatcher:
 
     def _run(self) -> None:
         new_decoder = getattr(self.drafter, "new_decoder", None)
-        decoder = new_decoder() if new_decoder is not None else None
-        if decoder is not None:
+        if new_decoder is not None and (decoder := new_decoder()) is not None:
             return self._run_continuous(decoder, new_decoder)
         while (batch := self._next_batch()) is not None:
             try:
@@ -167,7 +171,7 @@ class DraftBatcher:
             taken, self._queue = self._queue[: self.max_batch - running], self._queue[self.max_batch - running:]
             return taken
 
-    def _run_continuous(self, decoder, new_decoder) -> None:
+    def _run_continuous(self, decoder: ContinuousDecoder, new_decoder: Callable[[], ContinuousDecoder]) -> None:
         from orapo_core.models.decoding import DecodeRequest
 
         decoding: dict[int, _Request] = {}  # id(DecodeRequest) -> its caller's request
@@ -189,7 +193,7 @@ class DraftBatcher:
             for done in finished:
                 decoding.pop(id(done)).future.set_result(done)
 
-    def _draft(self, batch: list[_Request]) -> list:
+    def _draft(self, batch: list[_Request]) -> list[Draft]:
         settings = dict(batch[0].settings)
         draft_many = getattr(self.drafter, "draft_many", None)
         if draft_many is None:

@@ -20,6 +20,11 @@ one after another.
 `orapo serve` warms the served model in the background as it starts
 (`ModelRegistry.warm_in_background`: load, then one small draft), so the first
 reader does not wait for the load; the page says so while it runs (`readiness`).
+From then on each model it loads that has no unfamiliar-film calibration yet is
+calibrated in the background (`app.services.reading.scope.BackgroundCalibration`).
+Only chest radiographs are drafted (`app.services.reading.scope`): `draft_study`
+refuses a study stored as something else, and checks an image whose header cannot
+say what it is against the model's calibration first.
 """
 
 from __future__ import annotations
@@ -30,17 +35,25 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.services.reading.draft_batcher import DraftBatcher
 from app.services.operations.metrics import count_draft
+from app.services.reading.draft_batcher import DraftBatcher
+from app.services.reading.scope import BackgroundCalibration, refuse_not_drafted, screen_pixels, unfamiliar_summary
 from app.services.reading.served import ServedModel, served_model
 from app.services.reading.studies import first_image, open_study  # the access rule, shared
 from app.settings import web_settings
-from db.records import ImageRecord, UserRecord
+from db import Database
+from db.records import DraftRecord, ImageRecord, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
 from orapo_core.models.draft import DRAFT_SAMPLES  # how many samples measure each sentence's confidence
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from app.services.reading.ingest import IngestOutcome
+    from orapo_core.models.draft import Drafter
 
 log = logging.getLogger("orapo.drafting")
 
@@ -63,7 +76,8 @@ class ModelRegistry:
     # the app's `app.services.operations.metrics.AppMetrics` (`build_app` sets it): counts each stored draft
     metrics = None
 
-    def __init__(self, settings: Settings, database, *, loader=None, max_resident: int | None = None):
+    def __init__(self, settings: Settings, database: Database, *, loader: Callable[[ServedModel], Drafter] | None = None,
+                 max_resident: int | None = None) -> None:
         web = web_settings(settings)  # an engine Settings (benchmarks, tests) takes the web fields from the environment
         if max_resident is None:
             max_resident = web.max_resident_models
@@ -79,6 +93,7 @@ class ModelRegistry:
         self._batchers: dict[str, DraftBatcher] = {}
         self._bases: dict[Path, Any] = {}  # base folder -> its SharedBase, while a resident version uses it
         self._readiness = Readiness("idle")
+        self._calibrations: BackgroundCalibration | None = None  # a serving registry calibrates what it loads
 
     def readiness(self) -> Readiness:
         return self._readiness
@@ -108,7 +123,9 @@ class ModelRegistry:
         return self._readiness
 
     def warm_in_background(self) -> threading.Thread:
-        """`warm` in a daemon thread; the readiness says "loading" from this call on."""
+        """`warm` in a daemon thread; the readiness says "loading" from this call on. From then on, each model
+        loaded without an unfamiliar-film calibration is calibrated in the background (`BackgroundCalibration`)."""
+        self._calibrations = self._calibrations or BackgroundCalibration()
         self._readiness = Readiness("loading", self._readiness.name or "the served model")
         thread = self._warm_up = threading.Thread(target=self.warm, name="orapo-model-warm-up", daemon=True)
         thread.start()
@@ -130,6 +147,8 @@ class ModelRegistry:
         for batcher in batchers:
             batcher.close()
         done = self.wait_for_warm_up(timeout)
+        calibrations = getattr(self, "_calibrations", None)
+        done = (calibrations is None or calibrations.close(timeout)) and done
         return all([batcher.join(timeout) for batcher in batchers]) and done
 
     def served(self) -> ServedModel:
@@ -154,10 +173,11 @@ class ModelRegistry:
         with self._lock:
             return list(self._bases)
 
-    def drafter(self, served: ServedModel):
+    def drafter(self, served: ServedModel) -> Drafter:
         evicted: list[tuple[str, DraftBatcher | None]] = []
         with self._lock:  # one load per version even when two users press Draft at once
             drafter = self._drafters.get(served.key)
+            loaded_now = drafter is None
             if drafter is None:
                 # room first: the registry holds at most `max_resident`, even while the new one loads
                 while len(self._drafters) >= self.max_resident:
@@ -168,9 +188,12 @@ class ModelRegistry:
         for _, batcher in evicted:
             if batcher is not None:
                 batcher.close()
+        calibrations = getattr(self, "_calibrations", None)
+        if loaded_now and calibrations is not None:
+            calibrations.start(drafter, served.name)
         return drafter
 
-    def _load_on_shared_base(self, served: ServedModel):
+    def _load_on_shared_base(self, served: ServedModel) -> Drafter:
         """A Drafter for `served` on its base folder's one SharedBase (loaded now if no resident version uses it)."""
         from orapo_core.models.draft import Drafter
         from orapo_core.models.loading import check_model_dir
@@ -187,7 +210,8 @@ class ModelRegistry:
                 self._bases.pop(folder, None)
             raise
         return Drafter(loaded, model_version=served.name, lock=base.lock,
-                       min_agreement=self._settings.draft_min_agreement)
+                       min_agreement=self._settings.draft_min_agreement,
+                       calibration_cache=self._settings.models_dir / "calibrations")
 
     def _release(self, evicted: list[tuple[str, Any]]) -> None:
         """Unload the adapters of evicted versions from their shared bases, and bases no resident version uses
@@ -252,7 +276,7 @@ def viewer_pixels(settings: Settings, image: ImageRecord) -> ViewerPixels:
     return ViewerPixels(pixels, (float(default[0]), float(default[1])), (float(np.min(pixels)), float(np.max(pixels))))
 
 
-def render(view: ViewerPixels, center: float, width: float, zoom: float = 1.0):
+def render(view: ViewerPixels, center: float, width: float, zoom: float = 1.0) -> np.ndarray:
     """The windowed 8-bit rendering, cropped around the centre for zoom > 1."""
     from orapo_core.imaging import window
 
@@ -275,8 +299,8 @@ def preset(view: ViewerPixels, name: str) -> tuple[float, float]:
         raise OrapoError("unknown_preset", f"There is no window preset called {name!r}.") from None
 
 
-def draft_study(db, settings: Settings, registry: ModelRegistry, user: UserRecord, study_id: int, *,
-                samples: int = DRAFT_SAMPLES, progress=None):
+def draft_study(db: Database, settings: Settings, registry: ModelRegistry, user: UserRecord, study_id: int, *,
+                samples: int = DRAFT_SAMPLES, progress: Callable[..., Any] | None = None) -> DraftRecord:
     """Draft the study's first image with the served model, store the draft, and return its record."""
     from db import AuditRepository, DraftRepository
 
@@ -285,34 +309,38 @@ def draft_study(db, settings: Settings, registry: ModelRegistry, user: UserRecor
             progress(fraction, desc=what)
 
     overview = open_study(db, user, study_id)
+    refuse_not_drafted(overview.study)  # only chest radiographs are drafted
     image = first_image(overview)
     step(0.05, "Reading the image")
     view = viewer_pixels(settings, image)
     served = registry.served()
     step(0.15, f"Loading model {served.name}")
     batcher = registry.batcher(served)
+    screen_pixels(db, user, overview, image.source_format, getattr(batcher, "drafter", None), view.pixels)
     step(0.35, "Drafting the report and its samples")
     draft = batcher.draft(view.pixels, samples=samples)  # with whoever else is drafting now
     step(0.9, "Storing the draft")
+    film = unfamiliar_summary(draft)  # how unlike the model's training films this one is (None: not checked)
     with db.session() as session:  # the draft and its audit entry stand or fall together
         record = DraftRepository(session).create(
             overview.study.id, model_name=draft.model_name, prompt=draft.prompt, text=draft.text,
             sampling={**draft.sampling, "prompt_version": draft.prompt_version, "model_version": served.name},
             facts={"flagged": draft.flagged, "withheld": list(getattr(draft, "withheld", []) or []),
-                   "added": list(getattr(draft, "added", []) or [])},
+                   "added": list(getattr(draft, "added", []) or []), "unfamiliar": film},
             sentence_scores=draft.sentences, latency_ms=int(draft.latency_ms),
             model_version_id=served.version_id, created_by=user.id,
             image_features=getattr(draft, "image_features", None),
         )
         AuditRepository(session).append("draft.create", actor=user, object_type="study", object_id=overview.study.id,
                                         details={"draft_id": record.id, "model": served.name,
-                                                 "latency_ms": record.latency_ms})
+                                                 "latency_ms": record.latency_ms,
+                                                 "unfamiliar": bool(film and film.get("unfamiliar"))})
     count_draft(getattr(registry, "metrics", None), served.name, draft.latency_ms / 1000)
     return record
 
 
-def ingest_upload(db, settings: Settings, user: UserRecord, path: str | Path,
-                  release: Callable[[Path], bool] | None = None):
+def ingest_upload(db: Database, settings: Settings, user: UserRecord, path: str | Path,
+                  release: Callable[[Path], bool] | None = None) -> IngestOutcome:
     """Ingest one uploaded file and then delete it from the upload cache, whatever the outcome; with `release`,
     only when `release(path)` says no other session still waits to read the same cached file."""
     from app.services.reading.ingest import IngestOutcome, ingest_bytes
@@ -330,8 +358,8 @@ def ingest_upload(db, settings: Settings, user: UserRecord, path: str | Path,
             _discard_upload(path)
 
 
-def ingest_uploads(db, settings: Settings, user: UserRecord, paths: Iterable[str | Path],
-                   release: Callable[[Path], bool] | None = None) -> list:
+def ingest_uploads(db: Database, settings: Settings, user: UserRecord, paths: Iterable[str | Path],
+                   release: Callable[[Path], bool] | None = None) -> list[IngestOutcome]:
     """Ingest a batch of uploaded files, one outcome each, in order. If one raises, every file of the batch not
     yet ingested is still deleted from the upload cache (as `release` allows) before the exception goes on."""
     pending = [Path(p) for p in paths or []]

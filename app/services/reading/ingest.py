@@ -25,10 +25,14 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from db import Database
+    from db.records import ImageRecord, UserRecord
 
 #: What `orapo ingest` looks at inside a folder (anything else is skipped, not refused).
 IMAGE_SUFFIXES = {".dcm", ".dicom", ".dic", ".png", ".jpg", ".jpeg", ""}
@@ -46,6 +50,8 @@ class IngestOutcome:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     message: str | None = None
+    # stored, never drafted: "Study 3 is a CT (Modality CT), not a chest radiograph: stored, not drafted."
+    not_drafted: str | None = None
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if v not in (None, [], False) or k == "ok"})
@@ -84,7 +90,8 @@ class _Upload:
     display_rel: Path
 
 
-def ingest_bytes(data: bytes, filename: str, *, db, settings: Settings, user=None, actor: str = "cli") -> IngestOutcome:
+def ingest_bytes(data: bytes, filename: str, *, db: Database, settings: Settings, user: UserRecord | None = None,
+                 actor: str = "cli") -> IngestOutcome:
     """De-identify one file and store it; refusals come back as an outcome, never as an exception.
 
     Nothing is written before the study is known to be the uploader's to add to (or new), and the
@@ -126,7 +133,7 @@ def ingest_bytes(data: bytes, filename: str, *, db, settings: Settings, user=Non
             tmp.unlink(missing_ok=True)  # gone already when stored
 
 
-def _look(db, settings: Settings, upload: _Upload, user) -> tuple[int | None, IngestOutcome | None]:
+def _look(db: Database, settings: Settings, upload: _Upload, user: UserRecord | None) -> tuple[int | None, IngestOutcome | None]:
     """Before anything is written: (the existing study's id or None, and the outcome if the upload ends here)."""
     from db import StudyRepository
 
@@ -148,10 +155,11 @@ def _look(db, settings: Settings, upload: _Upload, user) -> tuple[int | None, In
         return study.id, None
     _restore_missing_files(settings, existing, upload)
     return study.id, IngestOutcome(file=upload.name, ok=True, study_id=study.id, image_id=existing.id,
-                                   duplicate=True, warnings=list(upload.image.warnings))
+                                   duplicate=True, warnings=list(upload.image.warnings),
+                                   not_drafted=_not_drafted(study.id, study.not_drafted))
 
 
-def _restore_missing_files(settings: Settings, existing, upload: _Upload) -> None:
+def _restore_missing_files(settings: Settings, existing: ImageRecord, upload: _Upload) -> None:
     """A duplicate whose stored files went missing puts them back, as a first upload would have."""
     image = upload.image
     for rel, payload in ((existing.dicom_path, image.to_dicom_bytes), (existing.display_path, image.display_png_bytes)):
@@ -161,24 +169,29 @@ def _restore_missing_files(settings: Settings, existing, upload: _Upload) -> Non
             os.replace(tmp, final)
 
 
-def _store(db, upload: _Upload, study_id: int | None, staged: list[tuple[Path, Path]], *, user, actor: str) -> IngestOutcome:
+def _store(db: Database, upload: _Upload, study_id: int | None, staged: list[tuple[Path, Path]], *,
+           user: UserRecord | None, actor: str) -> IngestOutcome:
     """One transaction: the study (when new), the image row, the audit entry; the files move into place before it
     commits and are removed again if it does not."""
     from db import AuditRepository, StudyRepository
 
     image, meta = upload.image, upload.image.meta
     moved: list[Path] = []
+    reason = None
     try:
         with db.session() as session:
             studies = StudyRepository(session)
-            if study_id is None:
+            if study_id is None:  # a study's first image decides whether it is drafted (the one drafting shows)
                 pseudonym = meta.get("patient_pseudonym") or "ANON-" + _short(upload.study_uid)[:10]
-                study_id = studies.create(
+                study = studies.create(
                     upload.study_uid, pseudonym,
                     view_position=meta.get("view_position"), modality=meta.get("modality"),
                     laterality=meta.get("laterality"), body_part=meta.get("body_part"),
-                    uploaded_by=user.id if user is not None else None,
-                ).id
+                    uploaded_by=user.id if user is not None else None, not_drafted=meta.get("not_drafted"),
+                )
+            else:
+                study = studies.get(study_id)
+            study_id, reason = study.id, study.not_drafted
             record = studies.add_image(
                 study_id, display_path=upload.display_rel.as_posix(), dicom_path=upload.dicom_rel.as_posix(),
                 width=int(image.display.shape[1]), height=int(image.display.shape[0]),
@@ -187,7 +200,8 @@ def _store(db, upload: _Upload, study_id: int | None, staged: list[tuple[Path, P
             )
             AuditRepository(session).append(
                 "study.ingest", actor=user if user is not None else actor, object_type="study", object_id=study_id,
-                details={"image_id": record.id, "format": image.source_format, "warnings": len(image.warnings)},
+                details={"image_id": record.id, "format": image.source_format, "warnings": len(image.warnings),
+                         **({"not_drafted": True} if reason else {})},
             )
             for tmp, final in staged:
                 os.replace(tmp, final)
@@ -196,7 +210,14 @@ def _store(db, upload: _Upload, study_id: int | None, staged: list[tuple[Path, P
         for final in moved:  # no image file without its database row
             final.unlink(missing_ok=True)
         raise
-    return IngestOutcome(file=upload.name, ok=True, study_id=study_id, image_id=record.id, warnings=list(image.warnings))
+    return IngestOutcome(file=upload.name, ok=True, study_id=study_id, image_id=record.id, warnings=list(image.warnings),
+                         not_drafted=_not_drafted(study_id, reason))
+
+
+def _not_drafted(study_id: int, reason: str | None) -> str | None:
+    from orapo_core.imaging.scope import not_drafted_sentence
+
+    return not_drafted_sentence(study_id, reason) if reason else None
 
 
 def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
@@ -212,7 +233,8 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
             yield path
 
 
-def ingest_paths(paths: Iterable[str | Path], *, db, settings: Settings, user=None) -> Iterator[IngestOutcome]:
+def ingest_paths(paths: Iterable[str | Path], *, db: Database, settings: Settings,
+                 user: UserRecord | None = None) -> Iterator[IngestOutcome]:
     """`orapo ingest`: every file, in order, going on past refusals."""
     for path in iter_files(paths):
         try:

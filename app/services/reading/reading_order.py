@@ -46,6 +46,11 @@ among its model's unread drafts: a film that looks unlike films described the
 same way likely holds something the draft is silent on (AUC 0.765 for the
 four rare findings together on 1,000 films; docs/pages/research/reading-order.md has the measurements).
 
+A study stored but never drafted (not a chest radiograph: `studies.not_drafted`,
+`app.services.reading.scope`) is not ranked: "most useful first" lists it after
+the ranked unread studies, oldest first, since nothing the model learns comes
+from it.
+
 Which ordering a study was opened from is recorded (an audit entry on opening,
 then `corrections.reading_order`), so a round can say how many of its pairs
 each ordering brought.
@@ -54,12 +59,22 @@ each ordering brought.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from db.records import READING_ORDERS, StudyOverview, UserRecord
+from db.records import READING_ORDERS, DraftRecord, StudyOverview, UserRecord
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from db.database import Database
+
+#: A signed study made from a draft: (draft, signed report text, findings the report states, findings the draft states).
+SignedDraft = tuple[DraftRecord, str, set[str], set[str]]
+#: Drafts whose image features compare: (model version id, model name when unversioned).
+FeatureSpace = tuple[int | None, str | None]
 
 #: The reader's words for each ordering (the Worklist's choices).
 ORDER_LABELS = {"oldest": "oldest first", "useful": "most useful to the model first"}
@@ -100,14 +115,14 @@ def order_key(label_or_key: str | None) -> str:
     return value
 
 
-def signed_drafts(db) -> list[tuple]:
+def signed_drafts(db: Database) -> list[SignedDraft]:
     """(draft, signed report text, findings the report states, findings the draft states) of every signed study
     whose report was made from a draft."""
     from app.services.insight.dashboard import stated_findings
     from db import DraftRepository, StudyRepository
 
     drafts = DraftRepository(db)
-    signed = []
+    signed: list[SignedDraft] = []
     for o in StudyRepository(db).list(status=["signed", "trained"], limit=100_000):
         c = o.latest_correction
         if c is None or c.signed_at is None or c.draft_id is None:
@@ -117,7 +132,7 @@ def signed_drafts(db) -> list[tuple]:
     return signed
 
 
-def served_miss_rates(db, signed: list[tuple] | None = None) -> dict[str, float]:
+def served_miss_rates(db: Database, signed: list[SignedDraft] | None = None) -> dict[str, float]:
     """Per finding, how often the served model's drafts missed it in the signed reports made from them (smoothed);
     the drafts of every model while no version is served or the served one has no signed report yet."""
     from db import ModelVersionRepository
@@ -133,12 +148,12 @@ def served_miss_rates(db, signed: list[tuple] | None = None) -> dict[str, float]
     return {finding: missed[finding] / (stated[finding] + 2) for finding in stated}
 
 
-def feature_space(draft) -> tuple:
+def feature_space(draft: DraftRecord) -> FeatureSpace:
     """Drafts whose image features can be compared: made by the same model version (or model, unversioned)."""
     return (draft.model_version_id, draft.model_name if draft.model_version_id is None else None)
 
 
-def _sigmoid(z):
+def _sigmoid(z: Any) -> Any:  # a float or an array, as given
     return 1 / (1 + np.exp(-np.clip(z, -50.0, 50.0)))  # clipped: a separable fit gives a steep slope
 
 
@@ -172,14 +187,14 @@ class FindingOdds:
     b: float
     added: int  # how many films the finding was added to
 
-    def projection(self, features) -> float | None:
+    def projection(self, features: Sequence[float]) -> float | None:
         x = np.asarray(features, dtype=np.float64)
         norm = float(self.direction @ self.direction)
         if x.shape != self.centre.shape or norm <= 0:
             return None
         return float((x - self.centre) @ self.direction / norm)
 
-    def __call__(self, features) -> float | None:
+    def __call__(self, features: Sequence[float]) -> float | None:
         t = self.projection(features)
         return None if t is None else float(_sigmoid(self.a * t + self.b))
 
@@ -191,19 +206,19 @@ class ImageOdds:
     findings: dict[str, FindingOdds]
     base: dict[str, float]
 
-    def probability(self, finding: str, features) -> float:
+    def probability(self, finding: str, features: Sequence[float]) -> float:
         odds = self.findings.get(finding)
         p = odds(features) if odds is not None else None
         return self.base.get(finding, 0.0) if p is None else p
 
 
-def finding_resemblance(signed: list[tuple]) -> dict[tuple, ImageOdds]:
+def finding_resemblance(signed: list[SignedDraft]) -> dict[FeatureSpace, ImageOdds]:
     """Per feature space with a finding a correction added at least `MIN_EXEMPLARS` times: its `ImageOdds`."""
-    by_space: dict[tuple, list[tuple]] = defaultdict(list)
+    by_space: dict[FeatureSpace, list[tuple[np.ndarray, set[str], set[str]]]] = defaultdict(list)
     for draft, _text, truth, drafted in signed:
         if getattr(draft, "image_features", None):
             by_space[feature_space(draft)].append((np.asarray(draft.image_features, dtype=np.float64), truth, drafted))
-    out: dict[tuple, ImageOdds] = {}
+    out: dict[FeatureSpace, ImageOdds] = {}
     for space, rows in by_space.items():
         shape = Counter(x.shape for x, _, _ in rows).most_common(1)[0][0]
         rows = [r for r in rows if r[0].shape == shape]
@@ -230,7 +245,7 @@ def finding_resemblance(signed: list[tuple]) -> dict[tuple, ImageOdds]:
     return out
 
 
-def image_atypicality(unread: list[StudyOverview], signed: list[tuple],
+def image_atypicality(unread: list[StudyOverview], signed: list[SignedDraft],
                       stated: dict[int, set[str]] | None = None) -> dict[int, float]:
     """Per unread study whose draft has image features: how unusual its image is for the findings its draft
     states, as its percentile (0 to 1) among the unread drafts of the same model.
@@ -245,7 +260,8 @@ def image_atypicality(unread: list[StudyOverview], signed: list[tuple],
 
     stated = stated or {}
 
-    spaces: dict[tuple, list[tuple]] = defaultdict(list)  # (features, stated findings, unread study id or None)
+    # (features, stated findings, unread study id or None)
+    spaces: dict[FeatureSpace, list[tuple[np.ndarray, set[str], int | None]]] = defaultdict(list)
     for o in unread:
         draft = o.latest_draft
         if draft is not None and getattr(draft, "image_features", None):
@@ -264,9 +280,9 @@ def image_atypicality(unread: list[StudyOverview], signed: list[tuple],
             continue
         x = np.stack([r[0] for r in rows])
         names = sorted(set().union(*(r[1] for r in rows)))
-        stated = np.array([[name in r[1] for name in names] + [True] for r in rows], dtype=np.float64)
-        coefficients, *_ = np.linalg.lstsq(stated, x, rcond=None)
-        residual = x - stated @ coefficients
+        design = np.array([[name in r[1] for name in names] + [True] for r in rows], dtype=np.float64)
+        coefficients, *_ = np.linalg.lstsq(design, x, rcond=None)
+        residual = x - design @ coefficients
         covariance = np.atleast_2d(np.cov(residual, rowvar=False))
         scale = float(np.trace(covariance)) / covariance.shape[0]
         if scale <= 0:
@@ -275,12 +291,12 @@ def image_atypicality(unread: list[StudyOverview], signed: list[tuple],
         r = residual[scored]
         distance = np.einsum("ij,ij->i", r, np.linalg.solve(covariance, r.T).T)
         ranks = np.argsort(np.argsort(distance, kind="stable"), kind="stable") / (len(scored) - 1)
-        out.update({rows[i][2]: float(rank) for i, rank in zip(scored, ranks)})
+        out.update({sid: float(rank) for i, rank in zip(scored, ranks) if (sid := rows[i][2]) is not None})
     return out
 
 
 def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
-               resemblance: dict[tuple, ImageOdds] | None = None, atypical: float = 0.0,
+               resemblance: dict[FeatureSpace, ImageOdds] | None = None, atypical: float = 0.0,
                stated: set[str] | None = None) -> Usefulness:
     """The study's score from its latest draft (0 without one). With `resemblance` (`finding_resemblance`) for
     the draft's model, the missed term is the chance that the film holds a finding the draft is silent on and
@@ -299,7 +315,7 @@ def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
     unstated = set(miss_rates) - (stated_findings(draft.text) if stated is None else stated)
     features = getattr(draft, "image_features", None)
     odds = (resemblance or {}).get(feature_space(draft)) if features else None
-    if odds is None:
+    if odds is None or not features:  # (no odds without features)
         missed = max((miss_rates[f] for f in unstated), default=0.0)
     else:
         silent = 1.0
@@ -309,14 +325,18 @@ def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
     return Usefulness(overview.study.id, max(0.0, inconsistency), disagreement, missed, atypical)
 
 
-def ordered(db, overviews: list[StudyOverview], order: str) -> list[StudyOverview]:
-    """Unread studies first, in `order` ('oldest' or 'useful', ties oldest first), then the others as given."""
+def ordered(db: Database, overviews: list[StudyOverview], order: str) -> list[StudyOverview]:
+    """Unread studies first, in `order` ('oldest' or 'useful', ties oldest first; 'useful' ranks only the studies
+    that are drafted, those that are not follow them, oldest first), then the others as given."""
     order = order_key(order)
     unread = sorted((o for o in overviews if o.study.status in UNREAD), key=lambda o: (o.study.created_at, o.study.id))
     rest = [o for o in overviews if o.study.status not in UNREAD]
     if order == "useful" and unread:
         from app.services.insight.dashboard import stated_findings
 
+        # a study that is not a chest radiograph is never drafted: out of the model's ranking, after it
+        kept_out = [o for o in unread if getattr(o.study, "not_drafted", None)]
+        unread = [o for o in unread if not getattr(o.study, "not_drafted", None)]
         signed = signed_drafts(db)
         rates, like = served_miss_rates(db, signed), finding_resemblance(signed)
         stated = {o.study.id: stated_findings(o.latest_draft.text) for o in unread if o.latest_draft is not None}
@@ -324,10 +344,11 @@ def ordered(db, overviews: list[StudyOverview], order: str) -> list[StudyOvervie
         scores = {o.study.id: usefulness(o, rates, like, unusual.get(o.study.id, 0.0), stated.get(o.study.id)).score
                   for o in unread}
         unread.sort(key=lambda o: -scores[o.study.id])  # stable: ties stay oldest first
+        unread += kept_out
     return unread + rest
 
 
-def note_opened(db, user: UserRecord, study_id: int, order: str | None) -> bool:
+def note_opened(db: Database, user: UserRecord, study_id: int, order: str | None) -> bool:
     """The reader opened an unread `study_id` from the worklist in `order`: what the correction they save will
     record. A study already reported (opened to amend it) was not read in any ordering: nothing is noted."""
     from db import AuditRepository, StudyRepository
@@ -340,7 +361,7 @@ def note_opened(db, user: UserRecord, study_id: int, order: str | None) -> bool:
     return True
 
 
-def opened_from(db, user: UserRecord, study_id: int) -> str | None:
+def opened_from(db: Database, user: UserRecord, study_id: int) -> str | None:
     """The ordering this reader last opened the study from in the worklist (None: not opened from it)."""
     from db import AuditRepository
 
@@ -350,7 +371,12 @@ def opened_from(db, user: UserRecord, study_id: int) -> str | None:
     return order if order in READING_ORDERS else None
 
 
-def pairs_by_order(studies) -> dict[str, int]:
+class _PairedStudy(Protocol):
+    @property
+    def draft_text(self) -> str | None: ...
+
+
+def pairs_by_order(studies: Iterable[_PairedStudy]) -> dict[str, int]:
     """How many clinician pairs of a round's new studies came from each ordering ('unordered': none)."""
     counts = Counter(getattr(s, "reading_order", None) or "unordered" for s in studies if s.draft_text)
     return dict(sorted(counts.items()))

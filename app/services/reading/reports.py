@@ -15,10 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from db import Database, DraftRepository
 from db.records import CorrectionRecord, DraftRecord, StudyOverview, UserRecord
 from db.repositories.reports import same_text
+from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
-from orapo_core.facts.score import ATTRIBUTE_NAMES
+from orapo_core.facts.score import ATTRIBUTE_NAMES, FactJudgement, SentenceScore
 
 HIGH, MEDIUM = 0.75, 0.5
 # Confidence: blues, darker where fewer samples agree; the label is the number itself.
@@ -50,7 +52,7 @@ def confidence_color(confidence: float) -> str:
     return next(color for floor, color, _ in CONFIDENCE_BANDS if confidence >= floor)
 
 
-def verdict_label(sentence) -> str | None:
+def verdict_label(sentence: SentenceScore) -> str | None:
     """A sentence's verdict label; a contradiction names the attributes that disagree ("✗ contradicted: side")."""
     if sentence.status not in VERDICT_LABELS:
         return None  # nothing in the sentence to check
@@ -119,7 +121,7 @@ def facts_highlights(draft_text: str, corrected_text: str) -> Highlights:
                       reasons=reasons)
 
 
-def contradiction_reason(judgement) -> str:
+def contradiction_reason(judgement: FactJudgement) -> str:
     """Why a fact is contradicted, in words: the attribute that disagrees, or what the report says of the finding."""
     if judgement.reason:
         return judgement.reason
@@ -133,10 +135,8 @@ def highlights_for(draft: DraftRecord, edited_text: str | None) -> Highlights:
     return replace(facts_highlights(draft.text, edited_text), withheld=draft.withheld, added=draft.added)
 
 
-def rescore(db, draft_id: int, edited_text: str | None) -> Highlights:
+def rescore(db: Database, draft_id: int, edited_text: str | None) -> Highlights:
     """A stored draft's highlights against the report as the clinician is editing it."""
-    from db import DraftRepository
-
     return highlights_for(DraftRepository(db).get(int(draft_id)), edited_text)
 
 
@@ -199,7 +199,7 @@ class PendingReport:
         return what
 
 
-def prepare_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool,
+def prepare_report(db: Database, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool,
                    accept: bool = False, base_version: int | None = None) -> PendingReport:
     """Check what the clinician asked to store, and say what storing it will do, before anything is stored.
 
@@ -210,10 +210,8 @@ def prepare_report(db, user: UserRecord, study_id: int, draft_id: int | None, te
     stored. None (a script that reads the latest version itself) takes the latest as it is.
     """
     from app.services.reading.drafting import open_study
-    from db import DraftRepository
 
-    text = (text or "").strip()
-    if not text:
+    if not (text := (text or "").strip()):
         raise OrapoError("empty_report", "The report is empty; write or accept a report before saving.")
     overview = open_study(db, user, study_id)
     if accept:
@@ -228,7 +226,7 @@ def prepare_report(db, user: UserRecord, study_id: int, draft_id: int | None, te
                          base_signed=latest is not None and latest.signed_at is not None)
 
 
-def check_base_version(db, latest: CorrectionRecord | None, base_version: int) -> None:
+def check_base_version(db: Database, latest: CorrectionRecord | None, base_version: int) -> None:
     """Refuse to store over a report version the clinician has not seen (optimistic concurrency)."""
     from db import UserRepository
 
@@ -247,7 +245,8 @@ def check_base_version(db, latest: CorrectionRecord | None, base_version: int) -
                      "Reload the study to see it; your text stays on screen until you do.")
 
 
-def store_report(db, user: UserRecord, pending: PendingReport, current_text: str, *, settings=None) -> CorrectionRecord:
+def store_report(db: Database, user: UserRecord, pending: PendingReport, current_text: str, *,
+                 settings: Settings | None = None) -> CorrectionRecord:
     """Store what the confirmation showed, provided the report on screen is still exactly that text
     and the study's report is still the version the confirmation spoke of."""
     from app.services.reading.drafting import open_study
@@ -261,6 +260,7 @@ def store_report(db, user: UserRecord, pending: PendingReport, current_text: str
         raise OrapoError("stale_correction", "This report has been changed since you asked to store it; nothing was "
                                              "saved. Reopen it from the worklist to see the latest version.")
     if pending.accept:
+        assert pending.draft_id is not None  # prepare_report refuses to accept without a draft
         return accept_draft(db, user, pending.study_id, pending.draft_id, pending.text,
                             base_version=pending.base_version, settings=settings)
     return save_report(db, user, pending.study_id, pending.draft_id, pending.text, sign=pending.sign,
@@ -275,8 +275,8 @@ def _check_unchanged(draft: DraftRecord, study_id: int, text: str) -> None:
                                          "nothing was signed. Sign it as written with Save and sign.")
 
 
-def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool,
-                base_version: int | None = None, settings=None) -> CorrectionRecord:
+def save_report(db: Database, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool,
+                base_version: int | None = None, settings: Settings | None = None) -> CorrectionRecord:
     """Store the clinician's report (version 1, or an amendment of the latest), and its preference pair if edited.
 
     With `base_version` (the version the page opened), a report stored by anyone since is refused (`stale_correction`).
@@ -290,10 +290,11 @@ def save_report(db, user: UserRecord, study_id: int, draft_id: int | None, text:
     return record
 
 
-def _store_correction(db, user: UserRecord, study_id, draft_id, text: str, *, sign: bool, base_version) -> CorrectionRecord:
+def _store_correction(db: Database, user: UserRecord, study_id: int, draft_id: int | None, text: str, *, sign: bool,
+                      base_version: int | None) -> CorrectionRecord:
     from app.services.reading.drafting import open_study
     from app.services.reading.reading_order import opened_from
-    from db import AuditRepository, CorrectionRepository, DraftRepository, PairRepository
+    from db import AuditRepository, CorrectionRepository, PairRepository
     from orapo_core.facts import label_report
 
     if not (text := (text or "").strip()):
@@ -341,15 +342,14 @@ def _store_correction(db, user: UserRecord, study_id, draft_id, text: str, *, si
         return record
 
 
-def accept_draft(db, user: UserRecord, study_id: int, draft_id: int, text: str, *,
-                 base_version: int | None = None, settings=None) -> CorrectionRecord:
+def accept_draft(db: Database, user: UserRecord, study_id: int, draft_id: int, text: str, *,
+                 base_version: int | None = None, settings: Settings | None = None) -> CorrectionRecord:
     """The draft, unchanged, as the signed report; `text` is the report the clinician sees.
 
     Refused when `text` is not the draft (whitespace aside): what is signed is the text on
     screen, so an edited report is never signed as the draft.
     """
     from app.services.reading.drafting import open_study
-    from db import DraftRepository
 
     overview = open_study(db, user, study_id)
     _check_unchanged(DraftRepository(db).get(int(draft_id)), overview.study.id, text or "")
@@ -361,7 +361,7 @@ STUDY_USE_SHORT = {"train": "may train the model", "holdout": "kept aside to che
 HELD_OUT = "kept aside to check the model; not used to train it"
 
 
-def worklist(db, user: UserRecord, *, status: str | None = None, everyone: bool = False, limit: int = 200) -> list[StudyOverview]:
+def worklist(db: Database, user: UserRecord, *, status: str | None = None, everyone: bool = False, limit: int = 200) -> list[StudyOverview]:
     """The user's own studies; everyone's for an administrator who asks."""
     from app.services.accounts.auth import require_role
     from db import StudyRepository
@@ -383,7 +383,7 @@ class StudyHistory:
         return self.authors.get(correction.author_id, "a deleted user")
 
 
-def history(db, user: UserRecord, study_id: int) -> StudyHistory:
+def history(db: Database, user: UserRecord, study_id: int) -> StudyHistory:
     from app.services.reading.drafting import open_study
     from db import CorrectionRepository, DraftRepository, UserRepository
 

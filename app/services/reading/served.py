@@ -11,7 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from db.database import Database
+    from orapo_core.config import Settings
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class ServedModel:
         return cls(data.get("version_id"), data.get("name") or "", Path(data["model_dir"]), Path(adapter) if adapter else None)
 
 
-def served_model(db, settings) -> ServedModel:
+def served_model(db: Database, settings: Settings) -> ServedModel:
     """The promoted version as a ServedModel, else the configured model (ORAPO_MODEL_DIR) or the starter."""
     from db import ModelVersionRepository
     from orapo_core.models.loading import resolve_model_dir
@@ -46,20 +50,24 @@ def served_model(db, settings) -> ServedModel:
     version = ModelVersionRepository(db).promoted()
     if version is not None:
         adapter = resolve_path(settings, version.adapter_path)
-        return ServedModel(version.id, version.name, resolve_path(settings, version.base_model_path), adapter)
+        return ServedModel(version.id, version.name, _absolute(settings, version.base_model_path), adapter)
     model_dir = resolve_model_dir(settings=settings)
     return ServedModel(None, model_dir.name, model_dir)
 
 
-def resolve_path(settings, path: str | None) -> Path | None:
+def resolve_path(settings: Settings, path: str | None) -> Path | None:
     """A stored version path as an absolute one (relative paths are inside the data folder)."""
     if not path:
         return None
+    return _absolute(settings, path)
+
+
+def _absolute(settings: Settings, path: str) -> Path:
     p = Path(path).expanduser()
     return p if p.is_absolute() else settings.resolved_data_dir / p
 
 
-def stored_path(settings, path: Path) -> str:
+def stored_path(settings: Settings, path: Path) -> str:
     """The path to store for a version: relative to the data folder when inside it."""
     try:
         return Path(path).resolve().relative_to(settings.resolved_data_dir).as_posix()

@@ -7,11 +7,16 @@ all ask here, so the rule has one home and no service imports another for it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from db.records import ImageRecord, StudyOverview, UserRecord
 from orapo_core.errors import OrapoError
 
+if TYPE_CHECKING:
+    from db.database import Database
 
-def open_study(db, user: UserRecord, study_id: int) -> StudyOverview:
+
+def open_study(db: Database, user: UserRecord, study_id: int) -> StudyOverview:
     """The study, if this user may read it: an admin any, a radiologist those they uploaded (or unowned ones)."""
     from db import StudyRepository
 

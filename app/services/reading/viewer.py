@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.services.reading import drafting
 from db.records import UserRecord
 from orapo_core.config import Settings
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from db.database import Database
 
 PRESETS = ("lung", "mediastinum", "bone", "default", "full")
 FALLBACK_MAX_SIDE = 1400  # the fallback <img> is scaled by the browser; more pixels only cost encoding time
@@ -31,7 +36,7 @@ class ViewerImage:
     header: dict[str, Any]  # rows, columns, dtype, bits_stored, window, range, presets, modality
 
 
-def _wire_array(pixels):
+def _wire_array(pixels: np.ndarray) -> np.ndarray:
     """The smallest of uint8/uint16/int16/float32 that holds the values exactly (what the viewer reads)."""
     import numpy as np
 
@@ -44,7 +49,7 @@ def _wire_array(pixels):
     return pixels.astype("<f4", copy=False)
 
 
-def viewer_image(db, settings: Settings, user: UserRecord, study_id: int, image_id: int | None = None) -> ViewerImage:
+def viewer_image(db: Database, settings: Settings, user: UserRecord, study_id: int, image_id: int | None = None) -> ViewerImage:
     """The first image of a study this user may read, as the viewer loads it (`image_id`, if given, must be it)."""
     import numpy as np
 
@@ -71,7 +76,7 @@ def viewer_image(db, settings: Settings, user: UserRecord, study_id: int, image_
     return ViewerImage(wire.tobytes(), header)
 
 
-def fallback_png(db, settings: Settings, user: UserRecord, study_id: int, preset: str) -> bytes:
+def fallback_png(db: Database, settings: Settings, user: UserRecord, study_id: int, preset: str) -> bytes:
     """The study's first image windowed on the server with a named preset, as a PNG (no script needed)."""
     from PIL import Image
 

@@ -6,6 +6,7 @@
     policy     RoundPolicy (pydantic) and the recipe overrides a round may be given
     data       the training CSV and the held-out set
     gate       the promotion rule and its Decision
+    evidence   the gate's statistics: paired bootstrap intervals, per-finding rates, what corrections changed
     metrics    the round row's metrics, typed and versioned
     versions   promote, roll back, install a candidate; a version's held-out metrics
     processes  child processes: launch, watch, stop
@@ -16,7 +17,7 @@
 Callers import from here: `from app.services.rounds import RoundService, RoundPolicy`.
 """
 
-from app.services.rounds.gate import Decision, GatePolicy, decide
+from app.services.rounds.gate import Decision, GatePolicy, decide, decision_lines
 from app.services.rounds.metrics import RoundMetrics
 from app.services.rounds.plan import Candidate, Evaluation, EvaluationSpec, ModelScores, RoundPlan
 from app.services.rounds.policy import DEFAULT_RECIPE, RoundPolicy, parse_settings, recipe_names
@@ -26,6 +27,6 @@ from app.services.rounds.versions import heldout_metrics
 
 __all__ = [
     "DEFAULT_RECIPE", "Candidate", "Decision", "Evaluation", "EvaluationSpec", "GatePolicy", "ModelScores",
-    "RoundDetails", "RoundMetrics", "RoundPlan", "RoundPolicy", "RoundScheduler", "RoundService", "decide",
+    "RoundDetails", "RoundMetrics", "RoundPlan", "RoundPolicy", "RoundScheduler", "RoundService", "decide", "decision_lines",
     "get_schedule", "heldout_metrics", "next_run", "parse_settings", "recipe_names", "schedule_status", "set_schedule",
 ]

@@ -12,10 +12,13 @@ not know in `extra`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.services.rounds.gate import Decision
 from orapo_core.facts.metrics import EvalMetrics
+
+if TYPE_CHECKING:
+    from db.records import RoundRecord
 
 SCHEMA = 2  # 1: rows written before the layout was versioned (no `schema` key); the keys are the same
 
@@ -32,6 +35,8 @@ class Selection:
     clinician_pairs: int = 0
     # the new studies' clinician pairs by the worklist ordering they were read from ("unordered": none)
     pairs_by_order: dict[str, int] = field(default_factory=dict)
+    # per finding, how many new corrections added it to the model's draft and how many removed it (evidence.finding_changes)
+    finding_changes: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,8 @@ class HeldoutSummary:
     n: int = 0
     signed_heldout: int = 0
     study_ids: list[str] = field(default_factory=list)
+    sources: dict[str, int] = field(default_factory=dict)  # the studies by where they came from (the top-up too)
+    topped_up_for: list[str] = field(default_factory=list)  # the corrected findings PhantomCXR negatives were added for
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,8 @@ class HeldoutMetrics:
         return cls(EvalMetrics.from_dict(data.get("served")), EvalMetrics.from_dict(data.get("candidate")))
 
 
-def _known(cls, data: dict[str, Any]):
+def _known(cls: type[Any], data: dict[str, Any] | None) -> Any:
+    """An instance of the dataclass `cls` from those keys of `data` that are its fields (the others are left out)."""
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in (data or {}).items() if k in names})
 
@@ -106,7 +114,7 @@ class RoundMetrics:
         return cls(**values)
 
     @classmethod
-    def of(cls, record) -> RoundMetrics:
+    def of(cls, record: RoundRecord | None) -> RoundMetrics:
         """The metrics of a round row (`db.records.RoundRecord`)."""
         return cls.from_json(getattr(record, "metrics", None))
 

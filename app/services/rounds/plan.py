@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.services.rounds.policy import RoundPolicy
 from app.services.reading.served import ServedModel
+from app.services.rounds.policy import RoundPolicy
 from orapo_core.facts.metrics import EvalMetrics
 
 
@@ -64,6 +64,8 @@ class RoundPlan:
     trigger: str = "manual"
     gate_untrusted: str | None = None  # why the held-out set may not decide alone (see `gate.decide`), or None
     draft_min_agreement: float = 0.0  # the app's ORAPO_DRAFT_MIN_AGREEMENT when the round began: the gate drafts so
+    # per finding, how many of the round's corrections added it and removed it: the gate checks the frequent ones
+    finding_changes: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def output_dir(self) -> Path:
@@ -76,7 +78,7 @@ class RoundPlan:
                 "correction_ids": self.correction_ids, "pair_ids": self.pair_ids, "study_ids": self.study_ids,
                 "max_steps": self.max_steps, "actor": getattr(self.actor, "username", self.actor),
                 "started_by": self.started_by, "trigger": self.trigger, "gate_untrusted": self.gate_untrusted,
-                "draft_min_agreement": self.draft_min_agreement}
+                "draft_min_agreement": self.draft_min_agreement, "finding_changes": self.finding_changes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoundPlan:
@@ -85,7 +87,7 @@ class RoundPlan:
                    list(data.get("correction_ids") or []), list(data.get("pair_ids") or []),
                    list(data.get("study_ids") or []), int(data.get("max_steps") or 1), data.get("actor") or "rounds",
                    data.get("started_by"), data.get("trigger") or "manual", data.get("gate_untrusted"),
-                   float(data.get("draft_min_agreement") or 0.0))
+                   float(data.get("draft_min_agreement") or 0.0), dict(data.get("finding_changes") or {}))
 
 
 PLAN_FILE = "plan.json"
@@ -146,7 +148,8 @@ class EvaluationSpec:
 
 @dataclass(frozen=True)
 class ModelScores:
-    """One model's held-out metrics (`evaluate_drafter`'s clinical efficacy) and its drafts, one per study."""
+    """One model's held-out metrics (`evaluate_drafter`'s clinical efficacy) and its drafts, one per study: the
+    rows the gate reads (`app.services.rounds.evidence`: draft, labels, reference labels, FactS reward, source)."""
 
     metrics: EvalMetrics
     predictions: list[dict[str, Any]] = field(default_factory=list)
@@ -165,13 +168,19 @@ class Evaluation:
 
     served: ModelScores
     candidate: ModelScores
+    candidate_alone: ModelScores | None = None  # the candidate with its finding checks set aside, when it has them
 
     def to_dict(self) -> dict[str, Any]:
-        return {"served": self.served.to_dict(), "candidate": self.candidate.to_dict()}
+        out = {"served": self.served.to_dict(), "candidate": self.candidate.to_dict()}
+        if self.candidate_alone is not None:
+            out["candidate_alone"] = self.candidate_alone.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Evaluation:
-        return cls(ModelScores.from_dict(data["served"]), ModelScores.from_dict(data["candidate"]))
+        alone = data.get("candidate_alone")
+        return cls(ModelScores.from_dict(data["served"]), ModelScores.from_dict(data["candidate"]),
+                   ModelScores.from_dict(alone) if alone else None)
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,16 @@ training recipe and is passed to `orapo train` as `--key value`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.services.rounds.evidence import TOPUP_MAX_STUDIES
 from app.services.rounds.gate import GatePolicy
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from orapo_core.train.config import OraPOConfig
 
 RECIPES_DIR = Path(__file__).resolve().parents[3] / "orapo_core" / "train" / "recipes"
 DEFAULT_RECIPE = RECIPES_DIR / "round-cpu.yaml"
@@ -48,8 +52,24 @@ class RoundPolicy(BaseModel):
     phantom_studies: int = 200
     phantom_size: int = 256
     eval_max_new_tokens: int = 160
+    # The gate (app.services.rounds.gate): 95 % paired bootstrap intervals (gate_resamples resamples) of candidate
+    # minus served macro-F1 (promote above -f1_tolerance) and FactS reward (promote above reward_margin), and the
+    # false-positive rate of every finding at least min_finding_corrections corrections added or removed: at most
+    # max_finding_fpr, and at most max_finding_fpr_rise over the served model's. While fewer than
+    # min_finding_negatives held-out studies lack such a finding, the held-out set is topped up from one PhantomCXR
+    # pool drawn at the usual prevalence of every finding (so its negatives include films with other findings), at
+    # most max_topup_studies of it; a finding still short of negatives cannot be measured, and the candidate is held
+    # for an administrator. With fewer than min_finding_positives held-out studies with it, its recall is shown as
+    # not measurable (the pool's studies never count for recall), which holds nothing.
     f1_tolerance: float = 0.02
     reward_margin: float = 0.0
+    max_finding_fpr: float = 0.05
+    max_finding_fpr_rise: float = 0.02
+    min_finding_corrections: int = 3
+    min_finding_positives: int = 10
+    min_finding_negatives: int = 100
+    max_topup_studies: int = Field(default=TOPUP_MAX_STUDIES, ge=0)
+    gate_resamples: int = Field(default=1000, ge=1)
     evaluate_in_subprocess: bool = True
     cancel_grace_s: float = 10.0
     poll_s: float = 0.5
@@ -70,7 +90,7 @@ class RoundPolicy(BaseModel):
 
     @property
     def gate(self) -> GatePolicy:
-        return GatePolicy(f1_tolerance=self.f1_tolerance, reward_margin=self.reward_margin)
+        return GatePolicy(**{name: getattr(self, name) for name in GatePolicy.__dataclass_fields__})
 
 
 POLICY_KEYS = frozenset(RoundPolicy.model_fields)
@@ -92,7 +112,7 @@ def parse_settings(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def check_overrides(recipe: str | Path, overrides: dict[str, Any]):
+def check_overrides(recipe: str | Path, overrides: dict[str, Any]) -> OraPOConfig:
     """Parse the recipe with the round's overrides as `orapo train` will, before any round exists.
 
     Returns the training config (`OraPOConfig`: its `studies_per_step` and `optimizer_steps` are what a round

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from app.services.operations.leader import this_process
 from app.services.rounds.backends import Backends, JobHandle
@@ -19,6 +20,12 @@ from app.services.rounds.metrics import RoundMetrics
 from app.services.rounds.plan import Candidate, Evaluation, EvaluationSpec, RoundPlan, RunningRound
 from app.services.rounds.policy import RoundPolicy
 from app.services.rounds.steps import Decide, Evaluate, Install, RoundWatch, SelectData, Train
+
+if TYPE_CHECKING:
+    from db import Database
+    from db.records import RoundRecord
+    from db.repositories.base import Actor
+    from orapo_core.config import Settings
 
 
 def evaluation_candidate(plan: RoundPlan) -> Candidate:
@@ -30,8 +37,8 @@ def evaluation_candidate(plan: RoundPlan) -> Candidate:
 class RoundRunner:
     """Runs rounds inside their monitor threads; holds no state of its own beyond the database and the settings."""
 
-    def __init__(self, database, settings, *, evaluator: Callable[[EvaluationSpec], Evaluation] | None = None,
-                 backends: Backends | None = None):
+    def __init__(self, database: Database, settings: Settings, *, evaluator: Callable[[EvaluationSpec], Evaluation] | None = None,
+                 backends: Backends | None = None) -> None:
         self.watch = RoundWatch(database, backends)
         self.select = SelectData(database, settings, self.watch)
         self.train = Train(settings, self.watch)
@@ -39,7 +46,7 @@ class RoundRunner:
         self.decide = Decide()
         self.install = Install(database, settings, self.watch)
 
-    def prepare(self, record, actor, policy: RoundPolicy) -> RoundPlan:
+    def prepare(self, record: RoundRecord, actor: Actor, policy: RoundPolicy) -> RoundPlan:
         """A queued round's data written to its folder and the round marked running; `policy` is the service's."""
         plan = self.select(record, actor, policy)
         # several servers, on several machines, may share the database: a pid alone does not say who watches

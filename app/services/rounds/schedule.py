@@ -20,11 +20,19 @@ shared cache's sweep).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orapo_core.errors import OrapoError, log_line
+
+if TYPE_CHECKING:
+    from app.services.rounds.service import RoundService
+    from db import Database
+    from db.records import RoundRecord, ScheduleSettings
+    from db.repositories.base import Actor
+    from orapo_core.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +42,7 @@ SYNC_JOB = "orapo-schedule-sync"
 RECOVER_JOB = "orapo-round-recover"
 
 
-def cron_trigger(cron: str, timezone=None):
+def cron_trigger(cron: str, timezone: Any = None) -> Any:
     """An APScheduler trigger for a 5-field crontab line, or `invalid_cron` with a sentence."""
     from apscheduler.triggers.cron import CronTrigger
 
@@ -44,7 +52,7 @@ def cron_trigger(cron: str, timezone=None):
         raise OrapoError("invalid_cron", f"{cron!r} is not a valid cron schedule ({exc}); e.g. '0 2 * * *' for 02:00 nightly.") from None
 
 
-def next_run(cron: str, now: datetime | None = None, timezone=None) -> datetime | None:
+def next_run(cron: str, now: datetime | None = None, timezone: Any = None) -> datetime | None:
     from datetime import UTC
 
     trigger = cron_trigger(cron, timezone)
@@ -52,13 +60,14 @@ def next_run(cron: str, now: datetime | None = None, timezone=None) -> datetime 
     return trigger.get_next_fire_time(None, now)
 
 
-def get_schedule(db):
+def get_schedule(db: Database) -> ScheduleSettings:
     from db import ScheduleRepository
 
     return ScheduleRepository(db).get()
 
 
-def set_schedule(db, *, actor=None, scheduler: RoundScheduler | None = None, **changes):
+def set_schedule(db: Database, *, actor: Actor = None, scheduler: RoundScheduler | None = None,
+                 **changes: Any) -> ScheduleSettings:
     """Save schedule settings (cron, schedule_enabled, corrections_threshold, threshold_enabled); a running scheduler follows."""
     from db import ScheduleRepository
 
@@ -81,7 +90,7 @@ class ScheduleStatus:
     led_by: str | None = None  # the other server that runs the schedule now ("host pid N"), when one does
 
 
-def schedule_status(db, scheduler: RoundScheduler | None = None) -> ScheduleStatus:
+def schedule_status(db: Database, scheduler: RoundScheduler | None = None) -> ScheduleStatus:
     """The stored schedule, when its cron fires next (as the running scheduler has it, else computed) and the backlog."""
     from db import CorrectionRepository
 
@@ -89,7 +98,7 @@ def schedule_status(db, scheduler: RoundScheduler | None = None) -> ScheduleStat
     running = scheduler is not None and scheduler.running
     when = None
     if settings.schedule_enabled and settings.cron:
-        when = (scheduler.jobs().get(CRON_JOB) if running else None) or next_run(settings.cron)
+        when = (scheduler.jobs().get(CRON_JOB) if scheduler is not None and running else None) or next_run(settings.cron)
     led_by = None
     leadership = getattr(scheduler, "leadership", None)
     if leadership is not None and not running:
@@ -107,8 +116,9 @@ class RoundScheduler:
     elsewhere are picked up and rounds of gone servers recovered; `lease_s` (default ORAPO_LEADER_LEASE_S) is
     the leader lease; `leader_jobs` are (id, function, every_s) run by the leader beside the round jobs."""
 
-    def __init__(self, database, settings=None, *, service=None, threshold_check_s: float | None = None, timezone=None,
-                 lease_s: float | None = None, leader_jobs=()):
+    def __init__(self, database: Database, settings: Settings | None = None, *, service: RoundService | None = None,
+                 threshold_check_s: float | None = None, timezone: Any = None, lease_s: float | None = None,
+                 leader_jobs: Iterable[tuple[str, Callable[[], Any], float]] = ()) -> None:
         from app.services.operations.leader import Leadership
         from app.services.rounds.service import RoundService
         from app.settings import web_settings
@@ -121,8 +131,8 @@ class RoundScheduler:
         self.leader_jobs = tuple(leader_jobs)
         self.leadership = Leadership(database, lease_s=web.leader_lease_s if lease_s is None else lease_s,
                                      on_elected=self._lead, on_deposed=self._follow)
-        self._scheduler = None
-        self._loaded_at = None  # updated_at of the settings the jobs were built from
+        self._scheduler: Any = None  # APScheduler's BackgroundScheduler while leading
+        self._loaded_at: datetime | None = None  # updated_at of the settings the jobs were built from
 
     @property
     def running(self) -> bool:
@@ -170,10 +180,10 @@ class RoundScheduler:
         if scheduler is not None and scheduler.running:
             scheduler.shutdown(wait=False)
 
-    def _as_leader(self, function):
+    def _as_leader(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """`function` as a leader job: skipped when this process can no longer be sure it leads."""
 
-        def job(*args):
+        def job(*args: Any) -> Any:
             if not self.leadership.acting():
                 log.info("%s skipped: this server no longer leads", getattr(function, "__name__", "job"))
                 return None
@@ -194,7 +204,7 @@ class RoundScheduler:
             return  # not leading: the leader picks the change up within a check interval
         self._install_round_jobs(scheduler)
 
-    def _install_round_jobs(self, scheduler) -> None:
+    def _install_round_jobs(self, scheduler: Any) -> None:
         from apscheduler.triggers.interval import IntervalTrigger
 
         settings = get_schedule(self.db)
@@ -232,14 +242,14 @@ class RoundScheduler:
 
     # --- the job functions (called by APScheduler, or directly) ---------------------------------------------
 
-    def fire_scheduled(self):
+    def fire_scheduled(self) -> RoundRecord | None:
         """The cron job: request a round if the schedule is still enabled."""
         settings = get_schedule(self.db)
         if not (settings.schedule_enabled and settings.cron):
             return None
         return self._request("schedule")
 
-    def check_threshold(self):
+    def check_threshold(self) -> RoundRecord | None:
         """The threshold job: request a round once `corrections_threshold` untrained corrections have accumulated."""
         from db import CorrectionRepository
 
@@ -250,7 +260,7 @@ class RoundScheduler:
             return None
         return self._request("threshold")
 
-    def _request(self, trigger: str):
+    def _request(self, trigger: str) -> RoundRecord | None:
         from db import AuditRepository
 
         try:

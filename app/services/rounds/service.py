@@ -26,13 +26,13 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.services.rounds import versions
-from app.services.rounds.backends import Backends, stored_job
+from app.services.rounds.backends import Backends, JobHandle, stored_job
 from app.services.rounds.metrics import RoundMetrics
 from app.services.rounds.plan import Evaluation, EvaluationSpec, RunningRound, read_plan
 from app.services.rounds.policy import MANAGED_KEYS, POLICY_KEYS, RECIPES_DIR, RoundPolicy, check_overrides
@@ -41,6 +41,11 @@ from app.services.rounds.runner import RoundRunner
 from app.services.rounds.steps import round_folder
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
+
+if TYPE_CHECKING:
+    from db import Database
+    from db.records import ModelVersionRecord, RoundRecord
+    from db.repositories.base import Actor
 
 
 @dataclass(frozen=True)
@@ -55,15 +60,15 @@ class RoundDetails:
     metrics: RoundMetrics  # the round row's metrics, typed
 
 
-def _actor_id(actor) -> int | None:
+def _actor_id(actor: Actor) -> int | None:
     return getattr(actor, "id", None)
 
 
 class RoundService:
     """Owns the rounds this process runs (their monitor threads); everything durable is in the database."""
 
-    def __init__(self, database, settings: Settings | None = None, *, policy: RoundPolicy | None = None,
-                 evaluator: Callable[[EvaluationSpec], Evaluation] | None = None, backends: Backends | None = None):
+    def __init__(self, database: Database, settings: Settings | None = None, *, policy: RoundPolicy | None = None,
+                 evaluator: Callable[[EvaluationSpec], Evaluation] | None = None, backends: Backends | None = None) -> None:
         self.db = database
         self.settings = settings or Settings()
         self.policy = policy or RoundPolicy()
@@ -76,12 +81,12 @@ class RoundService:
 
     # --- queries ------------------------------------------------------------------------------------------
 
-    def list_rounds(self, *, status=None, limit: int = 50):
+    def list_rounds(self, *, status: str | Sequence[str] | None = None, limit: int = 50) -> list[RoundRecord]:
         from db import RoundRepository
 
         return RoundRepository(self.db).list(status=status, limit=limit)
 
-    def get_round(self, round_id: int):
+    def get_round(self, round_id: int) -> RoundRecord:
         from db import RoundRepository
 
         return RoundRepository(self.db).get(round_id)
@@ -99,10 +104,10 @@ class RoundService:
         return RoundDetails(record, version, tail_text(folder / "train.log", log_lines), history, folder,
                             RoundMetrics.of(record))
 
-    def list_versions(self, *, status: str | None = None):
+    def list_versions(self, *, status: str | None = None) -> list[ModelVersionRecord]:
         return versions.list_versions(self.db, status=status)
 
-    def served_version(self):
+    def served_version(self) -> ModelVersionRecord | None:
         return versions.served_version(self.db)
 
     def is_running_here(self, round_id: int) -> bool:
@@ -112,8 +117,8 @@ class RoundService:
 
     # --- starting ---------------------------------------------------------------------------------------
 
-    def request_round(self, *, trigger: str = "manual", actor=None, recipe: str | None = None,
-                      settings: dict[str, Any] | None = None, resume_from: int | None = None):
+    def request_round(self, *, trigger: str = "manual", actor: Actor = None, recipe: str | None = None,
+                      settings: dict[str, Any] | None = None, resume_from: int | None = None) -> RoundRecord:
         """A queued round, or `round_active` (with the id of the round in the way) while another is active."""
         from db import CorrectionRepository, RoundRepository
 
@@ -150,12 +155,12 @@ class RoundService:
             raise
         return record
 
-    def start_round(self, *, wait: bool = False, **request):
+    def start_round(self, *, wait: bool = False, **request: Any) -> RoundRecord:
         """Request a round and run it; with `wait`, return once it is finished (promoted, rejected, failed...)."""
         record = self.request_round(**request)
         return self.run_round(record.id, wait=wait, actor=request.get("actor"))
 
-    def run_round(self, round_id: int, *, wait: bool = True, actor=None):
+    def run_round(self, round_id: int, *, wait: bool = True, actor: Actor = None) -> RoundRecord:
         """Prepare a queued round's data, start its worker and monitor; returns the round (finished when `wait`)."""
         from db import RoundRepository
 
@@ -181,7 +186,7 @@ class RoundService:
             run.thread.join()
         return rounds.get(round_id)
 
-    def wait(self, round_id: int, timeout: float | None = None):
+    def wait(self, round_id: int, timeout: float | None = None) -> RoundRecord:
         with self._lock:
             run = self._running.get(round_id)
         if run is not None and run.thread is not None:
@@ -190,7 +195,7 @@ class RoundService:
 
     # --- stopping ---------------------------------------------------------------------------------------
 
-    def cancel_round(self, round_id: int, *, actor=None, reason: str | None = None):
+    def cancel_round(self, round_id: int, *, actor: Actor = None, reason: str | None = None) -> RoundRecord:
         """Cancel a queued or running round: marked cancelled first, then its job stopped (TERM then KILL, `scancel`,
         `ray job stop`)."""
         from db import RoundRepository
@@ -214,7 +219,7 @@ class RoundService:
             run.thread.join(grace + 10)
         return rounds.get(round_id)
 
-    def recover(self, *, queued_grace_s: float = 0.0) -> list:
+    def recover(self, *, queued_grace_s: float = 0.0) -> list[RoundRecord]:
         """At app start: rounds left queued or running by a process that is gone are marked failed (workers stopped),
         except a round whose job runs on SLURM or Ray, which is watched again (`_reattach`)."""
         from app.services.operations.leader import server_leases, this_process, watch_of
@@ -269,17 +274,18 @@ class RoundService:
 
     # --- versions ----------------------------------------------------------------------------------------
 
-    def promote_version(self, version_id: int, *, actor=None, reason: str | None = None):
+    def promote_version(self, version_id: int, *, actor: Actor = None, reason: str | None = None) -> ModelVersionRecord:
         return versions.promote_version(self.db, version_id, actor=actor, reason=reason)
 
-    def rollback(self, version_id: int | None = None, *, actor=None, reason: str | None = None):
+    def rollback(self, version_id: int | None = None, *, actor: Actor = None,
+                 reason: str | None = None) -> ModelVersionRecord:
         """Serve an earlier version again (default: the served version's parent); one action, audited as `version.rollback`."""
         return versions.rollback(self.db, version_id, actor=actor, reason=reason)
 
     # --- internals ----------------------------------------------------------------------------------------
 
     @staticmethod
-    def _refuse_if_active(active, own_id: int | None) -> None:
+    def _refuse_if_active(active: Iterable[RoundRecord], own_id: int | None) -> None:
         others = sorted((r for r in active if r.id != own_id), key=lambda r: r.id)
         if own_id is None and others:
             r = others[0]
@@ -306,7 +312,7 @@ class RoundService:
             raise OrapoError("no_checkpoint", f"Round {round_id} saved no checkpoint (set save_strategy=steps to make rounds resumable).")
         return checkpoints[-1]
 
-    def _reattach(self, record) -> bool:
+    def _reattach(self, record: RoundRecord) -> bool:
         """Watch again a running round whose job a gone app process submitted to SLURM or Ray; False for local jobs.
 
         A cluster job outlives the app that submitted it (a restart, an upgrade, another app server taking over),
@@ -330,7 +336,7 @@ class RoundService:
         run.thread.start()
         return True
 
-    def _execute(self, run: RunningRound, job=None) -> None:
+    def _execute(self, run: RunningRound, job: JobHandle | None = None) -> None:
         try:
             self._runner.execute(run, job=job)
         finally:

@@ -3,7 +3,7 @@
     SelectData(record, policy) -> RoundPlan          the studies, the held-out set, the round marked running
     Train(run)                 -> Candidate | None    `orapo train` as a job, its metrics streamed
     Evaluate(run, candidate)   -> Evaluation | None   both models drafted on the held-out set, in a job
-    Decide(plan, evaluation)   -> Decision            the gate: a pure function of the two models' metrics
+    Decide(plan, evaluation)   -> Decision            the gate: a pure function of the two models' per-study drafts
     Install(run, candidate, evaluation, decision)     the version, corrections marked, promote or reject: one transaction
 
 `RoundRunner` (app.services.rounds.runner) chains them in the round's monitor
@@ -21,8 +21,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from app.services.reading.served import ServedModel, served_model, stored_path
+from app.services.rounds.backends import Backends, JobHandle, JobSpec, JobState
 from app.services.rounds.gate import Decision, decide
 from app.services.rounds.metrics import HeldoutMetrics, RoundMetrics
 from app.services.rounds.plan import (
@@ -35,24 +37,26 @@ from app.services.rounds.plan import (
     Weights,
     write_plan,
 )
-from app.services.rounds.backends import Backends, JobHandle, JobSpec, JobState
 from app.services.rounds.policy import POLICY_KEYS, RoundPolicy, check_overrides
 from app.services.rounds.processes import JsonlTail, python_command, tail_text, train_command
 from app.services.rounds.versions import install_candidate
-from app.services.reading.served import ServedModel, served_model, stored_path
 from orapo_core.errors import OrapoError
 
+if TYPE_CHECKING:
+    from app.services.rounds.data import HeldoutSet
+    from db import Database, records
+    from orapo_core.config import Settings
 
 #: How long a cluster that does not answer (a restarting Ray head, slurmctld failing over) is waited for.
 LOST_AFTER_S = 300.0
 
 
-def round_folder(settings, round_id: int) -> Path:
+def round_folder(settings: Settings, round_id: int) -> Path:
     """`<data>/rounds/<id>/`: the round's data, logs and trainer output."""
     return settings.rounds_dir / str(round_id)
 
 
-def worker_command(*args: str) -> list[str]:
+def worker_command(*args: object) -> list[str]:
     """`orapo rounds worker ...` as a child process runs it (the one entry point of a round's helper processes)."""
     return python_command("-m", "app.cli", "rounds", "worker", *map(str, args))
 
@@ -64,7 +68,7 @@ def serves_phantom_starter(served: ServedModel) -> bool:
     return served.version_id is None and served.adapter_dir is None and read_card(served.model_dir) is not None
 
 
-def untrusted_heldout(heldout, served: ServedModel, min_heldout: int) -> str | None:
+def untrusted_heldout(heldout: HeldoutSet, served: ServedModel, min_heldout: int) -> str | None:
     """Why this round's held-out set may not promote or reject on its own, or None when it may.
 
     PhantomCXR stands in for missing signed held-out studies, but no PhantomCXR number says anything about
@@ -79,14 +83,13 @@ def untrusted_heldout(heldout, served: ServedModel, min_heldout: int) -> str | N
 class RoundWatch:
     """The round's log, its cancel flag and its jobs, as every step uses them."""
 
-    def __init__(self, database, backends: Backends | None = None):
+    def __init__(self, database: Database, backends: Backends | None = None) -> None:
         self.db = database
         self.backends = backends or Backends()
 
     def log(self, round_id: int, line: str, *, progress: float | None = None, metrics: dict | None = None) -> bool:
         """Append an event to the round's log; False when the round is no longer running (cancelled meanwhile)."""
         from db import RoundRepository
-
         rounds = RoundRepository(self.db)
         try:
             current = rounds.get(round_id)
@@ -98,12 +101,10 @@ class RoundWatch:
 
     def stopped(self, run: RunningRound) -> bool:
         from db import RoundRepository
-
         return run.cancel.is_set() or RoundRepository(self.db).get(run.plan.round_id).status != "running"
 
     def fail(self, run: RunningRound, code: str, message: str) -> None:
         from db import RoundRepository
-
         if run.cancel.is_set():
             return
         try:
@@ -167,11 +168,11 @@ class RoundWatch:
 class SelectData:
     """A queued round's studies and held-out set written to its folder, and the round marked running."""
 
-    def __init__(self, database, settings, watch: RoundWatch):
+    def __init__(self, database: Database, settings: Settings, watch: RoundWatch) -> None:
         self.db, self.settings, self.watch = database, settings, watch
 
-    def __call__(self, record, actor, policy: RoundPolicy) -> RoundPlan:
-        from app.services.rounds.data import select_heldout, select_round_studies, write_training_csv
+    def __call__(self, record: records.RoundRecord, actor: records.UserRecord | str | None, policy: RoundPolicy) -> RoundPlan:
+        from app.services.rounds.data import round_heldout, select_round_studies, write_training_csv
         from db import RoundRepository
 
         config = record.config
@@ -192,11 +193,10 @@ class SelectData:
                                                     f"replayed studies; one optimizer step of this recipe takes "
                                                     f"{studies_per_step}. Nothing was trained and no correction was used.")
         csv_path = write_training_csv(selection, folder / "train.csv")
-        heldout = select_heldout(self.db, self.settings, min_heldout=policy.min_heldout, max_heldout=policy.max_heldout,
-                                 phantom_studies=policy.phantom_studies, phantom_size=policy.phantom_size)
+        summary = selection.summary()
+        heldout = round_heldout(self.db, self.settings, policy, summary.finding_changes)
         heldout.write(folder / "heldout.json")
         overrides = dict(config.get("overrides", {}))
-        summary = selection.summary()
         if summary.clinician_pairs and "use_clinician_pairs" not in overrides:  # the oracle term is DPO in the product
             overrides["use_clinician_pairs"] = True
         overrides.update(train_csv=str(csv_path), output_dir=str(folder / "output"))
@@ -205,28 +205,29 @@ class SelectData:
                          study_ids=selection.study_ids, max_steps=training.optimizer_steps(selection.n_training_rows),
                          actor=actor or record.trigger, started_by=record.started_by, trigger=record.trigger,
                          gate_untrusted=untrusted_heldout(heldout, served, policy.min_heldout),
-                         draft_min_agreement=self.settings.draft_min_agreement)
+                         draft_min_agreement=self.settings.draft_min_agreement, finding_changes=summary.finding_changes)
         rounds = RoundRepository(self.db)
         rounds.transition(record.id, "running", actor=plan.actor, metrics=RoundMetrics.update(
             phase="preparing", supervisor_pid=os.getpid(), selection=summary, heldout=heldout.summary(),
             served_version_id=served.version_id, max_steps=plan.max_steps))
         rounds.set_process(record.id, pid=None, output_dir=str(folder))
+        sources = ", ".join(f"{n} {source}" for source, n in heldout.summary().sources.items())
         self.watch.log(record.id, f"{len(selection.new)} new and {len(selection.replay) + len(selection.phantom_replay)} "
                                   f"replayed studies ({len(selection.phantom_replay)} from PhantomCXR); "
-                                  f"held-out: {heldout.summary().n} ({heldout.source})")
+                                  f"held-out: {heldout.summary().n} ({sources})")
         return plan
 
 
 class Train:
     """`orapo train` on the round's CSV from the served weights (a served adapter merged first), metrics streamed."""
 
-    def __init__(self, settings, watch: RoundWatch):
+    def __init__(self, settings: Settings, watch: RoundWatch) -> None:
         self.settings, self.watch = settings, watch
 
     def __call__(self, run: RunningRound) -> Candidate | None:
         plan = run.plan
         log_path = plan.round_dir / "train.log"
-        train_base = plan.served.model_dir
+        train_base: Path | None = plan.served.model_dir
         if plan.served.adapter_dir is not None:
             train_base = self._merged_base(run, log_path)
             if train_base is None:
@@ -333,11 +334,12 @@ class Evaluate:
 
 
 class Decide:
-    """The gate on the evaluation: promote, reject, or hold for an administrator (see `gate.decide`)."""
+    """The gate on both models' held-out drafts: promote, reject, or hold for an administrator (see `gate.decide`)."""
 
     def __call__(self, plan: RoundPlan, evaluation: Evaluation) -> Decision:
-        return decide(evaluation.candidate.metrics, evaluation.served.metrics, plan.policy.gate,
-                      untrusted=plan.gate_untrusted)
+        alone = evaluation.candidate_alone.predictions if evaluation.candidate_alone is not None else None
+        return decide(evaluation.candidate.predictions, evaluation.served.predictions, plan.policy.gate,
+                      changes=plan.finding_changes, untrusted=plan.gate_untrusted, alone=alone)
 
 
 class Install:
@@ -345,7 +347,7 @@ class Install:
 
     A crash or a cancel before the transaction commits leaves the served model and the data exactly as they were."""
 
-    def __init__(self, database, settings, watch: RoundWatch):
+    def __init__(self, database: Database, settings: Settings, watch: RoundWatch) -> None:
         self.db, self.settings, self.watch = database, settings, watch
 
     def __call__(self, run: RunningRound, candidate: Candidate, evaluation: Evaluation, decision: Decision) -> None:

@@ -10,39 +10,47 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from app.services.rounds.plan import Candidate, Installed
 from app.services.reading.served import stored_path
+from app.services.rounds.plan import Candidate, Installed
 from orapo_core.errors import OrapoError
 from orapo_core.facts.metrics import EvalMetrics
 
+if TYPE_CHECKING:
+    from db import Database
+    from db.records import ModelVersionRecord
+    from db.repositories.base import Actor
+    from orapo_core.config import Settings
 
-def heldout_metrics(version) -> EvalMetrics:
+
+def heldout_metrics(version: ModelVersionRecord) -> EvalMetrics:
     """A version's held-out metrics as its round stored them (`metrics["heldout"]`); none for a base registered by
     hand (every value None)."""
     heldout = (version.metrics or {}).get("heldout")
     return EvalMetrics.from_dict(heldout if isinstance(heldout, dict) else None)
 
 
-def list_versions(db, *, status: str | None = None):
+def list_versions(db: Database, *, status: str | None = None) -> list[ModelVersionRecord]:
     from db import ModelVersionRepository
 
     return ModelVersionRepository(db).list(status=status)
 
 
-def served_version(db):
+def served_version(db: Database) -> ModelVersionRecord | None:
     from db import ModelVersionRepository
 
     return ModelVersionRepository(db).promoted()
 
 
-def promote_version(db, version_id: int, *, actor=None, reason: str | None = None):
+def promote_version(db: Database, version_id: int, *, actor: Actor = None, reason: str | None = None) -> ModelVersionRecord:
     from db import ModelVersionRepository
 
     return ModelVersionRepository(db).promote(version_id, reason=reason or "promoted by hand", actor=actor)
 
 
-def rollback(db, version_id: int | None = None, *, actor=None, reason: str | None = None):
+def rollback(db: Database, version_id: int | None = None, *, actor: Actor = None,
+             reason: str | None = None) -> ModelVersionRecord:
     """Serve an earlier version again (default: the served version's parent); one action, audited as `version.rollback`."""
     from db import AuditRepository, ModelVersionRepository
 
@@ -65,7 +73,7 @@ def rollback(db, version_id: int | None = None, *, actor=None, reason: str | Non
         return promoted
 
 
-def install_candidate(settings, round_id: int, candidate: Candidate) -> Installed:
+def install_candidate(settings: Settings, round_id: int, candidate: Candidate) -> Installed:
     """Copy the candidate (adapter, or whole model) out of the round folder into `<data>/models/versions/round-<id>/`."""
     source = Path(candidate.adapter or candidate.base)
     target = settings.models_dir / "versions" / f"round-{round_id}"

@@ -11,17 +11,28 @@ plain, so a round may also evaluate in its own process
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from app.services.rounds.plan import Evaluation, EvaluationSpec, ModelScores, Weights
 
+if TYPE_CHECKING:
+    from orapo_core.data.records import StudyRecord
 
-def evaluate_models(spec: EvaluationSpec, progress=None) -> Evaluation:
+
+def evaluate_models(spec: EvaluationSpec, progress: Callable[[str, int, int], None] | None = None) -> Evaluation:
     """The served model's and the candidate's drafts on the held-out set, scored by `evaluate_drafter`: greedy, with
-    the findings too few samples assert left out when the spec's `min_agreement` (the app's) asks for it."""
+    the findings too few samples assert left out when the spec's `min_agreement` (the app's) asks for it. Each
+    model's metrics are over the studies the gate judges macro-F1 on (`evidence.judged_metrics`: not the top-up
+    negatives), and its per-study rows go with them, for the gate's paired intervals and per-finding rates. A
+    candidate with finding checks is drafted a second time with them set aside (`candidate_alone`): what the
+    model writes by itself, which the round page shows first."""
     import gc
 
     from app.services.rounds.data import HeldoutSet
+    from app.services.rounds.evidence import judged_metrics
     from orapo_core.models.draft import Drafter
     from orapo_core.models.evaluate import evaluate_drafter
 
@@ -30,13 +41,24 @@ def evaluate_models(spec: EvaluationSpec, progress=None) -> Evaluation:
     models: dict[str, Weights] = {"served": spec.served, "candidate": spec.candidate}
     for name, weights in models.items():
         drafter = Drafter.from_dir(weights.base, weights.adapter, model_version=name, min_agreement=spec.min_agreement)
-        result = evaluate_drafter(drafter, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
-                                  progress=(lambda done, total, n=name: progress(n, done, total)) if progress else None)
-        scores[name] = ModelScores(result.metrics, [{k: p[k] for k in ("study_id", "draft", "facts_score")}
-                                                    for p in result.predictions])
+        runs = [name] + (["candidate_alone"] if name == "candidate" and drafter.verifier is not None else [])
+        for run in runs:
+            if run == "candidate_alone":  # what the model writes by itself: its finding checks set aside
+                drafter.verifier = None
+            result = evaluate_drafter(drafter, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
+                                      progress=partial(progress, run) if progress else None)
+            rows = prediction_rows(result.predictions, records)
+            scores[run] = ModelScores(judged_metrics(rows).with_values(seconds=result.metrics.seconds), rows)
         del drafter
         gc.collect()
-    return Evaluation(served=scores["served"], candidate=scores["candidate"])
+    return Evaluation(served=scores["served"], candidate=scores["candidate"], candidate_alone=scores.get("candidate_alone"))
+
+
+def prediction_rows(predictions: list[dict[str, Any]], records: Sequence[StudyRecord]) -> list[dict[str, Any]]:
+    """What the gate reads of each study's prediction (`app.services.rounds.evidence`): the draft, its labels, the
+    study's labels, the FactS reward, and where the study came from (a top-up negative counts for false positives only)."""
+    return [{**{k: p[k] for k in ("study_id", "draft", "labels", "reference", "facts_score")}, "source": r.source}
+            for p, r in zip(predictions, records, strict=True)]
 
 
 def merge_adapter(base: str | Path, adapter: str | Path, out: str | Path) -> Path:

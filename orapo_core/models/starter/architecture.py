@@ -29,6 +29,10 @@ not square is fitted into the same pixel budget by the processor's own
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import GenerationConfig, PreTrainedTokenizerBase, ProcessorMixin, Qwen2VLConfig
 
 IMAGE_SIDE = 96
 # Qwen2-VL's CLIP normalisation; a grey radiograph simply has equal channels.
@@ -56,15 +60,19 @@ class StarterArchitecture:
     # shipped build was made and measured with it.
     rope_theta: float = 10.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def build_config(arch: StarterArchitecture, tokenizer):
+def build_config(arch: StarterArchitecture, tokenizer: PreTrainedTokenizerBase) -> Qwen2VLConfig:
     """A `Qwen2VLConfig` whose token ids are `tokenizer`'s."""
     from transformers import Qwen2VLConfig
 
-    ids = tokenizer.convert_tokens_to_ids
+    def ids(token: str) -> int:
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        assert isinstance(token_id, int)  # one token, one id
+        return token_id
+
     head_dim = arch.text_hidden // arch.text_heads
     # mrope splits head_dim/2 rotary pairs over time, height and width, 1:1.5:1.5 as Qwen2-VL does.
     temporal = head_dim // 8
@@ -88,7 +96,7 @@ def build_config(arch: StarterArchitecture, tokenizer):
     )
 
 
-def build_processor(arch: StarterArchitecture, tokenizer):
+def build_processor(arch: StarterArchitecture, tokenizer: PreTrainedTokenizerBase) -> ProcessorMixin:
     """The family's processor (without a video part: see `compat`) at the fixed input size."""
     from transformers import Qwen2VLProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -109,7 +117,7 @@ def visual_tokens(arch: StarterArchitecture) -> int:
     return (arch.image_side // (2 * arch.patch_size)) ** 2
 
 
-def build_generation_config(tokenizer, max_new_tokens: int = 160):
+def build_generation_config(tokenizer: PreTrainedTokenizerBase, max_new_tokens: int = 160) -> GenerationConfig:
     """Greedy by default and stopping at `<|im_end|>`: a report is ~50 tokens, the longest PhantomCXR ~90."""
     from transformers import GenerationConfig
 

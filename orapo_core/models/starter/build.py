@@ -13,12 +13,26 @@ import platform
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orapo_core.models.starter.architecture import (StarterArchitecture, build_config, build_generation_config,
-                                                   build_processor, visual_tokens)
-from orapo_core.models.starter.sft import (WarmStart, WarmStartPlan, make_training_set, make_vision_set,
-                                           training_prevalence)
+from orapo_core.models.starter.architecture import (
+    StarterArchitecture,
+    build_config,
+    build_generation_config,
+    build_processor,
+    visual_tokens,
+)
+from orapo_core.models.starter.sft import (
+    WarmStart,
+    WarmStartPlan,
+    make_training_set,
+    make_vision_set,
+    training_prevalence,
+)
 from orapo_core.models.starter.tokenizer import train_report_tokenizer
+
+if TYPE_CHECKING:
+    from orapo_core.config import Settings
 
 CARD_NAME = "starter_card.json"
 # The folder the repository ships the default build in (what `orapo starter build --seed 0` makes).
@@ -165,7 +179,7 @@ def ensure_starter(out_dir: str | Path, *, show_progress: bool = True) -> Path:
     return copy_shipped_starter(out) or build_starter(out, show_progress=show_progress)
 
 
-def find_starter(settings=None) -> Path | None:
+def find_starter(settings: Settings | None = None) -> Path | None:
     """The starter a benchmark should use by default: the data folder's, else the shipped one, else None."""
     from orapo_core.config import Settings
 

@@ -49,10 +49,16 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from orapo_core.report_layout import report_text
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
+    from transformers import PreTrainedTokenizerBase
 
 RARE_KINDS = ("pneumothorax", "fracture", "lung_lesion", "pleural_other")
 # Findings the starter must already report when they are in the image; drawn more often in the
@@ -115,7 +121,7 @@ class TrainingSet:
     counts: dict[str, int]
 
 
-def make_training_set(plan: WarmStartPlan, tokenizer, side: int,
+def make_training_set(plan: WarmStartPlan, tokenizer: PreTrainedTokenizerBase, side: int,
                       progress: Callable[[int, int], None] | None = None) -> TrainingSet:
     """The report run's studies: rare findings scarce, common ones frequent (`training_prevalence`)."""
     prevalence = plan.prevalence or training_prevalence(plan.rare_fraction, plan.common_prevalence)
@@ -131,13 +137,15 @@ def make_vision_set(plan: WarmStartPlan, side: int, progress: Callable[[int, int
     return _draw_studies(plan.vision_n_train, (plan.seed, 4), prevalence, side, None, progress)
 
 
-def _draw_studies(n: int, stream: tuple[int, int], prevalence: dict, side: int, tokenizer,
+def _draw_studies(n: int, stream: tuple[int, int], prevalence: dict[str, float], side: int,
+                  tokenizer: PreTrainedTokenizerBase | None,
                   progress: Callable[[int, int], None] | None) -> TrainingSet:
     from orapo_core.data.phantom import FINDING_KINDS, generate_study
 
     kinds = list(FINDING_KINDS)
     images = np.empty((n, side, side), dtype=np.uint8)
-    answers, targets = [], np.zeros((n, len(kinds)), dtype=np.float32)
+    answers: list[list[int]] = []
+    targets = np.zeros((n, len(kinds)), dtype=np.float32)
     for i in range(n):
         study = generate_study(np.random.default_rng([*stream, i]), size=side, prevalence=prevalence)
         images[i] = np.round(study.image * 255).astype(np.uint8)
@@ -170,7 +178,7 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def _picture(array: np.ndarray):
+def _picture(array: np.ndarray) -> Image.Image:
     """An 8-bit grey array as the RGB picture the processor takes."""
     from PIL import Image
 
@@ -180,7 +188,8 @@ def _picture(array: np.ndarray):
 class WarmStart:
     """One supervised run over a `TrainingSet`; `run` returns what the build card records."""
 
-    def __init__(self, model, processor, plan: WarmStartPlan, *, n_kinds: int, side: int, n_tokens: int):
+    def __init__(self, model: Any, processor: Any, plan: WarmStartPlan, *, n_kinds: int, side: int,
+                 n_tokens: int) -> None:
         import torch
 
         self.model, self.processor, self.plan = model, processor, plan
@@ -191,14 +200,14 @@ class WarmStart:
         # by the text model's attention is trained directly too.
         self.probe = torch.nn.ModuleDict({"visual": torch.nn.Linear(n_tokens * hidden, n_kinds),
                                           "answer": torch.nn.Linear(hidden, n_kinds)})
-        self.visual: list = []
+        self.visual: list[torch.Tensor] = []
         model.model.visual.merger.register_forward_hook(lambda _m, _i, out: self.visual.append(out))
         prompt = self._prompt_inputs(side)
         self.prompt_ids = prompt["input_ids"][0]
         self.prompt_mm = prompt.get("mm_token_type_ids")
         self.optimizer = torch.optim.AdamW(self._param_groups(), betas=(0.9, 0.95), eps=1e-8)
 
-    def _prompt_inputs(self, side: int):
+    def _prompt_inputs(self, side: int) -> Any:
         from PIL import Image
 
         from orapo_core.models.prompt import render_prompt
@@ -206,8 +215,9 @@ class WarmStart:
         blank = Image.new("RGB", (side, side))
         return self.processor(text=[render_prompt(self.processor)], images=[blank], return_tensors="pt")
 
-    def _param_groups(self) -> list[dict]:
-        plan, groups = self.plan, {}
+    def _param_groups(self) -> list[dict[str, Any]]:
+        plan = self.plan
+        groups: dict[tuple[bool, bool, bool], dict[str, Any]] = {}
         named = [(f"model.{n}", p) for n, p in self.model.named_parameters()] + \
                 [(f"probe.{n}", p) for n, p in self.probe.named_parameters()]
         for name, param in named:
@@ -225,7 +235,7 @@ class WarmStart:
     def lr_factor(self, step: int) -> float:
         return warmup_cosine(step, self.plan.warmup_steps, self.plan.steps)
 
-    def batch(self, data: TrainingSet, indices: np.ndarray, rng: np.random.Generator) -> dict:
+    def batch(self, data: TrainingSet, indices: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         import torch
 
         pictures = [_picture(augment(data.images[i], rng)) for i in indices]
@@ -293,7 +303,7 @@ class WarmStart:
                 "vision_seconds": round(time.perf_counter() - started, 1),
                 "final_vision_loss": round(sum(tail) / len(tail), 4)}
 
-    def perception_loss(self, films: TrainingSet, rng: np.random.Generator):
+    def perception_loss(self, films: TrainingSet, rng: np.random.Generator) -> torch.Tensor:
         """Both probes' loss on `plan.perception_batch` films read through the prompt alone (no report)."""
         import torch
 
@@ -353,7 +363,7 @@ class WarmStart:
                                reduction="none").mean(-1)
             answer_loss = (per_position * mask).sum() / mask.sum()
             probe_loss = bce(self.probe["visual"](tokens), target) + answer_loss
-            if perceive:
+            if perceive and perception is not None:
                 probe_loss = probe_loss + self.perception_loss(perception, seen)
             loss = report_loss + plan.aux_weight * probe_loss
             self.optimizer.zero_grad(set_to_none=True)

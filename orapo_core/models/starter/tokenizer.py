@@ -14,9 +14,14 @@ helpful assistant." on every draft and every training step buy nothing here.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from orapo_core.report_layout import report_text
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 QWEN_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                        "<|image_pad|>", "<|video_pad|>")
@@ -50,7 +55,7 @@ def report_corpus(n_reports: int, seed: int) -> list[str]:
     return texts
 
 
-def train_report_tokenizer(*, vocab_size: int = 2048, n_reports: int = 4000, seed: int = 0):
+def train_report_tokenizer(*, vocab_size: int = 2048, n_reports: int = 4000, seed: int = 0) -> PreTrainedTokenizerFast:
     """A `PreTrainedTokenizerFast` with Qwen's special tokens and `CHAT_TEMPLATE`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast

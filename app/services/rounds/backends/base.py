@@ -7,12 +7,15 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.services.rounds.processes import REPO_ROOT
+
+if TYPE_CHECKING:
+    from db.records import RoundRecord
 
 BACKENDS = ("local", "slurm", "ray")
 
@@ -128,7 +131,7 @@ class RoundBackend(Protocol):
     def poll_s(self) -> float: ...
 
 
-def stored_job(record) -> JobHandle | None:
+def stored_job(record: RoundRecord) -> JobHandle | None:
     """The job a round row records: a cluster job from its metrics' `job` (the last one submitted, kept after it
     ends so a restarted app can go on from it), a local one from its `pid` (cleared when the child ends, so a
     reused pid is never signalled)."""

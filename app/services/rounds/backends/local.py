@@ -21,7 +21,7 @@ class LocalBackend:
     name = "local"
     poll_s = 0.0  # a child's status is a system call: ask it as often as the round polls
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._children: dict[int, subprocess.Popen] = {}
 

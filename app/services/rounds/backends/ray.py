@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from app.services.rounds.backends.base import (
     JobHandle,
@@ -61,7 +62,7 @@ def job_state(job_id: str, status: str, exit_code: int | None, message: str = ""
 class RayBackend:
     name = "ray"
 
-    def __init__(self, settings: RoundBackendSettings | None = None, *, client=None):
+    def __init__(self, settings: RoundBackendSettings | None = None, *, client: Any = None) -> None:
         self.settings = settings or RoundBackendSettings()
         self._client = client
         self._lock = threading.Lock()
@@ -73,7 +74,7 @@ class RayBackend:
         return self.settings.ray_poll_s
 
     @property
-    def client(self):
+    def client(self) -> Any:  # ray.job_submission.JobSubmissionClient
         if self._client is None:
             if not self.settings.ray_address:
                 raise OrapoError("ray_unavailable", "ORAPO_ROUND_BACKEND=ray needs ORAPO_RAY_ADDRESS, the Ray cluster's "

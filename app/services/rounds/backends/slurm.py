@@ -29,7 +29,9 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from app.services.rounds.backends.base import (
     JobHandle,
@@ -128,7 +130,8 @@ def batch_script(spec: JobSpec, command: list[str], settings: RoundBackendSettin
 class SlurmBackend:
     name = "slurm"
 
-    def __init__(self, settings: RoundBackendSettings | None = None, *, run=subprocess.run, clock=time.monotonic):
+    def __init__(self, settings: RoundBackendSettings | None = None, *, run: Callable[..., Any] = subprocess.run,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings or RoundBackendSettings()
         self._run, self._clock = run, clock  # seams for the tests' fake cluster
         self._lock = threading.Lock()
