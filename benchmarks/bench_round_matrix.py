@@ -21,7 +21,8 @@ folders (models, images) go under `--work` (default: a temporary folder), not in
 Goals per cell (issue 40): from the drafts alone, recall >= 0.6, false positives <= 5 % on films without the
 finding and <= 10 % within each group of them that carries one other finding (groups of at least
 `MIN_GROUP` films; smaller ones are printed but not judged), macro-F1 not lower than the served model's, the
-round promoted by the gate, in <= 30 min; the checks (as the app drafts) add >= 0.1 recall over the drafts alone
+round promoted by the gate (this checkout's, judged again on the round's own held-out set; the round's own
+verdict when not judged again), in <= 30 min; the checks (as the app drafts) add >= 0.1 recall over the drafts alone
 within the same false-positive limits.
 """
 
@@ -137,7 +138,9 @@ def summarise(finding: str, seed: int, story: dict, alone: dict, checks: dict | 
         "alone: recall >= 0.6": a["recall"] >= MIN_RECALL,
         "alone: false positives within limits": within_limits(a),
         "alone: macro-F1 not lower": a["macro_f1"] >= b["macro_f1"],
-        "promoted": story.get("round", {}).get("version_status") == "promoted",
+        # by the gate of this checkout (judged again on the round's own held-out set) where it was, else the round's
+        "promoted": (gate["own_verdict"] == "promote" if gate else
+                     story.get("round", {}).get("version_status") == "promoted"),
         "round <= 30 min": minutes <= MAX_MINUTES,
         "checks add >= 0.1 recall within limits": c["recall"] - a["recall"] >= MIN_ADDED_RECALL and within_limits(c),
     }

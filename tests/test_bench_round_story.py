@@ -84,3 +84,15 @@ def test_the_round_matrix_reads_the_checks_column_from_the_checks_fitted_again_w
     assert cell["with_round_checks"]["fpr"] == 0.15 and cell["with_checks"]["fpr"] == 0.01
     assert cell["goals"]["checks add >= 0.1 recall within limits"]
     assert not cell["goals"]["promoted"] and not cell["goals"]["alone: recall >= 0.6"]
+
+
+def test_the_round_matrix_reads_promoted_from_the_gate_judged_again() -> None:
+    from benchmarks.bench_round_matrix import summarise, table
+
+    story = {"round": {"seconds": 600, "version_status": "promoted"}, "candidate": _scores(0.9, 0.0, [0, 80], {})}
+    alone = {"before": _scores(0.0, 0.0, [0, 80], {}), "candidate": _scores(0.7, 0.0, [0, 80], {})}
+    gate = {"own_verdict": "hold", "test_verdict": "promote", "agree": False, "own": {"reason": "held"},
+            "test_set": {"reason": "ok"}}
+    cell = summarise("pneumothorax", 531, story, alone, {"candidate": _scores(0.9, 0.0, [0, 80], {}), "gate": gate})
+    assert not cell["goals"]["promoted"]  # the round's own (older) gate promoted it; this checkout's holds it
+    assert "agrees with its verdict on the 325 test studies in 0 of 1 rounds" in table([cell])

@@ -7,7 +7,8 @@ and shown to the admin with its numbers; its `Decision` is what `Install` acts o
 
 - promote when the 95 % paired interval of candidate-minus-served macro-F1 lies above -`f1_tolerance`, the FactS
   reward difference's lies above `reward_margin`, and every corrected finding's false-positive rate is within
-  `max_finding_fpr` and no more than `max_finding_fpr_rise` over the served model's;
+  `max_finding_fpr` (or not above the served model's, where that is higher already) and no more than
+  `max_finding_fpr_rise` over the served model's;
 - reject when the data shows the candidate worse: macro-F1's interval below -`f1_tolerance`, the reward's at or
   below `reward_margin`, or a corrected finding's false-positive rate over a limit (measured on at least
   `min_finding_negatives` negatives);
@@ -128,8 +129,10 @@ def _worse(f1: Interval, reward: Interval, checks: Sequence[FindingCheck], polic
             continue  # too few negatives to measure: said by `_unsure`
         assert c.rate is not None  # c.of >= 1 here
         served_rate = cast(float, s.rate)  # the served model's negatives are the same studies
-        if c.rate > policy.max_finding_fpr:
-            reasons.append(f"{check.finding} false positives {c} exceed {policy.max_finding_fpr:.0%}")
+        # Over the limit is a rejection only where the candidate is also above the served model: a starter that
+        # already over-calls a finding (lung opacity at 19 %) must not make a round that lowers it unpromotable.
+        if c.rate > policy.max_finding_fpr and c.rate > served_rate:
+            reasons.append(f"{check.finding} false positives {c} exceed {policy.max_finding_fpr:.0%} (served {s})")
         elif c.rate - served_rate > policy.max_finding_fpr_rise + 1e-9:  # exactly the limit in points is within it
             reasons.append(f"{check.finding} false positives {c} rise {(c.rate - served_rate) * 100:.1f} points over the "
                            f"served model's {s} (more than {policy.max_finding_fpr_rise * 100:g})")

@@ -55,7 +55,8 @@ class RoundPolicy(BaseModel):
     # The gate (app.services.rounds.gate): 95 % paired bootstrap intervals (gate_resamples resamples) of candidate
     # minus served macro-F1 (promote above -f1_tolerance) and FactS reward (promote above reward_margin), and the
     # false-positive rate of every finding at least min_finding_corrections corrections added or removed: at most
-    # max_finding_fpr, and at most max_finding_fpr_rise over the served model's. While fewer than
+    # max_finding_fpr (or no more than the served model's, where that is higher already), and at most
+    # max_finding_fpr_rise over the served model's. While fewer than
     # min_finding_negatives held-out studies lack such a finding, the held-out set is topped up from one PhantomCXR
     # pool drawn at the usual prevalence of every finding (so its negatives include films with other findings), at
     # most max_topup_studies of it; a finding still short of negatives cannot be measured, and the candidate is held
