@@ -199,25 +199,24 @@ class StudyRepository(Repository):
             return {path for row in session.execute(select(Image.dicom_path, Image.display_path)) for path in row
                     if path}
 
-    def set_status(self, study_id: int, status: str) -> StudyRecord:
-        _check_status(status)
+    def _set(self, study_id: int, **values) -> StudyRecord:
         with self._session() as session:
             study = session.get(Study, study_id)
             if study is None:
                 raise OrapoError("study_not_found", f"There is no study with id {study_id}.")
-            study.status = status
+            for name, value in values.items():
+                setattr(study, name, value)
             return study_record(study)
+
+    def set_status(self, study_id: int, status: str) -> StudyRecord:
+        _check_status(status)
+        return self._set(study_id, status=status)
 
     def set_not_drafted(self, study_id: int, reason: str) -> StudyRecord:
         """Mark the study as stored but never drafted, for `reason` (words following "Study N is")."""
         if not reason:
             raise OrapoError("invalid_study", "A study is kept from drafting only with the reason why.")
-        with self._session() as session:
-            study = session.get(Study, study_id)
-            if study is None:
-                raise OrapoError("study_not_found", f"There is no study with id {study_id}.")
-            study.not_drafted = reason
-            return study_record(study)
+        return self._set(study_id, not_drafted=reason)
 
     def list(
         self,
