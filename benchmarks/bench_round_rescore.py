@@ -103,16 +103,16 @@ def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, sp
 
 
 def changes_of_round(train_csv: Path) -> dict:
-    """What round's corrections did to each finding, from its training CSV: the signed report's stored labels
+    """What a round's corrections did to each finding, from its training CSV: the signed report's stored labels
     against the FactS labels of the draft it replaced (`clinician_rejected`), as the round's selection counts them."""
     import csv
 
     from app.services.rounds.evidence import finding_changes
+    from orapo_core.data.records import CHEXPERT_14, parse_label
     from orapo_core.facts import label_report
-    from orapo_core.facts.ontology import CHEXPERT_14
 
     def stored(row: dict) -> dict:
-        return {k: (int(float(row[k])) if row.get(k) not in (None, "") else None) for k in CHEXPERT_14}
+        return {k: parse_label(row.get(k)) for k in CHEXPERT_14}
 
     with open(train_csv, newline="") as handle:
         rows = [r for r in csv.DictReader(handle) if r.get("clinician_rejected")]
