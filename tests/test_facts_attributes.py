@@ -10,7 +10,10 @@ import pytest
 
 from orapo_core.facts import extract_facts, label_report, make_facts_reward, score_report
 
-PAIRS = [json.loads(line) for line in (Path(__file__).parent / "data" / "facts_attribute_pairs.jsonl").read_text().splitlines()]
+PAIRS = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "data" / "facts_attribute_pairs.jsonl").read_text().splitlines()
+]
 
 
 def judged(draft: str, reference: str):
@@ -20,33 +23,48 @@ def judged(draft: str, reference: str):
 
 def test_the_reading_room_examples():
     assert judged("Small left pleural effusion.", "Large right pleural effusion.") == [
-        ("contradicted", "side: left in the draft, right in the report; severity: small in the draft, large in the report")]
+        (
+            "contradicted",
+            "side: left in the draft, right in the report; severity: small in the draft, large in the report",
+        )
+    ]
     assert judged("Right IJ central line.", "Endotracheal tube terminates 4 cm above the carina.") == [
-        ("contradicted", "device: central line in the draft, endotracheal tube in the report")]
+        ("contradicted", "device: central line in the draft, endotracheal tube in the report")
+    ]
     assert judged("Small left effusion.", "Small left pleural effusion.") == [("entailed", None)]
     assert judged("Mild cardiomegaly.", "Mildly enlarged heart.") == [("entailed", None)]
 
 
 def test_adjacent_severity_grades_agree_and_two_grades_apart_disagree():
-    for near in ("Moderate left pleural effusion.", "Small to moderate left pleural effusion.", "Trace left pleural effusion."):
+    for near in (
+        "Moderate left pleural effusion.",
+        "Small to moderate left pleural effusion.",
+        "Trace left pleural effusion.",
+    ):
         assert judged("Small left pleural effusion.", near) == [("entailed", None)], near
     assert judged("Moderate cardiomegaly.", "Severe cardiomegaly.") == [("entailed", None)]
     assert judged("Mild cardiomegaly.", "The heart is severely enlarged.") == [
-        ("contradicted", "severity: mild in the draft, severe in the report")]
+        ("contradicted", "severity: mild in the draft, severe in the report")
+    ]
     assert judged("Mild to moderate pulmonary edema.", "Severe pulmonary edema.") == [("entailed", None)]
 
 
 def test_bilateral_against_one_side_is_contradicted():
     assert judged("Bilateral pleural effusions.", "Small left pleural effusion.") == [
-        ("contradicted", "side: bilateral in the draft, left in the report")]
+        ("contradicted", "side: bilateral in the draft, left in the report")
+    ]
     assert judged("Effusions, right greater than left.", "Bilateral pleural effusions.") == [("entailed", None)]
 
 
 def test_an_impression_restating_a_finding_without_its_side_neither_vouches_nor_hides():
     reference = "FINDINGS: There is severe cardiomegaly. Patchy opacity in the left lung base.\nIMPRESSION: Cardiomegaly. Opacity."
-    assert judged("Mild cardiomegaly.", reference) == [("contradicted", "severity: mild in the draft, severe in the report")]
+    assert judged("Mild cardiomegaly.", reference) == [
+        ("contradicted", "severity: mild in the draft, severe in the report")
+    ]
     assert judged("Hazy opacity at the right lung base.", reference)[-1] == (
-        "contradicted", "side: right in the draft, left in the report")
+        "contradicted",
+        "side: right in the draft, left in the report",
+    )
     assert judged("Cardiomegaly.", reference) == [("entailed", None)]  # states nothing the report could contradict
 
 
@@ -64,7 +82,8 @@ def test_devices_are_compared_with_devices_of_their_own_type():
     assert judged("Left PICC line.", reference) == [("entailed", None)]
     assert judged("Right PICC line.", reference) == [("contradicted", "side: right in the draft, left in the report")]
     assert judged("A nasogastric tube extends into the stomach.", reference) == [
-        ("contradicted", "device: enteric tube in the draft, central line and endotracheal tube in the report")]
+        ("contradicted", "device: enteric tube in the draft, central line and endotracheal tube in the report")
+    ]
     assert judged("Right IJ central line.", "Support devices in place.") == [("entailed", None)]  # a generic mention
 
 
@@ -79,7 +98,9 @@ def test_against_labels_alone_the_judgement_stays_per_observation():
     score = score_report("Small left pleural effusion.", labels=labels)
     assert [(j.verdict, j.reason) for j in score.sentences[0].facts] == [("entailed", None)]
     # and a reference report can be told to judge per observation too
-    off = score_report("Small left pleural effusion.", reference_text="Large right pleural effusion.", attribute_check=False)
+    off = score_report(
+        "Small left pleural effusion.", reference_text="Large right pleural effusion.", attribute_check=False
+    )
     assert off.sentences[0].status == "entailed"
 
 
@@ -95,17 +116,23 @@ def test_sentence_status_and_precision_aware_score_follow_the_check():
     assert off.facts_score == pytest.approx(1.0) and on.facts_score == pytest.approx(0.75)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Right IJ central line with tip in the mid SVC.", {"laterality": "right", "device": "central line"}),
-    ("Left chest wall pacemaker with leads in the right atrium.", {"laterality": "left", "device": "pacemaker"}),
-    ("Left effusion without significant change.", {"laterality": "left"}),  # "significant" is no severity here
-    ("Moderate-sized left pleural effusion.", {"laterality": "left", "severity": "moderate"}),
-    ("Right-sided pleural effusion.", {"laterality": "right"}),
-    ("Small to moderate bilateral effusions, right greater than left.", {"laterality": "bilateral", "severity": "small to moderate"}),
-    ("ETT in place.", {"device": "endotracheal tube"}),
-    ("NGT in the stomach.", {"device": "enteric tube"}),
-    ("Consolidation in the lingula.", {"laterality": "left"}),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Right IJ central line with tip in the mid SVC.", {"laterality": "right", "device": "central line"}),
+        ("Left chest wall pacemaker with leads in the right atrium.", {"laterality": "left", "device": "pacemaker"}),
+        ("Left effusion without significant change.", {"laterality": "left"}),  # "significant" is no severity here
+        ("Moderate-sized left pleural effusion.", {"laterality": "left", "severity": "moderate"}),
+        ("Right-sided pleural effusion.", {"laterality": "right"}),
+        (
+            "Small to moderate bilateral effusions, right greater than left.",
+            {"laterality": "bilateral", "severity": "small to moderate"},
+        ),
+        ("ETT in place.", {"device": "endotracheal tube"}),
+        ("NGT in the stomach.", {"device": "enteric tube"}),
+        ("Consolidation in the lingula.", {"laterality": "left"}),
+    ],
+)
 def test_attribute_extraction(text, expected):
     fact = extract_facts(text).facts[0]
     assert {k: v for k, v in fact.attributes.items() if k in ("laterality", "severity", "device")} == expected
@@ -129,7 +156,9 @@ def test_hold_out_pair(pair, swapped):
     draft, reference = (pair["reference"], pair["draft"]) if swapped else (pair["draft"], pair["reference"])
     score = score_report(draft, reference_text=reference)
     assert {s.status for s in score.sentences if s.status != "neutral"} == {pair["verdict"]}
-    reasons = {part.split(":")[0] for s in score.sentences for j in s.facts if j.reason for part in j.reason.split("; ")}
+    reasons = {
+        part.split(":")[0] for s in score.sentences for j in s.facts if j.reason for part in j.reason.split("; ")
+    }
     assert reasons == set(pair["attributes"])
     # against the reference's labels alone every pair is entailed: the check needs the report
     labels = score_report(draft, labels=label_report(reference))
@@ -140,8 +169,15 @@ def test_hold_out_pair(pair, swapped):
 
 
 def call_like_trl(reward, completions, **columns):
-    return reward(prompts=["Describe."] * len(completions), completions=completions,
-                  completion_ids=[[1]] * len(completions), trainer_state=None, log_extra=None, log_metric=None, **columns)
+    return reward(
+        prompts=["Describe."] * len(completions),
+        completions=completions,
+        completion_ids=[[1]] * len(completions),
+        trainer_state=None,
+        log_extra=None,
+        log_metric=None,
+        **columns,
+    )
 
 
 def test_reward_switch_reads_the_reference_report_column():
@@ -153,15 +189,22 @@ def test_reward_switch_reads_the_reference_report_column():
     assert off == [pytest.approx(1.0), pytest.approx(1.0)]
     assert on == [pytest.approx(0.75), pytest.approx(1.0)]  # the wrong side is charged as a contradicted sentence
     # a row without a reference report is judged per observation, as against labels
-    assert call_like_trl(make_facts_reward(attribute_check=True), completions[:1], labels=columns["labels"][:1],
-                         reference_report=[""]) == [pytest.approx(1.0)]
+    assert call_like_trl(
+        make_facts_reward(attribute_check=True), completions[:1], labels=columns["labels"][:1], reference_report=[""]
+    ) == [pytest.approx(1.0)]
     # the check acts through the precision-aware penalty only
     plain = make_facts_reward(precision_aware=False, attribute_check=True)
     assert call_like_trl(plain, completions, **columns) == [pytest.approx(1.0), pytest.approx(1.0)]
     # another column can hold the reference; the metric key does not change with the switch
     other = make_facts_reward(attribute_check=True, reference_text_column="oracle_report")
-    assert call_like_trl(other, completions[:1], labels=columns["labels"][:1], oracle_report=[reference]) == [pytest.approx(0.75)]
-    assert make_facts_reward(attribute_check=False).__name__ == make_facts_reward(attribute_check=True).__name__ == "facts_reward"
+    assert call_like_trl(other, completions[:1], labels=columns["labels"][:1], oracle_report=[reference]) == [
+        pytest.approx(0.75)
+    ]
+    assert (
+        make_facts_reward(attribute_check=False).__name__
+        == make_facts_reward(attribute_check=True).__name__
+        == "facts_reward"
+    )
 
 
 def test_config_switch_reaches_the_reward():
@@ -175,9 +218,16 @@ def test_config_switch_reaches_the_reward():
     field = next(f for f in fields(OraPOConfig) if f.name == "facts_attribute_check")
     assert field.default is ATTRIBUTE_CHECK_DEFAULT is True and "reference_report" in field.metadata["help"]
     completions = ["Small left pleural effusion. No pneumothorax."]
-    columns = dict(labels=[{"Pleural Effusion": 1, "Pneumothorax": 0}], reference_report=["Large right pleural effusion. No pneumothorax."])
-    assert call_like_trl(get_reward("facts", RewardSettings(attribute_check=False)), completions, **columns) == [pytest.approx(1.0)]
-    assert call_like_trl(get_reward("facts", RewardSettings(attribute_check=True)), completions, **columns) == [pytest.approx(0.75)]
+    columns = dict(
+        labels=[{"Pleural Effusion": 1, "Pneumothorax": 0}],
+        reference_report=["Large right pleural effusion. No pneumothorax."],
+    )
+    assert call_like_trl(get_reward("facts", RewardSettings(attribute_check=False)), completions, **columns) == [
+        pytest.approx(1.0)
+    ]
+    assert call_like_trl(get_reward("facts", RewardSettings(attribute_check=True)), completions, **columns) == [
+        pytest.approx(0.75)
+    ]
     assert call_like_trl(get_reward("facts"), completions, **columns) == [pytest.approx(0.75)]  # FactS's default
 
 
@@ -196,22 +246,45 @@ def test_trainer_builds_the_reward_from_the_config(tmp_path):
 
     vlm = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
     Image.new("L", (56, 56), color=90).save(tmp_path / "0.png")
-    dataset = build_training_dataset([{"study_id": "s0", "image": str(tmp_path / "0.png"), "labels": {"Pleural Effusion": 1},
-                                       "reference_report": "Large right pleural effusion."}] * 2)
+    dataset = build_training_dataset(
+        [
+            {
+                "study_id": "s0",
+                "image": str(tmp_path / "0.png"),
+                "labels": {"Pleural Effusion": 1},
+                "reference_report": "Large right pleural effusion.",
+            }
+        ]
+        * 2
+    )
     completions = ["Small left pleural effusion. No pneumothorax."]
-    columns = dict(labels=[{"Pleural Effusion": 1, "Pneumothorax": 0}], reference_report=["Large right pleural effusion. No pneumothorax."])
+    columns = dict(
+        labels=[{"Pleural Effusion": 1, "Pneumothorax": 0}],
+        reference_report=["Large right pleural effusion. No pneumothorax."],
+    )
     got = {}
     for check in (False, True):
         torch.manual_seed(0)
         model = AutoModelForImageTextToText.from_pretrained(vlm)
-        args = OraPOConfig(output_dir=str(tmp_path / f"out{check}"), per_device_train_batch_size=2, num_generations=2,
-                           max_completion_length=4, max_steps=1, bf16=False, report_to="none", save_strategy="no",
-                           facts_attribute_check=check)
-        trainer = OraPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=load_processor(vlm, model.config))
+        args = OraPOConfig(
+            output_dir=str(tmp_path / f"out{check}"),
+            per_device_train_batch_size=2,
+            num_generations=2,
+            max_completion_length=4,
+            max_steps=1,
+            bf16=False,
+            report_to="none",
+            save_strategy="no",
+            facts_attribute_check=check,
+        )
+        trainer = OraPOTrainer(
+            model=model, args=args, train_dataset=dataset, processing_class=load_processor(vlm, model.config)
+        )
         got[check] = call_like_trl(trainer.reward_funcs[0], completions, **columns)
     assert got == {False: [pytest.approx(1.0)], True: [pytest.approx(0.75)]}
 
 
+@pytest.mark.slow  # a measurement over 150 PhantomCXR studies
 def test_the_measurement_finds_no_false_contradiction_on_rephrased_phantom_reports():
     from tests.measure_facts_attributes import measure
 

@@ -16,17 +16,28 @@ from orapo_core.train.config import OraPOConfig
 from orapo_core.train.rewards import RewardSettings, get_reward
 
 ROUND_RECIPE = Path(__file__).resolve().parents[1] / "orapo_core" / "train" / "recipes" / "round-cpu.yaml"
-REFERENCE = ("FINDINGS: Small right pneumothorax. Left lower lobe atelectasis.\n\n"
-             "IMPRESSION: Small right pneumothorax. Left lower lobe atelectasis.")
+REFERENCE = (
+    "FINDINGS: Small right pneumothorax. Left lower lobe atelectasis.\n\n"
+    "IMPRESSION: Small right pneumothorax. Left lower lobe atelectasis."
+)
 # What GRPO on FactS alone wrote after 150 steps (`bench_learning --quick`, seed 1), shortened.
-DEGENERATE = ("FINDINGS: Small bilateral. pneumothorax. Small bilateral. pneumothorax. No pneumothorax.\n\n"
-              "IMPRESSION: pneumothorax.")
+DEGENERATE = (
+    "FINDINGS: Small bilateral. pneumothorax. Small bilateral. pneumothorax. No pneumothorax.\n\n"
+    "IMPRESSION: pneumothorax."
+)
 
 
 def _reward(reward, completions, reference=REFERENCE):
     n = len(completions)
-    return reward(prompts=[None] * n, completions=completions, completion_ids=[[1]] * n, labels=[label_report(reference)] * n,
-                  reference_report=[reference] * n, trainer_state=None, log_metric=None)
+    return reward(
+        prompts=[None] * n,
+        completions=completions,
+        completion_ids=[[1]] * n,
+        labels=[label_report(reference)] * n,
+        reference_report=[reference] * n,
+        trainer_state=None,
+        log_metric=None,
+    )
 
 
 def _phantom_reports(n: int, seed: int = 0):
@@ -37,6 +48,7 @@ def _phantom_reports(n: int, seed: int = 0):
         yield report_text(findings, impression)
 
 
+@pytest.mark.slow  # a sweep of 2,000 PhantomCXR reports
 def test_every_phantom_reference_report_is_well_formed():
     # Issue 11's guard must not charge the reports the model is trained to write. (PhantomCXR wrote "Patchy opacity
     # in the right lung base." twice in 4 of 5,000 reports with consolidation and pneumonia; it says it once now.)
@@ -53,8 +65,10 @@ def test_every_phantom_reference_report_is_well_formed():
 def test_degenerate_text_loses_what_it_gamed_and_a_good_report_keeps_its_score():
     guarded, plain = make_facts_reward(form_guard=True), make_facts_reward(form_guard=False)
     good = REFERENCE
-    missing_one = ("FINDINGS: Left lower lobe atelectasis. The heart is normal in size.\n\n"
-                   "IMPRESSION: Left lower lobe atelectasis.")
+    missing_one = (
+        "FINDINGS: Left lower lobe atelectasis. The heart is normal in size.\n\n"
+        "IMPRESSION: Left lower lobe atelectasis."
+    )
     before = _reward(plain, [DEGENERATE, good, missing_one])
     after = _reward(guarded, [DEGENERATE, good, missing_one])
     # unguarded, the degenerate text scores near a well-formed report that misses one of the two findings
@@ -68,10 +82,12 @@ def test_degenerate_text_loses_what_it_gamed_and_a_good_report_keeps_its_score()
 
 def test_what_is_not_a_defect():
     # An impression restating the findings, a denial of the other side, and a plain normal report.
-    for text in (REFERENCE,
-                 "FINDINGS: No left pneumothorax. Small right pneumothorax.\n\nIMPRESSION: Small right pneumothorax.",
-                 "FINDINGS: The heart is normal in size. The lungs are clear.\n\nIMPRESSION: No acute cardiopulmonary process.",
-                 "COMPARISON: None. None.\n\nFINDINGS: Stable. No pneumothorax.\n\nIMPRESSION: No change."):
+    for text in (
+        REFERENCE,
+        "FINDINGS: No left pneumothorax. Small right pneumothorax.\n\nIMPRESSION: Small right pneumothorax.",
+        "FINDINGS: The heart is normal in size. The lungs are clear.\n\nIMPRESSION: No acute cardiopulmonary process.",
+        "COMPARISON: None. None.\n\nFINDINGS: Stable. No pneumothorax.\n\nIMPRESSION: No change.",
+    ):
         form = report_form(extract_facts(text))
         assert form.factor == 1.0, (form.defects, text)
 
@@ -82,7 +98,11 @@ def test_each_defect_and_its_charge():
     # a denial of the same side is a contradiction too
     same_side = report_form(extract_facts("FINDINGS: No right pneumothorax.\n\nIMPRESSION: Small right pneumothorax."))
     assert same_side.contradictions == ["Pneumothorax"]
-    repeated = report_form(extract_facts("FINDINGS: Cardiomegaly. Cardiomegaly. Small left effusion. No edema.\n\nIMPRESSION: Cardiomegaly."))
+    repeated = report_form(
+        extract_facts(
+            "FINDINGS: Cardiomegaly. Cardiomegaly. Small left effusion. No edema.\n\nIMPRESSION: Cardiomegaly."
+        )
+    )
     assert repeated.repeated == [1] and repeated.factor == pytest.approx(1 - 1 / 5)
     no_impression = extract_facts("FINDINGS: Cardiomegaly.")
     assert report_form(no_impression).missing_sections == ["impression"]
@@ -91,8 +111,12 @@ def test_each_defect_and_its_charge():
     assert is_fragment("Small bilateral.") and is_fragment("Right upper lobe.") and is_fragment("Moderate, left-sided.")
     assert not is_fragment("Stable.") and not is_fragment("No change.") and not is_fragment("Small right pneumothorax.")
     # what GRPO's drafts on the general pool degenerated into (bench_learning, 2026-12-05)
-    stuttered = report_form(extract_facts("FINDINGS: Patchy Patchy The heart is normal in size. No pulmonary edema. "
-                                          "Left left ventricle.\n\nIMPRESSION: No acute process."))
+    stuttered = report_form(
+        extract_facts(
+            "FINDINGS: Patchy Patchy The heart is normal in size. No pulmonary edema. "
+            "Left left ventricle.\n\nIMPRESSION: No acute process."
+        )
+    )
     assert stuttered.stutters == [0, 2] and stuttered.factor == pytest.approx(1 - 2 / 4)
     assert "2 stuttering sentence(s)" in stuttered.defects
     assert not has_stutter("No pneumothorax or pleural effusion.") and has_stutter("The heart is is normal.")
@@ -121,9 +145,17 @@ def test_the_recipe_switch_and_the_logged_form():
     on, off = get_reward("facts", RewardSettings(form_guard=True)), get_reward("facts", RewardSettings())
     assert _reward(on, [DEGENERATE])[0] < _reward(off, [DEGENERATE])[0]
     logged = {}
-    off(completions=[REFERENCE], labels=[label_report(REFERENCE)], reference_report=[REFERENCE],
-        log_metric=lambda key, value: logged.__setitem__(key, value))
+    off(
+        completions=[REFERENCE],
+        labels=[label_report(REFERENCE)],
+        reference_report=[REFERENCE],
+        log_metric=lambda key, value: logged.__setitem__(key, value),
+    )
     assert "facts_reward/form" not in logged
-    on(completions=[DEGENERATE, REFERENCE], labels=[label_report(REFERENCE)] * 2, reference_report=[REFERENCE] * 2,
-       log_metric=lambda key, value: logged.__setitem__(key, value))
+    on(
+        completions=[DEGENERATE, REFERENCE],
+        labels=[label_report(REFERENCE)] * 2,
+        reference_report=[REFERENCE] * 2,
+        log_metric=lambda key, value: logged.__setitem__(key, value),
+    )
     assert 0 < logged["facts_reward/form"] < 1

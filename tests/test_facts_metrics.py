@@ -53,11 +53,23 @@ def test_metrics_are_stored_with_their_names_and_read_back_from_any_stored_resul
     stored = m.to_dict()
     # the stored layout (the keys of every recorded result) is pinned here; what nothing computed is left out, as
     # the dicts of older code left it out: no report length without texts, no "_5" group without one of the five
-    assert stored == {"n_reports": 1, "micro_precision_14": 1.0, "micro_recall_14": 1.0, "micro_f1_14": 1.0,
-                      "macro_precision_14": 0.5, "macro_recall_14": 0.5, "macro_f1_14": 0.5,
-                      "micro_precision_5": 1.0, "micro_recall_5": 1.0, "micro_f1_5": 1.0, "macro_precision_5": 1.0,
-                      "macro_recall_5": 1.0, "macro_f1_5": 1.0, "f1_per_class": {"Edema": 1.0, "Fracture": 0.0},
-                      "support_per_class": {"Edema": 1, "Fracture": 0}}
+    assert stored == {
+        "n_reports": 1,
+        "micro_precision_14": 1.0,
+        "micro_recall_14": 1.0,
+        "micro_f1_14": 1.0,
+        "macro_precision_14": 0.5,
+        "macro_recall_14": 0.5,
+        "macro_f1_14": 0.5,
+        "micro_precision_5": 1.0,
+        "micro_recall_5": 1.0,
+        "micro_f1_5": 1.0,
+        "macro_precision_5": 1.0,
+        "macro_recall_5": 1.0,
+        "macro_f1_5": 1.0,
+        "f1_per_class": {"Edema": 1.0, "Fracture": 0.0},
+        "support_per_class": {"Edema": 1, "Fracture": 0},
+    }
     assert EvalMetrics.from_dict(stored) == m
     rare = clinical_efficacy([{"Fracture": 1}], [{"Fracture": 1}], observations=("Fracture",))
     assert rare.macro_f1_5 is None and not any(key.endswith("_5") for key in rare.to_dict())
@@ -86,7 +98,12 @@ def test_self_consistency_by_hand():
     result = self_consistency(greedy, samples)
     assert result.n_samples == 4
     assert [s.confidence for s in result.sentences] == [0.75, 0.75, 0.25, 0.5]
-    assert [f.fact.observation for f in result.flagged] == ["Pneumonia", "Support Devices", "Cardiomegaly", "Pleural Effusion"]
+    assert [f.fact.observation for f in result.flagged] == [
+        "Pneumonia",
+        "Support Devices",
+        "Cardiomegaly",
+        "Pleural Effusion",
+    ]
     assert result.flagged[0].agreement == 0.25
 
 
@@ -96,8 +113,10 @@ def test_self_consistency_without_samples():
 
 
 def test_keep_agreed_leaves_out_the_findings_too_few_samples_assert():
-    greedy = ("FINDINGS: Heart size is normal. No pneumothorax. Small left pleural effusion.\n\n"
-              "IMPRESSION: Moderate right pneumothorax.")
+    greedy = (
+        "FINDINGS: Heart size is normal. No pneumothorax. Small left pleural effusion.\n\n"
+        "IMPRESSION: Moderate right pneumothorax."
+    )
     samples = [
         "FINDINGS: Small left pleural effusion.",
         "FINDINGS: No pneumothorax. Left effusion.",
@@ -105,9 +124,12 @@ def test_keep_agreed_leaves_out_the_findings_too_few_samples_assert():
         "FINDINGS: Normal.",
     ]  # effusion asserted by 2 of 4, pneumothorax by 1 of 4
     assert keep_agreed(greedy, samples, 0.25) == greedy
-    assert keep_agreed(greedy, samples, 0.5) == (
-        "FINDINGS: Heart size is normal. No pneumothorax. Small left pleural effusion.")  # empty impression left out
+    assert keep_agreed(greedy, samples, 0.5) == (  # an impression left with no sentence is kept, pointing back
+        "FINDINGS: Heart size is normal. No pneumothorax. Small left pleural effusion.\n\nIMPRESSION: See findings."
+    )
     # denials stay whatever the samples say; the layout stays the reference one
-    assert keep_agreed(greedy, samples, 0.75) == "FINDINGS: Heart size is normal. No pneumothorax."
+    assert keep_agreed(greedy, samples, 0.75) == (
+        "FINDINGS: Heart size is normal. No pneumothorax.\n\nIMPRESSION: See findings."
+    )
     assert keep_agreed(greedy, [], 1.0) == greedy and keep_agreed(greedy, samples, 0) == greedy
     assert keep_agreed("Moderate right pneumothorax. Clear lungs.", ["Clear lungs."], 0.5) == "Clear lungs."

@@ -1,7 +1,10 @@
 """Label radiology reports with the FactS labeler into a CheXpert-style CSV.
 
 Values follow the CheXpert labeler: 1 positive, 0 negative, -1 uncertain, empty
-when not mentioned. Only the standard library and `orapo_core.facts` are
+when not mentioned. With `--schema chestxray14` a probable finding ("likely",
+"probable", either side of "A versus B") is written 1 and only a possible one
+("may", "cannot be excluded") -1, as NegBio's human coders wrote Open-i
+(docs/pages/facts.md). Only the standard library and `orapo_core.facts` are
 imported, so this command starts without torch.
 """
 

@@ -6,6 +6,7 @@ torch. `extract_facts` is the rule-based extractor; `LLMFactExtractor` (in
 """
 
 from orapo_core.facts.consistency import SelfConsistency, keep_agreed, self_consistency
+from orapo_core.facts.edits import REMOVED, score_edit
 from orapo_core.facts.extract import Fact, ReportFacts, extract_facts, label_report, labels_from_facts
 from orapo_core.facts.labels import normalize_labels
 from orapo_core.facts.reward import facts_reward, make_facts_reward
@@ -13,6 +14,7 @@ from orapo_core.facts.score import FactJudgement, ReportScore, SentenceScore, sc
 from orapo_core.facts.text import Sentence
 
 __all__ = [
+    "REMOVED",
     "Fact",
     "FactJudgement",
     "ReportFacts",
@@ -27,6 +29,7 @@ __all__ = [
     "labels_from_facts",
     "make_facts_reward",
     "normalize_labels",
+    "score_edit",
     "score_facts",
     "score_report",
     "self_consistency",

@@ -76,8 +76,10 @@ def keep_agreed(greedy_text: str, sample_texts: list[str], min_agreement: float)
 
     An operating point for the drafts' findings: a sentence whose positive or uncertain fact too few samples repeat
     is left out (a denial is kept whatever the samples say), so the draft says less and is right more often. The
-    report keeps the reference layout (`report_layout.report_text`), a section left empty is left out, and with no
-    samples, or `min_agreement` 0, the text is returned as it is.
+    report keeps the reference layout (`report_layout.report_text`) and stays well formed: numbered items are
+    numbered 1 to n again, a section that lost every sentence says where to look (`report_layout.EMPTIED_SECTION`,
+    "See findings."), a report that lost every sentence is empty; with no samples, or `min_agreement` 0, the text
+    is returned as it is.
     """
     return split_agreed(greedy_text, sample_texts, min_agreement)[0]
 
@@ -87,8 +89,9 @@ def split_agreed(greedy_text: str, sample_texts: list[str], min_agreement: float
     if not sample_texts or min_agreement <= 0 or not greedy_text:
         return greedy_text, []
     scored = self_consistency(greedy_text, sample_texts)
-    drop = [s for s in scored.sentences
-            if any(f.fact.polarity != NEGATIVE and f.agreement < min_agreement for f in s.facts)]
+    drop = [
+        s for s in scored.sentences if any(f.fact.polarity != NEGATIVE and f.agreement < min_agreement for f in s.facts)
+    ]
     return _without(greedy_text, drop)
 
 
@@ -98,8 +101,7 @@ def split_unsupported(text: str, unsupported: set[str]) -> tuple[str, list[str]]
     if not unsupported or not text:
         return text, []
     report = extract_facts(text)
-    vetoed = {f.sentence_index for f in report.facts
-              if f.polarity != NEGATIVE and _finding(f) in unsupported}
+    vetoed = {f.sentence_index for f in report.facts if f.polarity != NEGATIVE and _finding(f) in unsupported}
     return _without(text, [s for s in report.sentences if s.index in vetoed])
 
 
@@ -126,10 +128,13 @@ OPACITY_KINDS = frozenset({"Lung Lesion", "Consolidation", "Pneumonia", "Atelect
 # A sentence calling the whole study normal ("No acute cardiopulmonary process.", "Normal chest radiograph."): FactS
 # gives it no fact, and a reader takes it as denying every finding.
 # ("No acute osseous abnormality." is about the bones, and stays.)
-_NORMAL_STUDY = re.compile(r"^\W*(?:\d+\.\s*)?(?:no (?:radiographic )?(?:evidence of )?(?:acute|active) "
-                           r"(?:cardiopulmonary|intrathoracic|thoracic|chest|disease|process|findings?|abnormalit)|"
-                           r"normal (?:chest|study|radiograph|exam)|stable chest|"
-                           r"unremarkable (?:chest|study|radiograph|exam))", re.IGNORECASE)
+_NORMAL_STUDY = re.compile(
+    r"^\W*(?:\d+\.\s*)?(?:no (?:radiographic )?(?:evidence of )?(?:acute|active) "
+    r"(?:cardiopulmonary|intrathoracic|thoracic|chest|disease|process|findings?|abnormalit)|"
+    r"normal (?:chest|study|radiograph|exam)|stable chest|"
+    r"unremarkable (?:chest|study|radiograph|exam))",
+    re.IGNORECASE,
+)
 
 
 def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], list[str]]:
@@ -140,22 +145,26 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
     The impression states the additions too, since it is what a referring clinician reads (a report with a
     pneumothorax in its findings and "No acute process." as its impression contradicts itself); a report without an
     impression does not get one. A finding `text` already states is not added again."""
-    from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
+    from orapo_core.report_layout import EMPTIED_SECTION, has_sections, normalize_space, report_text, split_report
 
     additions = {name: sentence for name, sentence in additions.items() if name not in stated_findings(text)}
     if not additions or not text:
         return text, [], []
     denied = set(additions) | ({"Lung Opacity"} if OPACITY_KINDS & set(additions) else set())
     report = extract_facts(text)
-    contradicted = {f.sentence_index for f in report.facts
-                    if f.polarity == NEGATIVE and _finding(f) in denied}
+    contradicted = {f.sentence_index for f in report.facts if f.polarity == NEGATIVE and _finding(f) in denied}
     with_facts = {f.sentence_index for f in report.facts}
     contradicted |= {s.index for s in report.sentences if s.index not in with_facts and _NORMAL_STUDY.match(s.text)}
-    kept, dropped = _without(text, [s for s in report.sentences if s.index in contradicted],
-                             _denials_kept(report, contradicted, denied))
+    kept, dropped = _without(
+        text, [s for s in report.sentences if s.index in contradicted], _denials_kept(report, contradicted, denied)
+    )
     added = [sentence.strip() for sentence in additions.values()]
     if has_sections(text):
-        findings, impression = split_report(kept)
+        # a section the removal left saying where to look says what was added instead
+        findings, impression = (
+            part if part != EMPTIED_SECTION[name] else ""
+            for name, part in zip(("findings", "impression"), split_report(kept))
+        )
         had_impression = bool(split_report(text)[1])
         impression = _appended(impression, added) if had_impression else impression
         return report_text(normalize_space(" ".join([findings, *added])), impression), added, dropped
@@ -168,11 +177,13 @@ def _denials_kept(report: ReportFacts, contradicted: set[int], denied: set[str])
     kept = {}
     for sentence in report.sentences:
         facts = [f for f in report.facts if f.sentence_index == sentence.index]
-        if sentence.index not in contradicted or not re.match(r"\s*no\s", sentence.text, re.IGNORECASE) or any(
-                f.polarity != NEGATIVE for f in facts):
+        if (
+            sentence.index not in contradicted
+            or not re.match(r"\s*no\s", sentence.text, re.IGNORECASE)
+            or any(f.polarity != NEGATIVE for f in facts)
+        ):
             continue
-        others = list(dict.fromkeys(f.mention.lower() for f in facts
-                                    if _finding(f) not in denied))
+        others = list(dict.fromkeys(f.mention.lower() for f in facts if _finding(f) not in denied))
         if others:
             listed = ", ".join(others[:-1]) + " or " + others[-1] if len(others) > 1 else others[0]
             kept[sentence.index] = f"No {listed}."
@@ -199,16 +210,34 @@ def _finding(fact: Fact) -> str | None:
 def _without(text: str, drop: list, instead: dict[int, str] | None = None) -> tuple[str, list[str]]:
     """`text` without the sentences `drop` (anything with start, end, text and index, in order), each replaced by
     `instead[index]` where given, laid out again; and the texts of the sentences dropped."""
-    from orapo_core.report_layout import has_sections, normalize_space, report_text, split_report
+    from orapo_core.report_layout import has_sections, renumbered, split_report
 
     if not drop:
         return text, []
     kept, cursor = [], 0
     for s in drop:
-        kept.append(text[cursor:s.start])
+        kept.append(text[cursor : s.start])
         kept.append((instead or {}).get(s.index, ""))
         cursor = s.end
     kept.append(text[cursor:])
     out = "".join(kept)
-    out = report_text(*split_report(out)) if has_sections(text) else normalize_space(out)
-    return out, [s.text for s in drop]
+    if not has_sections(text):
+        return renumbered(out), [s.text for s in drop]
+    return _laid_out(split_report(text), split_report(out)), [s.text for s in drop]
+
+
+def _laid_out(before: tuple[str, str], after: tuple[str, str]) -> str:
+    """The reference layout of `after` (findings, impression), a report `before` was cut into: numbered items
+    numbered 1 to n again with no empty one, and a section `before` had that lost every sentence kept, saying
+    where to look (`EMPTIED_SECTION`) rather than vanishing; with nothing left in either, nothing."""
+    from orapo_core.report_layout import EMPTIED_SECTION, has_text, renumbered, report_text
+
+    sections = [renumbered(part) for part in after]
+    if not any(has_text(part) for part in sections):
+        return ""
+    names = ("findings", "impression")
+    sections = [
+        part if has_text(part) or not has_text(was) else EMPTIED_SECTION[name]
+        for name, was, part in zip(names, before, sections)
+    ]
+    return report_text(*sections)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from orapo_core.facts import vocabulary as V
+from orapo_core.facts.devices import MALPOSITIONED, POSITIONED_DEVICES, placement, tip_position
 from orapo_core.facts.ontology import CONCEPTS, project, schema_labels
 from orapo_core.facts.text import Sentence, split_sentences
 
@@ -31,6 +32,9 @@ class Fact:
     start: int
     end: int
     mention: str
+    # A finding a reader must hear of at once: today a support device whose tip is malpositioned
+    # (`attributes["position"]`, judged by `facts.devices.placement`).
+    critical: bool = False
 
 
 @dataclass
@@ -52,10 +56,14 @@ def _words(patterns: Iterable[str]) -> re.Pattern[str]:
 
 
 # Specific concepts first, so that at one position "pleural thickening" beats a broader reading.
-_CONCEPT_ORDER = sorted(CONCEPTS, key=lambda c: c not in ("Pleural Thickening", "Pleural Other", "Nodule", "Mass", "Infiltration"))
+_CONCEPT_ORDER = sorted(
+    CONCEPTS, key=lambda c: c not in ("Pleural Thickening", "Pleural Other", "Nodule", "Mass", "Infiltration")
+)
 _GROUP_TO_CONCEPT = {f"c{i}": c for i, c in enumerate(_CONCEPT_ORDER)}
 _MENTION_RE = re.compile(
-    r"(?<![\w-])(?:" + "|".join(f"(?P<c{i}>{_alt(V.MENTIONS[c])})" for i, c in enumerate(_CONCEPT_ORDER)) + r")(?![\w-])"
+    r"(?<![\w-])(?:"
+    + "|".join(f"(?P<c{i}>{_alt(V.MENTIONS[c])})" for i, c in enumerate(_CONCEPT_ORDER))
+    + r")(?![\w-])"
 )
 _PRE_NEG = _words(V.PRE_NEGATION)
 _POST_NEG = _words(V.POST_NEGATION)
@@ -63,7 +71,11 @@ _PSEUDO = _words(V.PSEUDO_NEGATION)
 _PRE_UNC = _words(V.PRE_UNCERTAINTY)
 _POST_UNC = _words(V.POST_UNCERTAINTY)
 _TERMINATOR = re.compile(r"[;:]|(?<![\w-])(?:" + _alt(V.SCOPE_TERMINATORS) + r")(?![\w-])")
-_OPENER = re.compile(r"(?:,|(?<![\w-])(?:and|(?<!consistent )(?<!compatible )with)(?![\w-]))\s*(?:" + _alt(V.ASSERTION_OPENERS) + r")(?![\w-])")
+_OPENER = re.compile(
+    r"(?:,|(?<![\w-])(?:and|(?<!consistent )(?<!compatible )with)(?![\w-]))\s*(?:"
+    + _alt(V.ASSERTION_OPENERS)
+    + r")(?![\w-])"
+)
 # The rest of a clause that goes on to "or"/"nor" is one list under one negation.
 _LIST_TAIL = re.compile(r"[^.;:\n]*?(?<![\w-])n?or(?![\w-])")
 # So is a differential: "differential diagnosis includes atelectasis, small infiltrate, scarring".
@@ -76,12 +88,20 @@ _VERSUS = re.compile(r"versus|vs\b|either")
 _SIZE_CONCEPTS = list(V.SIZE_ANATOMY)
 # Every organ in one scan; the group says which concept its qualifier decides.
 _ANATOMY_RE = re.compile(
-    r"(?<![\w-])(?:" + "|".join(f"(?P<a{i}>{V.SIZE_ANATOMY[c][0]})" for i, c in enumerate(_SIZE_CONCEPTS)) + r")(?![\w-])"
+    r"(?<![\w-])(?:"
+    + "|".join(f"(?P<a{i}>{V.SIZE_ANATOMY[c][0]})" for i, c in enumerate(_SIZE_CONCEPTS))
+    + r")(?![\w-])"
 )
 _QUALIFIER_RES = {
     f"a{i}": (
         concept,
-        re.compile(r"(?<![\w-])(?:(?P<normal>" + normal + r")" + (r"|(?P<enlarged>" + enlarged + r")" if enlarged else "") + r")(?![\w-])"),
+        re.compile(
+            r"(?<![\w-])(?:(?P<normal>"
+            + normal
+            + r")"
+            + (r"|(?P<enlarged>" + enlarged + r")" if enlarged else "")
+            + r")(?![\w-])"
+        ),
     )
     for i, (concept, (_, enlarged, normal)) in enumerate(V.SIZE_ANATOMY.items())
 }
@@ -89,13 +109,19 @@ _HEDGED_SIZE = re.compile(r"upper limits? (?:of )?normal|top normal|prominent")
 # One regex per attribute, one group per value: the first-listed value found near a mention wins.
 _ATTRIBUTE_RES = {
     name: (
-        re.compile(r"(?<![\w-])(?:" + "|".join(f"(?P<v{i}>{pattern})" for i, (pattern, _) in enumerate(options)) + r")(?![\w-])"),
+        re.compile(
+            r"(?<![\w-])(?:"
+            + "|".join(f"(?P<v{i}>{pattern})" for i, (pattern, _) in enumerate(options))
+            + r")(?![\w-])"
+        ),
         {f"v{i}": (i, value) for i, (_, value) in enumerate(options)},
     )
     for name, options in V.ATTRIBUTES.items()
 }
 # Attributes a reference report is checked against: read from the word nearest the mention, never across another finding.
-_NEAREST_ATTRIBUTES = frozenset({"laterality", "severity"})
+_NEAREST_ATTRIBUTES = frozenset({"laterality", "severity", "change"})
+# Devices in the midline: a side near them is their tip's ("ETT in the right mainstem bronchus"), read as position.
+_MIDLINE_DEVICES = frozenset({"endotracheal tube", "tracheostomy tube", "enteric tube"})
 _DEVICE_RES = [(re.compile(r"(?<![\w-])(?:" + pattern + r")(?![\w-])"), kind) for pattern, kind in V.DEVICE_TYPES]
 
 
@@ -118,7 +144,9 @@ class _Spans:
 def _terminators(lower: str) -> _Spans:
     """Clause boundaries: terminator words, and segments that open a new assertion."""
     terms = _Spans(_TERMINATOR, lower)
-    openers = [(m.start(), m.end(), m.group()) for m in _OPENER.finditer(lower) if not _in_list(lower, m.start(), m.end())]
+    openers = [
+        (m.start(), m.end(), m.group()) for m in _OPENER.finditer(lower) if not _in_list(lower, m.start(), m.end())
+    ]
     if openers:
         terms.items = sorted(terms.items + openers)
         terms.starts = [it[0] for it in terms.items]
@@ -128,7 +156,9 @@ def _terminators(lower: str) -> _Spans:
 def _in_list(lower: str, start: int, end: int) -> bool:
     if _LIST_TAIL.match(lower, end):
         return True
-    head = max(lower.rfind(".", 0, start), lower.rfind(";", 0, start), lower.rfind(":", 0, start), lower.rfind("\n", 0, start))
+    head = max(
+        lower.rfind(".", 0, start), lower.rfind(";", 0, start), lower.rfind(":", 0, start), lower.rfind("\n", 0, start)
+    )
     return _LIST_HEAD.search(lower, head + 1, start) is not None
 
 
@@ -158,7 +188,9 @@ def _polarity(
     post_neg = spans["post_neg"].between(end, right)
     pre_unc = [t for t in spans["pre_unc"].between(left, start) if t[1] <= start]
     # "A versus B" hedges the alternative right before it, not everything earlier in the clause.
-    post_unc = [t for t in spans["post_unc"].between(end, right) if not _VERSUS.match(t[2]) or _next_to(text, end, t[0])]
+    post_unc = [
+        t for t in spans["post_unc"].between(end, right) if not _VERSUS.match(t[2]) or _next_to(text, end, t[0])
+    ]
     uncertain = pre_unc + post_unc
     if any(_STRONG_UNCERTAINTY.search(t[2]) for t in uncertain):
         return UNCERTAIN, "possible"
@@ -181,14 +213,23 @@ def _next_to(text: str, end: int, start: int) -> bool:
     return len(gap) <= 25 and "," not in gap
 
 
-def _attributes(text: str, left: int, right: int, start: int, end: int,
-                barriers: Sequence[tuple[int, int]] = ()) -> dict[str, str]:
+def _attributes(
+    text: str,
+    left: int,
+    right: int,
+    start: int,
+    end: int,
+    barriers: Sequence[tuple[int, int]] = (),
+    sentence_end: int | None = None,
+) -> dict[str, str]:
     # Attributes live next to the mention: "small left pleural effusion", "effusion on the right".
     lo, hi = max(left, start - 40), min(right, end + 30)
     found: dict[str, str] = {}
     for name, (regex, values) in _ATTRIBUTE_RES.items():
         if name in _NEAREST_ATTRIBUTES:
             value = _nearest(regex, values, text, lo, hi, start, end, barriers)
+            if value is None and name == "change" and sentence_end is not None and right == hi:
+                value = _trailing_change(text, right, sentence_end, barriers)
             if value is not None:
                 found[name] = value
             continue
@@ -202,8 +243,37 @@ def _attributes(text: str, left: int, right: int, start: int, end: int,
     return found
 
 
-def _nearest(regex: re.Pattern[str], values: dict[str, tuple[int, str]], text: str, lo: int, hi: int, start: int,
-             end: int, barriers: Sequence[tuple[int, int]]) -> str | None:
+_TRAILING = re.compile(r"[,\s]*(?:and\s+)?(?:(?:is|are|was|were|has been|have been|appears?|remains?)\s+)?")
+
+
+def _trailing_change(text: str, right: int, sentence_end: int, barriers: Sequence[tuple[int, int]]) -> str | None:
+    """A change said after the finding's clause, which it opened anew: "Left effusion, increased since the prior",
+    "the opacity is unchanged".
+
+    Taken only when no other finding follows it before the next comma: in "effusion, increased opacity" it is the opacity's.
+    """
+    regex, values = _ATTRIBUTE_RES["change"]
+    lead = _TRAILING.match(text, right, sentence_end)
+    m = regex.match(text, lead.end() if lead else right, sentence_end)
+    if m is None:
+        return None
+    stop = text.find(",", m.end(), sentence_end)
+    stop = sentence_end if stop < 0 else stop
+    if any(m.end() <= s < stop for s, _ in barriers):
+        return None
+    return values[_group(m)][1]
+
+
+def _nearest(
+    regex: re.Pattern[str],
+    values: dict[str, tuple[int, str]],
+    text: str,
+    lo: int,
+    hi: int,
+    start: int,
+    end: int,
+    barriers: Sequence[tuple[int, int]],
+) -> str | None:
     """The value written inside the mention's span, else the nearest before it, else the nearest after it.
 
     A word with another finding between it and the mention belongs to that finding: in "large right
@@ -270,25 +340,42 @@ def _extract(text: str, attributes: bool) -> ReportFacts:
 
     facts: list[Fact] = []
     barriers = [(m[0], m[1]) for m in mentions]
-    for start, end, concept, sentence in mentions:
+    for i, (start, end, concept, sentence) in enumerate(mentions):
         clause = _clause(terms, sentence, start, end)
         polarity, certainty = _polarity(lower, spans, sentence, start, end, clause)
-        found = _attributes(lower, *clause, start, end, barriers) if attributes else {}
+        found = _attributes(lower, *clause, start, end, barriers, sentence.end) if attributes else {}
+        critical = False
         if attributes and concept == "Support Devices":
             device = _device(text[start:end])
             if device:
                 found["device"] = device
+            if device in POSITIONED_DEVICES:
+                # The tip is described after the mention, before the sentence's next finding.
+                bound = mentions[i + 1][0] if i + 1 < len(mentions) and mentions[i + 1][3] is sentence else sentence.end
+                position = tip_position(lower, end, bound)
+                if device in _MIDLINE_DEVICES:
+                    found.pop("laterality", None)
+                if position:
+                    found["position"] = position
+                    critical = polarity != NEGATIVE and placement(device, position, text[start:end]) == MALPOSITIONED
         if certainty:
             found["certainty"] = certainty
-        facts.append(Fact(concept, polarity, found, sentence.index, start, end, text[start:end]))
+        facts.append(Fact(concept, polarity, found, sentence.index, start, end, text[start:end], critical))
     facts.extend(_size_facts(text, lower, sentences, terms, spans, mentions, attributes))
     facts.sort(key=lambda f: (f.start, f.observation))
     report.facts = facts
     return report
 
 
-def _size_facts(text: str, lower: str, sentences: list[Sentence], terms: _Spans, spans: dict[str, _Spans],
-                mentions: list[tuple[int, int, str, Sentence]], with_attributes: bool = True) -> list[Fact]:
+def _size_facts(
+    text: str,
+    lower: str,
+    sentences: list[Sentence],
+    terms: _Spans,
+    spans: dict[str, _Spans],
+    mentions: list[tuple[int, int, str, Sentence]],
+    with_attributes: bool = True,
+) -> list[Fact]:
     """Facts read from an organ and its qualifier: "heart size is normal", "the mediastinum is widened"."""
     taken_starts = [m[0] for m in mentions]
     barriers = [(m[0], m[1]) for m in mentions]
@@ -312,7 +399,7 @@ def _size_facts(text: str, lower: str, sentences: list[Sentence], terms: _Spans,
             q = qualifier_re.search(lower, max(left, start - 30), start)
         if q is None:
             continue
-        attributes = _attributes(lower, left, right, start, q.end(), barriers) if with_attributes else {}
+        attributes = _attributes(lower, left, right, start, q.end(), barriers, sentence.end) if with_attributes else {}
         if q.group("normal"):
             polarity = NEGATIVE
         elif _HEDGED_SIZE.search(q.group()):
@@ -325,14 +412,30 @@ def _size_facts(text: str, lower: str, sentences: list[Sentence], terms: _Spans,
     return facts
 
 
+# Hedged findings a schema's own labels code as present. The CheXpert labeler writes every hedge as
+# uncertain (-1). ChestX-ray14's labels are binary, and the human coders of its Open-i gold standard
+# (NegBio) code a finding called probable ("likely atelectasis") and both alternatives of "A versus B",
+# but mostly not a possible one ("may represent pneumonia"): in that schema those two are written 1.
+CODED_HEDGES: dict[str, frozenset[str]] = {
+    "chexpert": frozenset(),
+    "chestxray14": frozenset({"probable", "alternative"}),
+}
+
+
 def labels_from_facts(facts: Iterable[Fact], schema: str = "chexpert") -> dict[str, int | None]:
-    """CheXpert-labeler aggregation: a positive anywhere wins, then uncertain, then negative."""
+    """CheXpert-labeler aggregation: a positive anywhere wins, then uncertain, then negative.
+
+    A hedge the schema codes as present (`CODED_HEDGES`) counts as positive.
+    """
     names = schema_labels(schema)
+    coded = CODED_HEDGES.get(schema, frozenset())
     rank = {None: 0, 0: 1, -1: 2, 1: 3}
     labels: dict[str, int | None] = {name: None for name in names}
     abnormal = False
     for fact in facts:
         value = LABEL_VALUE[fact.polarity]
+        if value == -1 and (fact.attributes or {}).get("certainty") in coded:
+            value = 1
         if value != 0 and fact.observation != "Support Devices":
             abnormal = True
         name = project(fact.observation, schema)
@@ -344,6 +447,10 @@ def labels_from_facts(facts: Iterable[Fact], schema: str = "chexpert") -> dict[s
 
 
 def label_report(text: str, schema: str = "chexpert") -> dict[str, int | None]:
-    """One report's labels in `schema`: 1 positive, 0 negative, -1 uncertain, None not mentioned."""
+    """One report's labels in `schema`: 1 positive, 0 negative, -1 uncertain, None not mentioned.
+
+    In "chestxray14" a probable finding and the alternatives of "A versus B" are 1, a possible one -1
+    (`CODED_HEDGES`); in "chexpert" every hedged finding is -1, as the CheXpert labeler writes it.
+    """
     schema_labels(schema)
     return labels_from_facts(_extract(text, attributes=False).facts, schema)

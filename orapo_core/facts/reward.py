@@ -19,7 +19,7 @@ from orapo_core.facts.form import REQUIRED_SECTIONS, report_form
 from orapo_core.facts.labels import normalize_labels
 from orapo_core.facts.score import score_facts
 
-# Whether the reward checks side, severity and device type against the reference report by
+# Whether the reward checks side, severity, change, device type and tip position against the reference report by
 # default (OraPOConfig.facts_attribute_check); the measurement behind it is on the docs' FactS page.
 ATTRIBUTE_CHECK_DEFAULT = True
 # Whether the reward multiplies FactS by the completion's form factor (repeats, fragments, stutters, self-contradictions,
@@ -86,7 +86,7 @@ def make_facts_reward(
     labels are scored against the report in `reference_text_column` when given,
     otherwise they get None. With `attribute_check` the reference report (the
     `reference_text_column`, by default `reference_report`) also judges each
-    entailed finding's side, severity and device type, while the labels still
+    entailed finding's side, severity, change, device type and tip position, while the labels still
     decide which findings are right; a row without a reference report is judged
     per observation. Attribute contradictions change the reward only through the
     precision-aware penalty: with `precision_aware=False` they change nothing.
@@ -126,8 +126,14 @@ def make_facts_reward(
                 rewards.append(None)
                 continue
             facts = extract_facts(completion_text(completion))
-            score = score_facts(facts, reference, beta=beta, precision_aware=precision_aware,
-                                penalty=penalty, reference_facts=reference_facts if attribute_check else None)
+            score = score_facts(
+                facts,
+                reference,
+                beta=beta,
+                precision_aware=precision_aware,
+                penalty=penalty,
+                reference_facts=reference_facts if attribute_check else None,
+            )
             value = score.facts_score
             if form_guard:
                 form = report_form(facts, required_sections=_sections(row_reference, extracted))
@@ -144,7 +150,11 @@ def make_facts_reward(
         return rewards
 
     if name is None:
-        name = "facts_reward" if (beta, precision_aware) == (1.0, True) else f"facts_f{beta:g}" + ("_pa" if precision_aware else "")
+        name = (
+            "facts_reward"
+            if (beta, precision_aware) == (1.0, True)
+            else f"facts_f{beta:g}" + ("_pa" if precision_aware else "")
+        )
     facts_reward.__name__ = facts_reward.__qualname__ = name
     return facts_reward
 

@@ -8,10 +8,12 @@ entailed, because CheXpert's blank means "not mentioned", not "unknown".
 
 When the reference is a report, not only labels, a fact that the labels entail
 is also held against the reference's own facts of the same observation: its
-side, severity and device type must agree with at least one of them, else it is
-contradicted with the reason ("side: left in the draft, right in the report").
-A "small left effusion" is not the "large right effusion" a radiologist signed,
-though both are a Pleural Effusion. Labels carry no attributes, so against
+side, severity and temporal change (a device: its type, side, tip position and
+change) must agree with at least one of them, else it is contradicted with the
+reason ("side: left in the draft, right in the report"). A "small left
+effusion" is not the "large right effusion" a radiologist signed, though both
+are a Pleural Effusion, nor is an endotracheal tube above the carina the one in
+the right mainstem bronchus. Labels carry no attributes, so against
 labels alone the judgement stays per observation. The precision and recall of
 the score stay per observation either way (as in the paper); attribute
 contradictions reach the score through the sentences the precision-aware
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from orapo_core.facts import vocabulary as V
+from orapo_core.facts.devices import positions_agree
 from orapo_core.facts.extract import NEGATIVE, Fact, ReportFacts, extract_facts, labels_from_facts
 from orapo_core.facts.labels import normalize_labels, with_no_finding
 from orapo_core.facts.ontology import CHEXPERT_14, project
@@ -85,21 +88,35 @@ def judge_fact(fact: Fact, reference: dict[str, int | None]) -> FactJudgement:
 
 
 # The attributes a reference report is checked for, and how a reason names them.
-ATTRIBUTE_NAMES = {"laterality": "side", "severity": "severity", "device": "device"}
+ATTRIBUTE_NAMES = {
+    "laterality": "side",
+    "severity": "severity",
+    "device": "device",
+    "position": "position",
+    "change": "change",
+}
 
 
 def _compared(fact: Fact) -> dict[str, str]:
-    """The attributes of a fact that are checked: side and device for a device, side and severity otherwise."""
-    names = ("device", "laterality") if fact.observation == "Support Devices" else ("laterality", "severity")
+    """The attributes of a fact that are checked: side, device, tip position and change for a device; side,
+    severity and change otherwise."""
+    if fact.observation == "Support Devices":
+        names: tuple[str, ...] = ("device", "laterality", "position", "change")
+    else:
+        names = ("laterality", "severity", "change")
     return {n: fact.attributes[n] for n in names if (fact.attributes or {}).get(n)}
 
 
-def _agree(name: str, drafted: str, reported: str) -> bool:
+def _agree(name: str, drafted: str, reported: str, device: str | None = None) -> bool:
     if name == "severity":
         a, b = V.SEVERITY_GRADES.get(drafted), V.SEVERITY_GRADES.get(reported)
         if a is None or b is None:  # a value the vocabulary does not grade (an LLM extractor's own word)
             return True
         return max(a[0] - b[1], b[0] - a[1]) < V.SEVERITY_CONTRADICTION_GAP
+    if name == "change":
+        return frozenset((drafted.lower(), reported.lower())) not in V.CHANGE_CONFLICTS
+    if name == "position":
+        return positions_agree(device, drafted.lower(), reported.lower())
     return drafted.lower() == reported.lower()
 
 
@@ -120,7 +137,12 @@ def attribute_conflicts(fact: Fact, reference: Fact) -> list[str]:
     An attribute only one of them states cannot disagree: "effusion" agrees with "small left effusion".
     """
     drafted, reported = _compared(fact), _compared(reference)
-    return [_reason(n, v, reported[n]) for n, v in drafted.items() if n in reported and not _agree(n, v, reported[n])]
+    device = drafted.get("device")
+    return [
+        _reason(n, v, reported[n])
+        for n, v in drafted.items()
+        if n in reported and not _agree(n, v, reported[n], device)
+    ]
 
 
 def _reference_facts(reference_facts: ReportFacts | None) -> dict[str, list[Fact]] | None:
@@ -158,7 +180,7 @@ def check_attributes(judgement: FactJudgement, by_label: dict[str, list[Fact]]) 
     reasons = []
     for name, value in drafted.items():
         stated = {v for r in candidates if (v := _compared(r).get(name)) is not None}
-        if stated and not any(_agree(name, value, v) for v in stated):
+        if stated and not any(_agree(name, value, v, drafted.get("device")) for v in stated):
             reasons.append(_reason(name, value, stated))
     if not reasons:
         conflicts = [attribute_conflicts(fact, r) for r in candidates if set(_compared(r)) & set(drafted)]
@@ -186,7 +208,7 @@ def score_facts(
     """Score extracted facts against normalised reference labels (see `score_report`).
 
     With `reference_facts` (the reference report's extraction) entailed assertions are also checked
-    for side, severity and device type against the reference's facts of the same observation.
+    for side, severity, change, device type and tip position against the reference's facts of the same observation.
     """
     if beta <= 0:
         from orapo_core.errors import OrapoError
@@ -224,7 +246,17 @@ def score_facts(
             bad = sum(s.status in (CONTRADICTED, UNSUPPORTED) for s in judged_sentences) / len(judged_sentences)
             final = plain * (1.0 - penalty * bad)
     missed = [n for n in CHEXPERT_14 if n != "No Finding" and n in held and n not in asserted]
-    return ReportScore(precision, recall, plain, final, beta, sorted(asserted, key=CHEXPERT_14.index), sorted(held, key=CHEXPERT_14.index), missed, sentences)
+    return ReportScore(
+        precision,
+        recall,
+        plain,
+        final,
+        beta,
+        sorted(asserted, key=CHEXPERT_14.index),
+        sorted(held, key=CHEXPERT_14.index),
+        missed,
+        sentences,
+    )
 
 
 def score_report(
@@ -241,7 +273,7 @@ def score_report(
     """FactS of one report against reference labels or a reference report labelled the same way.
 
     Labels, when given, decide the observations; a reference report, when given, also decides
-    side, severity and device type (`attribute_check`, on by default: see `score_facts`).
+    side, severity, change, device type and tip position (`attribute_check`, on by default: see `score_facts`).
     `extractor` is anything with `extract(text) -> ReportFacts` (the LLM extractor);
     the rule-based extractor is used when it is None.
     """
@@ -255,5 +287,11 @@ def score_report(
         from orapo_core.errors import OrapoError
 
         raise OrapoError("no_reference", "score_report needs reference labels or a reference report.")
-    return score_facts(extract(text), reference, beta=beta, precision_aware=precision_aware, penalty=penalty,
-                       reference_facts=reference_facts if attribute_check else None)
+    return score_facts(
+        extract(text),
+        reference,
+        beta=beta,
+        precision_aware=precision_aware,
+        penalty=penalty,
+        reference_facts=reference_facts if attribute_check else None,
+    )

@@ -84,20 +84,21 @@ MENTIONS: dict[str, tuple[str, ...]] = {
         r"metasta\w+",
         r"cancer",
     ),
-    "Edema": (
-        r"(?<!soft tissue )(?<!soft tissues )o?edema(?:tous)?",
-    ),
+    "Edema": (r"(?<!soft tissue )(?<!soft tissues )o?edema(?:tous)?",),
     "Consolidation": (r"consolidat\w*",),
     "Pneumonia": (r"pneumoni(?:a|as|ae|tis)", r"bronchopneumonia", r"pnuemonia", r"penumonia"),
     "Atelectasis": (
         r"atelecta\w*",
         r"(?:lobar|lung|lobe|segmental) collapse",
         r"collapsed? (?:of the )?(?:right |left )?(?:lung|lobe|upper lobe|lower lobe|middle lobe)",
+        # "partial collapse of the left upper and lower lobes", "collapse of a substantial portion of the left lung"
+        r"collapse of (?:an? |the )?(?:\w+ )?(?:portion of )?(?:the )?(?:right |left )?"
+        r"(?:(?:upper|middle|lower)(?: and (?:upper|middle|lower))? lobes?|lung)",
     ),
     "Pneumothorax": (r"pneumothora(?:x|ces|xes)", r"pnuemothorax", r"pneumothorx", r"ptx"),
     "Pleural Effusion": (
         r"(?<!pericardial )(?<!joint )(?:pleural )?effusions?",
-    r"pleural fusions?",
+        r"pleural fusions?",
         r"pleural fluid",
         r"hydrothora(?:x|ces)",
         r"fluid (?:in|within) the (?:\w+ )?(?:pleural space|fissure)s?",
@@ -225,6 +226,9 @@ PSEUDO_NEGATION = (
     r"not (?:entirely |totally |completely )?(?:excluded|ruled out)",
     r"no new",
     r"not well (?:seen|visualized)",
+    # a finding partly resolved is still there
+    r"(?:partial(?:ly)?|partly|nearly|almost|mostly|incompletely) resol\w*",
+    r"not (?:completely|entirely|fully|yet) resolved",
 )
 
 # Uncertainty before the finding ("possible pneumonia") or after it ("pneumonia is possible").
@@ -245,7 +249,7 @@ PRE_UNCERTAINTY = (
     r"concerning (?:for|of)",
     r"concern for",
     r"worrisome for",
-    r"rule out",
+    r"rule[\s-]out",
     r"r/o",
     r"differential(?: diagnosis| considerations?)? (?:includes?|of)",
     r"differential diagnos[ie]s",
@@ -339,14 +343,17 @@ ASSERTION_OPENERS = (
     r"(?:(?:left|right)(?! (?:greater|larger|more|worse) than)|bilateral|bibasila\w*|bibasal|biapical)",
 )
 
-# Attributes worth showing beside a highlighted fact. Laterality and severity are read from the
-# word nearest the mention in its clause (see `extract._attributes`); location and change from the
-# first-listed value found near it.
+# Attributes worth showing beside a highlighted fact. Laterality, severity and change are read from
+# the word nearest the mention in its clause (see `extract._attributes`); location from the
+# first-listed value found near it. A support device's tip position is read apart (`facts.devices`).
 _NOT_HEART = r"(?![\s-]+(?:atri\w*|ventric\w*|heart|sided heart))"
 ATTRIBUTES: dict[str, tuple[tuple[str, str], ...]] = {
     "laterality": (
         # "right greater than left" is both sides; "right atrium" is no side of the chest.
-        (r"bilateral(?:ly)?|both|bibasila\w*|bibasal|biapical|(?:right|left)[\s-]+(?:greater|larger|more|worse) than (?:the )?(?:left|right)", "bilateral"),
+        (
+            r"bilateral(?:ly)?|both|bibasila\w*|bibasal|biapical|(?:right|left)[\s-]+(?:greater|larger|more|worse) than (?:the )?(?:left|right)",
+            "bilateral",
+        ),
         (r"right[\s-]sided|right" + _NOT_HEART + r"|rt", "right"),
         (r"left[\s-]sided|left" + _NOT_HEART + r"|lt|lingula\w*", "left"),  # the lingula is the left lung's
     ),
@@ -367,17 +374,67 @@ ATTRIBUTES: dict[str, tuple[tuple[str, str], ...]] = {
         (r"tiny|trace|minimal|minimally|subtle|slight|small(?:[\s-]sized?)?", "small"),
         (r"mild|mildly", "mild"),
         (r"moderate(?:[\s-]sized?)?|moderately", "moderate"),
-        (r"large(?:[\s-]sized?)?|extensive|massive|sizable|sizeable|substantial"
-         r"|(?<!no )(?<!not )(?<!without )(?<!no other )significant", "large"),
+        (
+            r"large(?:[\s-]sized?)?|extensive|massive|sizable|sizeable|substantial"
+            r"|(?<!no )(?<!not )(?<!without )(?<!no other )significant",
+            "large",
+        ),
         (r"severe|severely|marked|markedly", "severe"),
     ),
+    # Temporal change since the prior study. "Persistent" only says the finding was there before, so it
+    # agrees with any change of size but not with "new" (see CHANGE_CONFLICTS); "increased" here is never
+    # the "increased density" or "increased markings" that name an opacity rather than a change.
     "change": (
-        (r"new|newly|developing|interval development", "new"),
-        (r"increas\w*|worse\w*|progress\w*|enlarging", "worse"),
-        (r"decreas\w*|improv\w*|resolving|smaller|diminish\w*", "better"),
-        (r"unchanged|stable|persistent|persists|chronic|again (?:seen|noted)|no (?:significant |interval )?change", "unchanged"),
+        (
+            r"(?<!no )(?<!not )(?<!without )(?:new|newly)|developing|interval (?:development|appearance)"
+            r"|(?:has|have) (?:developed|appeared)",
+            "new",
+        ),
+        (
+            r"no (?:significant |interval |appreciable |substantial )*(?:change|increase|worsening|progression)"
+            r"|not (?:significantly |substantially )?(?:changed|increased|worsened|progressed)"
+            r"|without (?:significant |interval |appreciable |substantial )*(?:change|increase|worsening|progression)"
+            r"|unchanged|stable|similar",
+            "unchanged",
+        ),
+        (
+            r"increas\w*(?! (?:densit|interstiti|opacit|markings|lung volume|attenuation|ap diameter|lucenc|retrocardiac))"
+            r"|worse\w*|worsen\w*|progress\w*|enlarging|(?:slightly |mildly )?larger(?! than (?:the )?(?:left|right))",
+            "increased",
+        ),
+        (
+            r"(?:partial(?:ly)?|partly|nearly|almost|mostly|incompletely) resol\w*|not (?:completely|entirely|fully|yet) resolved"
+            r"|decreas\w*|improv\w*|resolving|smaller"
+            r"|diminish\w*|regress\w*|less prominent|lessened|clearing",
+            "decreased",
+        ),
+        (r"resolved|resolution|cleared|no longer (?:seen|visible|present|identified|evident|apparent)", "resolved"),
+        (
+            r"persistent|persists|persisting|chronic|residual|again (?:seen|noted|demonstrated)|redemonstrat\w*|remains?"
+            r"|old|healed|known",
+            "persistent",
+        ),
     ),
 }
+
+# Changes two readers cannot both have seen. "New" and "increased" agree (both say it got worse; readers
+# use them alike), and "persistent" agrees with any change of size; a change one reader leaves unsaid
+# agrees with any. A resolved finding is denied, so polarity, not this table, judges it.
+CHANGE_CONFLICTS: frozenset[frozenset[str]] = frozenset(
+    frozenset(pair)
+    for pair in (
+        ("new", "unchanged"),
+        ("new", "decreased"),
+        ("new", "persistent"),
+        ("new", "resolved"),
+        ("increased", "decreased"),
+        ("increased", "unchanged"),
+        ("increased", "resolved"),
+        ("decreased", "unchanged"),
+        ("unchanged", "resolved"),
+        ("persistent", "resolved"),
+    )
+)
 
 # Severity as grades, for telling "clearly different" from "a reader's rounding": small and mild are
 # one grade (effusions are small, hearts mildly enlarged), moderate the next, large and severe the
@@ -406,8 +463,11 @@ DEVICE_TYPES: tuple[tuple[str, str], ...] = (
     (r"tracheostomy|trach", "tracheostomy tube"),
     (r"nasogastric|orogastric|ng|og|ngt|ogt|feeding|enteric|dobhoff", "enteric tube"),
     (r"chest tubes?", "chest tube"),
-    (r"picc|central|venous|cvc|ij|internal jugular|jugular|subclavian|femoral|midline|swan[\s-]ganz|dialysis"
-     r"|port[\s-]?a[\s-]?cath|port", "central line"),
+    (
+        r"picc|central|venous|cvc|ij|internal jugular|jugular|subclavian|femoral|midline|swan[\s-]ganz|dialysis"
+        r"|port[\s-]?a[\s-]?cath|port",
+        "central line",
+    ),
     (r"pacemakers?|pacer|pacing|aicd|icd|defibrillator|leads?", "pacemaker"),
     (r"sternotomy|sternal", "sternotomy wires"),
     (r"clips", "surgical clips"),
