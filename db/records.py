@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from orapo_core.facts.draft_checks import DraftProblem, check_draft
+
 Role = Literal["radiologist", "admin"]
 StudyStatus = Literal["new", "drafted", "corrected", "signed", "trained"]
 Split = Literal["train", "holdout"]
@@ -108,6 +110,13 @@ class DraftRecord:
         model's own words did not state it (orapo_core.models.verifier)."""
         facts = self.facts if isinstance(self.facts, dict) else {}
         return [str(s) for s in facts.get("added") or []]
+
+    @property
+    def problems(self) -> list[DraftProblem]:
+        """Why the draft must not be signed as it is ([] when it may be): an empty item or section, a sentence
+        written twice, a finding stated and denied, a side or severity conflict (`orapo_core.facts.draft_checks`,
+        read from the text by the running version's checks, so a draft stored before them is checked too)."""
+        return check_draft(self.text)
 
 
 @dataclass(frozen=True)

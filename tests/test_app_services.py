@@ -28,9 +28,16 @@ def _train_study(db, user, text="There is a small right pleural effusion. No pne
 
     uid = next(f"uid-{i}" for i in range(100) if split_for(f"uid-{i}") == "train")
     study = StudyRepository(db).create(uid, "ANON-1", uploaded_by=user.id)
-    draft = DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.", text=text,
-                                       sentence_scores=[{"text": "There is a small right pleural effusion.", "confidence": 0.4},
-                                                        {"text": "No pneumothorax.", "confidence": 1.0}])
+    draft = DraftRepository(db).create(
+        study.id,
+        model_name="tiny",
+        prompt="Describe.",
+        text=text,
+        sentence_scores=[
+            {"text": "There is a small right pleural effusion.", "confidence": 0.4},
+            {"text": "No pneumothorax.", "confidence": 1.0},
+        ],
+    )
     return study, draft
 
 
@@ -75,9 +82,13 @@ def test_admin_services_refuse_a_radiologist_and_work_for_an_admin(app_env):
     from db import AuditRepository, UserRepository
 
     settings, db, admin, rad, other = app_env
-    for call in (lambda: auth.list_users(db, rad), lambda: auth.create_user(db, rad, "mallory", "admin"),
-                 lambda: auth.set_user_active(db, rad, "boss", False), lambda: auth.reset_password(db, rad, "boss"),
-                 lambda: auth.audit_log(db, rad)):
+    for call in (
+        lambda: auth.list_users(db, rad),
+        lambda: auth.create_user(db, rad, "mallory", "admin"),
+        lambda: auth.set_user_active(db, rad, "boss", False),
+        lambda: auth.reset_password(db, rad, "boss"),
+        lambda: auth.audit_log(db, rad),
+    ):
         with pytest.raises(OrapoError) as refused:
             call()
         assert refused.value.code == "forbidden"
@@ -95,7 +106,7 @@ def test_admin_services_refuse_a_radiologist_and_work_for_an_admin(app_env):
 @pytest.mark.slow
 def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
     from app.services.reading import drafting, reports
-    from db import AuditRepository, CorrectionRepository, PairRepository, StudyRepository
+    from db import AuditRepository, CorrectionRepository, DraftRepository, PairRepository, StudyRepository
 
     settings, db, admin, rad, other = app_env
     upload = tmp_path / "cache" / "abc123" / "RG1_J2KR.dcm"
@@ -115,8 +126,9 @@ def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
     settings = settings.model_copy(update={"draft_min_agreement": 0.5})  # a site that drafts at 2 of 4
     registry = drafting.ModelRegistry(settings, db)
     steps = []
-    draft = drafting.draft_study(db, settings, registry, rad, outcome.study_id, samples=2,
-                                 progress=lambda f, desc: steps.append(f))
+    draft = drafting.draft_study(
+        db, settings, registry, rad, outcome.study_id, samples=2, progress=lambda f, desc: steps.append(f)
+    )
     assert draft.text and draft.model_name == settings.model_dir.name and draft.created_by == rad.id
     assert steps == sorted(steps) and len(steps) >= 3
     # drafted at the app's operating point (ORAPO_DRAFT_MIN_AGREEMENT), what it left out kept with the draft
@@ -133,6 +145,17 @@ def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
         drafting.draft_study(db, settings, registry, other, outcome.study_id)
     assert foreign.value.code == "forbidden"
 
+    if draft.problems:  # the tiny random model may write a sentence twice: Accept unchanged is refused for that
+        with pytest.raises(OrapoError) as flawed:
+            reports.accept_draft(db, rad, outcome.study_id, draft.id, draft.text)
+        assert flawed.value.code == "draft_has_problems"
+        draft = DraftRepository(db).create(
+            outcome.study_id,
+            model_name=draft.model_name,
+            prompt=draft.prompt,
+            text="No acute process.",
+            created_by=rad.id,
+        )
     signed = reports.accept_draft(db, rad, outcome.study_id, draft.id, draft.text)
     assert signed.accepted_unchanged and signed.signed_at is not None and signed.version == 1
     assert PairRepository(db).count() == 0  # nothing to learn from an accepted draft
@@ -142,7 +165,7 @@ def test_upload_draft_and_sign_through_the_services(app_env, tmp_path):
 
 
 def test_an_edit_becomes_a_pair_and_an_amendment_a_new_version(app_env):
-    from app.services.reading import reports
+    from app.services.reading import reports, worklist
     from db import CorrectionRepository, PairRepository, StudyRepository
 
     settings, db, admin, rad, other = app_env
@@ -152,7 +175,12 @@ def test_an_edit_becomes_a_pair_and_an_amendment_a_new_version(app_env):
     assert (first.version, first.signed_at, first.accepted_unchanged) == (1, None, False)
     assert first.labels["Pleural Effusion"] == 0
     pair = PairRepository(db).list()[0]
-    assert (pair.chosen, pair.rejected, pair.source, pair.correction_id) == (edited, draft.text, "clinician_edit", first.id)
+    assert (pair.chosen, pair.rejected, pair.source, pair.correction_id) == (
+        edited,
+        draft.text,
+        "clinician_edit",
+        first.id,
+    )
 
     signed = reports.save_report(db, rad, study.id, draft.id, edited, sign=True)
     assert signed.id == first.id and signed.signed_at is not None  # signing the saved text adds no version
@@ -162,7 +190,7 @@ def test_an_edit_becomes_a_pair_and_an_amendment_a_new_version(app_env):
     amended = reports.save_report(db, rad, study.id, draft.id, edited + " Heart size is normal.", sign=True)
     assert amended.version == 2 and amended.previous_id == first.id
     assert [c.text for c in CorrectionRepository(db).history(study.id)] == [edited, edited + " Heart size is normal."]
-    h = reports.history(db, rad, study.id)
+    h = worklist.history(db, rad, study.id)
     assert [d.id for d in h.drafts] == [draft.id] and len(h.corrections) == 2
     with pytest.raises(OrapoError) as empty:
         reports.save_report(db, rad, study.id, draft.id, "   ", sign=True)
@@ -191,15 +219,24 @@ def test_accepting_an_edited_report_is_refused_and_the_signed_text_is_the_text_g
 
     on_screen = f"  {edited}\n"
     pending = reports.prepare_report(db, rad, study.id, draft.id, on_screen, sign=True)
-    assert (pending.text, pending.sign, pending.accept, pending.base_version, pending.base_signed) == \
-        (edited, True, False, 0, False)
+    assert (pending.text, pending.sign, pending.accept, pending.base_version, pending.base_signed) == (
+        edited,
+        True,
+        False,
+        0,
+        False,
+    )
     assert pending.needs_confirmation and "amendment" not in pending.question()
     with pytest.raises(OrapoError) as changed:  # the report changed under the confirmation: store nothing
         reports.store_report(db, rad, pending, edited + " Heart size is normal.")
     assert changed.value.code == "report_changed"
     signed = reports.store_report(db, rad, pending, on_screen)
-    assert (signed.text, signed.signed_at is not None, signed.accepted_unchanged, signed.previous_id) == \
-        (edited, True, False, None)
+    assert (signed.text, signed.signed_at is not None, signed.accepted_unchanged, signed.previous_id) == (
+        edited,
+        True,
+        False,
+        None,
+    )
     assert CorrectionRepository(db).latest_for_study(study.id).text == edited
     with pytest.raises(OrapoError) as twice:  # a second click on the same confirmation amends nothing
         reports.store_report(db, rad, pending, on_screen)
@@ -210,8 +247,12 @@ def test_accepting_an_edited_report_is_refused_and_the_signed_text_is_the_text_g
     again = reports.prepare_report(db, rad, study.id, draft.id, spaced, sign=True, accept=True)
     assert again.base_signed and "This creates an amendment of the signed report" in again.question()
     amended = reports.store_report(db, rad, again, spaced)
-    assert (amended.text, amended.accepted_unchanged, amended.version, amended.previous_id) == \
-        (spaced, True, 2, signed.id)
+    assert (amended.text, amended.accepted_unchanged, amended.version, amended.previous_id) == (
+        spaced,
+        True,
+        2,
+        signed.id,
+    )
 
 
 def test_an_unsigned_save_that_amends_a_signed_report_asks_first(app_env):
@@ -229,47 +270,71 @@ def test_an_unsigned_save_that_amends_a_signed_report_asks_first(app_env):
 
 
 def test_highlights_before_and_after_editing(app_env):
-    from app.services.reading import reports
+    from app.services.reading import highlights
 
     settings, db, admin, rad, other = app_env
     study, draft = _train_study(db, rad)
-    before = reports.highlights_for(draft, draft.text)
+    before = highlights.highlights_for(draft, draft.text)
     assert before.mode == "confidence"
     assert [label for _, label in before.spans if label] == ["confidence 0.40", "confidence 1.00"]
-    after = reports.highlights_for(draft, "No pleural effusion. No pneumothorax. Consolidation in the left lower lobe.")
+    after = highlights.highlights_for(
+        draft, "No pleural effusion. No pneumothorax. Consolidation in the left lower lobe."
+    )
     assert [label for _, label in after.spans if label] == ["✗ contradicted", "✓ entailed"]
     assert after.missed == ["Consolidation"]
-    rows = reports.sentence_facts(draft.text, 0, "No pleural effusion.")
-    assert rows == [["pleural effusion", "Pleural Effusion", "positive", "laterality=right, severity=small",
-                     "contradicted (pleural effusion: stated in the draft, denied in the report)"]]
-    assert after.reasons == [("There is a small right pleural effusion.", "pleural effusion: stated in the draft, denied in the report")]
+    rows = highlights.sentence_facts(draft.text, 0, "No pleural effusion.")
+    assert rows == [
+        [
+            "pleural effusion",
+            "Pleural Effusion",
+            "positive",
+            "laterality=right, severity=small",
+            "contradicted (pleural effusion: stated in the draft, denied in the report)",
+        ]
+    ]
+    assert after.reasons == [
+        ("There is a small right pleural effusion.", "pleural effusion: stated in the draft, denied in the report")
+    ]
     # the Read tab's rescore, by the stored draft's id: the same highlights as from the record
-    assert reports.rescore(db, draft.id, draft.text) == before
-    assert reports.rescore(db, draft.id, "No pleural effusion. No pneumothorax. Consolidation in the left lower lobe.") == after
+    assert highlights.rescore(db, draft.id, draft.text) == before
+    assert (
+        highlights.rescore(db, draft.id, "No pleural effusion. No pneumothorax. Consolidation in the left lower lobe.")
+        == after
+    )
 
 
 def test_what_the_drafter_left_out_is_shown_before_and_after_editing(app_env):
-    from app.services.reading import reports
+    from app.services.reading import highlights
     from app.tabs.read_report import _missed_md
     from db import DraftRepository
 
     settings, db, admin, rad, other = app_env
     study, _ = _train_study(db, rad)
-    draft = DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.", text="No pneumothorax.",
-                                       sentence_scores=[{"text": "No pneumothorax.", "confidence": 1.0}],
-                                       facts={"flagged": [], "withheld": ["Small right pneumothorax."]})
-    before = reports.highlights_for(draft, draft.text)
-    after = reports.highlights_for(draft, "Small right pneumothorax.")
+    draft = DraftRepository(db).create(
+        study.id,
+        model_name="tiny",
+        prompt="Describe.",
+        text="No pneumothorax.",
+        sentence_scores=[{"text": "No pneumothorax.", "confidence": 1.0}],
+        facts={"flagged": [], "withheld": ["Small right pneumothorax."]},
+    )
+    before = highlights.highlights_for(draft, draft.text)
+    after = highlights.highlights_for(draft, "Small right pneumothorax.")
     assert before.withheld == after.withheld == ["Small right pneumothorax."]
     assert "Left out of the draft" in _missed_md(before) and "*Small right pneumothorax.*" in _missed_md(after)
-    plain = reports.highlights_for(DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.",
-                                                              text="No pneumothorax."), None)
+    plain = highlights.highlights_for(
+        DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.", text="No pneumothorax."), None
+    )
     assert plain.withheld == [] and "Left out" not in _missed_md(plain)
     # a sentence the version's finding check put in is named as such, before and after editing
-    checked = DraftRepository(db).create(study.id, model_name="tiny", prompt="Describe.",
-                                         text="Heart is normal. Small right pneumothorax.",
-                                         facts={"flagged": [], "withheld": [], "added": ["Small right pneumothorax."]})
-    for shown in (reports.highlights_for(checked, None), reports.highlights_for(checked, "Heart is normal.")):
+    checked = DraftRepository(db).create(
+        study.id,
+        model_name="tiny",
+        prompt="Describe.",
+        text="Heart is normal. Small right pneumothorax.",
+        facts={"flagged": [], "withheld": [], "added": ["Small right pneumothorax."]},
+    )
+    for shown in (highlights.highlights_for(checked, None), highlights.highlights_for(checked, "Heart is normal.")):
         assert shown.added == ["Small right pneumothorax."]
         assert "Added by the finding check" in _missed_md(shown) and "*Small right pneumothorax.*" in _missed_md(shown)
     assert "Added by the finding check" not in _missed_md(plain)
@@ -277,12 +342,12 @@ def test_what_the_drafter_left_out_is_shown_before_and_after_editing(app_env):
 
 def test_confidence_and_verdict_highlights_speak_different_languages(app_env):
     """Before editing a number on blue, after editing a symbol on green/red/grey: no label, colour or title shared."""
-    from app.services.reading import reports
+    from app.services.reading import highlights
 
     settings, db, admin, rad, other = app_env
     study, draft = _train_study(db, rad)  # "There is a small right pleural effusion." 0.4, "No pneumothorax." 1.0
-    before = reports.highlights_for(draft, draft.text)
-    after = reports.highlights_for(draft, "Large left pleural effusion. No pneumothorax.")
+    before = highlights.highlights_for(draft, draft.text)
+    after = highlights.highlights_for(draft, "Large left pleural effusion. No pneumothorax.")
     labels_before = {label for _, label in before.spans if label}
     labels_after = {label for _, label in after.spans if label}
     assert labels_after == {"✗ contradicted: side, severity", "✓ entailed"}
@@ -291,42 +356,57 @@ def test_confidence_and_verdict_highlights_speak_different_languages(app_env):
     assert before.color_map["confidence 0.40"] != before.color_map["confidence 1.00"]  # darker where less sure
     assert before.title != after.title and "confidence" in before.title and "verdict" in after.title
     # each mode's legend names its own colours, and only those
-    assert {c for _, c, _ in before.legend()} == {c for _, c, _ in reports.CONFIDENCE_BANDS}
-    assert {label for label, _, _ in after.legend()} == {"✓ entailed", "✗ contradicted", "? unsupported"}
-    assert not {c for _, c, _ in before.legend()} & set(reports.COLOR_MAP.values())
+    assert {c for _, c, _ in before.legend()} == {c for _, c, _ in highlights.CONFIDENCE_BANDS}
+    assert {label for label, _, _ in after.legend()} == {"✓ entailed", "✗ contradicted", "? unsupported", "− removed"}
+    assert not {c for _, c, _ in before.legend()} & set(highlights.COLOR_MAP.values())
     # every verdict label a sentence can get has its colour in the static map the panel starts with
-    assert set(after.color_map.items()) <= set(reports.COLOR_MAP.items())
+    assert set(after.color_map.items()) <= set(highlights.COLOR_MAP.items())
     # the reason is under the panel and in the facts table, word for word
-    assert after.reasons == [("There is a small right pleural effusion.", "side: right in the draft, left in the report; "
-                                                                          "severity: small in the draft, large in the report")]
-    rows = reports.sentence_facts(draft.text, 0, "Large left pleural effusion. No pneumothorax.")
-    assert rows == [["pleural effusion", "Pleural Effusion", "positive", "laterality=right, severity=small",
-                     "contradicted (side: right in the draft, left in the report; "
-                     "severity: small in the draft, large in the report)"]]
+    assert after.reasons == [
+        (
+            "There is a small right pleural effusion.",
+            "side: right in the draft, left in the report; severity: small in the draft, large in the report",
+        )
+    ]
+    rows = highlights.sentence_facts(draft.text, 0, "Large left pleural effusion. No pneumothorax.")
+    assert rows == [
+        [
+            "pleural effusion",
+            "Pleural Effusion",
+            "positive",
+            "laterality=right, severity=small",
+            "contradicted (side: right in the draft, left in the report; "
+            "severity: small in the draft, large in the report)",
+        ]
+    ]
     # a device of another type
-    device = reports.facts_highlights("Right IJ central line. No pneumothorax.", "Endotracheal tube in place. No pneumothorax.")
+    device = highlights.facts_highlights(
+        "Right IJ central line. No pneumothorax.", "Endotracheal tube in place. No pneumothorax."
+    )
     assert [label for _, label in device.spans if label] == ["✗ contradicted: device", "✓ entailed"]
     # a sentence without a finding gets no badge, and an empty draft panel is titled as such
-    neutral = reports.facts_highlights("Portable AP view. No pneumothorax.", "No pneumothorax.")
-    assert [label for _, label in neutral.spans] == [None, None, "✓ entailed"]
-    assert reports.facts_highlights("No pneumothorax.", "").title == reports.TITLES["empty"]
+    neutral = highlights.facts_highlights("Portable AP view. No pneumothorax.", "Portable AP view. No pneumothorax.")
+    assert [label for _, label in neutral.spans] == [None, None, "✓ entailed"]  # nothing to check in the view
+    deleted = highlights.facts_highlights("Portable AP view. No pneumothorax.", "No pneumothorax.")
+    assert [label for _, label in deleted.spans] == ["− removed", None, "✓ entailed"]  # but its deletion shows
+    assert highlights.facts_highlights("No pneumothorax.", "").title == highlights.TITLES["empty"]
 
 
 def test_worklist_scopes_and_filters(app_env):
-    from app.services.reading import drafting, reports
+    from app.services.reading import drafting, worklist
 
     settings, db, admin, rad, other = app_env
     mine, draft = _train_study(db, rad)
     from db import StudyRepository
 
     theirs = StudyRepository(db).create("another-uid", "ANON-2", uploaded_by=other.id)
-    assert [o.study.id for o in reports.worklist(db, rad)] == [mine.id]
-    assert [o.study.id for o in reports.worklist(db, rad, status="drafted")] == [mine.id]
-    assert reports.worklist(db, rad, status="signed") == []
+    assert [o.study.id for o in worklist.worklist(db, rad)] == [mine.id]
+    assert [o.study.id for o in worklist.worklist(db, rad, status="drafted")] == [mine.id]
+    assert worklist.worklist(db, rad, status="signed") == []
     with pytest.raises(OrapoError) as refused:
-        reports.worklist(db, rad, everyone=True)
+        worklist.worklist(db, rad, everyone=True)
     assert refused.value.code == "forbidden"
-    assert {o.study.id for o in reports.worklist(db, admin, everyone=True)} == {mine.id, theirs.id}
+    assert {o.study.id for o in worklist.worklist(db, admin, everyone=True)} == {mine.id, theirs.id}
     with pytest.raises(OrapoError):
         drafting.open_study(db, rad, theirs.id)
     assert drafting.open_study(db, admin, theirs.id).study.id == theirs.id
@@ -360,8 +440,9 @@ def test_readers_drafting_at_once_share_one_running_batch(app_env, tmp_path):
             decoder._prefill = counted
             return decoder
 
-    registry = drafting.ModelRegistry(settings, db, loader=lambda served: CountingDrafter.from_dir(
-        served.model_dir, model_version=served.name))
+    registry = drafting.ModelRegistry(
+        settings, db, loader=lambda served: CountingDrafter.from_dir(served.model_dir, model_version=served.name)
+    )
     served = registry.served()
     assert registry.batcher(served) is registry.batcher(served)
     registry.batcher(served).max_wait_s = 0.2  # room for the threads to arrive together on a busy machine
@@ -384,4 +465,26 @@ def test_readers_drafting_at_once_share_one_running_batch(app_env, tmp_path):
     assert sum(batches) == 4 and len(batches) < 4  # fewer prefills than readers: they decoded together
     assert len({r.text for r in records}) == 1  # the same image: the same greedy draft, batched or not
     assert all(r.latency_ms > 0 for r in records)
-    assert len({r.id for r in records}) == 4 and all(DraftRepository(db).get(r.id).study_id == study_id for r in records)
+    assert len({r.id for r in records}) == 4 and all(
+        DraftRepository(db).get(r.id).study_id == study_id for r in records
+    )
+
+
+def test_a_draft_the_checks_flag_cannot_be_accepted_unchanged(app_env):
+    """Issue 41 §4: a draft with an empty numbered item, or a finding both stated and denied, was signable with
+    Accept draft unchanged; the server now refuses it (the page also disables the button), and signing it as
+    written after a correction still works."""
+    from app.services.reading import reports
+
+    settings, db, admin, rad, other = app_env
+    flawed = "FINDINGS: Mild cardiomegaly. Heart size is normal.\nIMPRESSION:\n1.\n2. Cardiomegaly."
+    study, draft = _train_study(db, rad, text=flawed)
+    for call in (
+        lambda: reports.accept_draft(db, rad, study.id, draft.id, draft.text),
+        lambda: reports.prepare_report(db, rad, study.id, draft.id, draft.text, sign=True, accept=True),
+    ):
+        with pytest.raises(OrapoError) as refused:
+            call()
+        assert refused.value.code == "draft_has_problems" and "Nothing was signed" in refused.value.message
+    fixed = "FINDINGS: Mild cardiomegaly.\nIMPRESSION:\n1. Cardiomegaly."
+    assert reports.prepare_report(db, rad, study.id, draft.id, fixed, sign=True) is not None

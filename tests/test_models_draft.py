@@ -38,8 +38,14 @@ def test_a_draft_has_k_samples_confidences_and_the_prompt_it_was_asked(drafter):
     assert isinstance(draft.flagged, list)
     assert (draft.prompt, draft.prompt_version) == (REPORT_PROMPT, PROMPT_VERSION)
     assert (draft.model_name, draft.model_version) == ("qwen2_5_vl", "v3")
-    assert draft.sampling == {"samples": 3, "max_new_tokens": 12, "temperature": 1.0, "top_p": 0.9, "top_k": 0,
-                              "seed": 7}
+    assert draft.sampling == {
+        "samples": 3,
+        "max_new_tokens": 12,
+        "temperature": 1.0,
+        "top_p": 0.9,
+        "top_k": 0,
+        "seed": 7,
+    }
     assert draft.latency_ms > 0
     assert json.loads(json.dumps(draft.to_dict()))["prompt_version"] == PROMPT_VERSION
 
@@ -71,14 +77,19 @@ def test_a_drafter_with_a_sample_agreement_leaves_out_what_too_few_samples_say(d
     from orapo_core.models import Drafter
 
     greedy = "FINDINGS: Cardiomegaly. No pleural effusion.\n\nIMPRESSION: Moderate right pneumothorax."
-    samples = ["FINDINGS: Cardiomegaly.", "FINDINGS: Enlarged heart. Right pneumothorax.", "FINDINGS: Cardiomegaly.",
-               "FINDINGS: Normal."]  # cardiomegaly: 3 of 4; pneumothorax: 1 of 4
+    samples = [
+        "FINDINGS: Cardiomegaly.",
+        "FINDINGS: Enlarged heart. Right pneumothorax.",
+        "FINDINGS: Cardiomegaly.",
+        "FINDINGS: Normal.",
+    ]  # cardiomegaly: 3 of 4; pneumothorax: 1 of 4
     settings = Drafter.sampling_settings(samples=4)
     strict = Drafter(drafter.loaded, min_agreement=0.5)
     draft = strict.compose(greedy, samples, settings)
-    assert draft.text == "FINDINGS: Cardiomegaly. No pleural effusion."
+    # the impression that lost its one sentence is kept, pointing to the findings (issue 41)
+    assert draft.text == "FINDINGS: Cardiomegaly. No pleural effusion.\n\nIMPRESSION: See findings."
     assert draft.withheld == ["Moderate right pneumothorax."] and draft.sampling["min_agreement"] == 0.5
-    assert [s["text"] for s in draft.sentences] == ["Cardiomegaly.", "No pleural effusion."]
+    assert [s["text"] for s in draft.sentences] == ["Cardiomegaly.", "No pleural effusion.", "See findings."]
     # the default drafter, and any drafter without samples, shows the greedy text as it is
     plain = drafter.compose(greedy, samples, settings)
     assert (plain.text, plain.withheld, "min_agreement" in plain.sampling) == (greedy, [], False)
@@ -110,8 +121,9 @@ def test_no_samples_means_no_confidences(drafter):
     assert draft.samples == [] and draft.sentences == [] and draft.flagged == []
 
 
-@pytest.mark.parametrize("kwargs", [{"samples": -1}, {"samples": 33}, {"temperature": 0.0}, {"top_p": 0.0},
-                                    {"max_new_tokens": 0}])
+@pytest.mark.parametrize(
+    "kwargs", [{"samples": -1}, {"samples": 33}, {"temperature": 0.0}, {"top_p": 0.0}, {"max_new_tokens": 0}]
+)
 def test_bad_sampling_settings_are_refused(drafter, kwargs):
     with pytest.raises(OrapoError) as refused:
         drafter.draft(xray(), **kwargs)
@@ -186,10 +198,19 @@ def test_orapo_draft_marks_the_sentences_the_finding_check_added(model_dir, tmp_
     from orapo_core.models.draft import Draft, Drafter
 
     added = "Small left pneumothorax."
-    draft = Draft(text=f"Heart size is normal. {added}", samples=["Heart size is normal."] * 2,
-                  sentences=[{"text": "Heart size is normal.", "confidence": 1.0}, {"text": added, "confidence": 0.0}],
-                  flagged=[], model_name="qwen2_5_vl", model_version=None, prompt="p", prompt_version="report-v1",
-                  sampling={}, latency_ms=1.0, added=[added])
+    draft = Draft(
+        text=f"Heart size is normal. {added}",
+        samples=["Heart size is normal."] * 2,
+        sentences=[{"text": "Heart size is normal.", "confidence": 1.0}, {"text": added, "confidence": 0.0}],
+        flagged=[],
+        model_name="qwen2_5_vl",
+        model_version=None,
+        prompt="p",
+        prompt_version="report-v1",
+        sampling={},
+        latency_ms=1.0,
+        added=[added],
+    )
 
     class Checked:
         def draft(self, *args, **kwargs):
@@ -236,8 +257,11 @@ def test_self_consistency_of_a_draft_is_plain_json_with_confidences_in_range():
     from orapo_core.models.draft import score_self_consistency
 
     greedy = "There is a small left pleural effusion. No pneumothorax."
-    samples = ["Small left pleural effusion. No pneumothorax.", "No pleural effusion. No pneumothorax.",
-               "Left pleural effusion is present."]
+    samples = [
+        "Small left pleural effusion. No pneumothorax.",
+        "No pleural effusion. No pneumothorax.",
+        "Left pleural effusion is present.",
+    ]
     sentences, flagged = score_self_consistency(greedy, samples)
     assert [s["text"] for s in sentences] == ["There is a small left pleural effusion.", "No pneumothorax."]
     assert [round(s["confidence"], 2) for s in sentences] == [0.67, 1.0]

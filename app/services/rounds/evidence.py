@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from orapo_core.facts.metrics import EvalMetrics, clinical_efficacy, is_positive
@@ -67,9 +68,9 @@ def judged_metrics(rows: Sequence[dict]) -> EvalMetrics:
     if not labelled(rows):
         return EvalMetrics(n_reports=len(rows))
     scores = [r["facts_score"] for r in rows if r.get("facts_score") is not None]
-    return clinical_efficacy([r["labels"] for r in rows], [r["reference"] for r in rows],
-                             texts=[str(r.get("draft") or "") for r in rows]).with_values(
-        facts_reward_mean=sum(scores) / len(scores) if scores else None)
+    return clinical_efficacy(
+        [r["labels"] for r in rows], [r["reference"] for r in rows], texts=[str(r.get("draft") or "") for r in rows]
+    ).with_values(facts_reward_mean=sum(scores) / len(scores) if scores else None)
 
 
 # --- paired bootstrap intervals --------------------------------------------------------------------------------
@@ -97,22 +98,40 @@ class Interval:
 
     def describe(self) -> str:
         """The model's own number first: 'macro-F1 0.4312 (served 0.4011): +0.0301, 95 % interval [...] on 25 studies'."""
-        return (f"{self.name} {self.candidate:.4f} (served {self.served:.4f}): {self.delta:+.4f}, "
-                f"{self.confidence:.0%} interval [{self.low:+.4f}, {self.high:+.4f}] on {self.studies} studies")
+        return (
+            f"{self.name} {self.candidate:.4f} (served {self.served:.4f}): {self.delta:+.4f}, "
+            f"{self.confidence:.0%} interval [{self.low:+.4f}, {self.high:+.4f}] on {self.studies} studies"
+        )
 
     def difference(self) -> str:
         """'macro-F1 difference +0.0301 (95% interval [-0.0712, +0.1290], 25 studies)': what a reason quotes."""
-        return (f"{self.name} difference {self.delta:+.4f} ({self.confidence:.0%} interval "
-                f"[{self.low:+.4f}, {self.high:+.4f}], {self.studies} studies)")
+        return (
+            f"{self.name} difference {self.delta:+.4f} ({self.confidence:.0%} interval "
+            f"[{self.low:+.4f}, {self.high:+.4f}], {self.studies} studies)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "candidate": self.candidate, "served": self.served, "low": self.low,
-                "high": self.high, "studies": self.studies, "confidence": self.confidence}
+        return {
+            "metric": self.metric,
+            "candidate": self.candidate,
+            "served": self.served,
+            "low": self.low,
+            "high": self.high,
+            "studies": self.studies,
+            "confidence": self.confidence,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Interval:
-        return cls(str(data["metric"]), float(data["candidate"]), float(data["served"]), float(data["low"]),
-                   float(data["high"]), int(data["studies"]), float(data.get("confidence", 0.95)))
+        return cls(
+            str(data["metric"]),
+            float(data["candidate"]),
+            float(data["served"]),
+            float(data["low"]),
+            float(data["high"]),
+            int(data["studies"]),
+            float(data.get("confidence", 0.95)),
+        )
 
 
 def _positives(label_sets: Iterable[dict]) -> np.ndarray:
@@ -127,7 +146,9 @@ def _macro_f1(rows: Sequence[dict]) -> Callable[[np.ndarray], np.ndarray]:
     import numpy as np
 
     predicted, reference = _positives(r["labels"] for r in rows), _positives(r["reference"] for r in rows)
-    tp, fp, fn = ((a & b).astype(float) for a, b in ((predicted, reference), (predicted, ~reference), (~predicted, reference)))
+    tp, fp, fn = (
+        (a & b).astype(float) for a, b in ((predicted, reference), (predicted, ~reference), (~predicted, reference))
+    )
 
     def at(weights: np.ndarray) -> np.ndarray:
         t, p, n = weights @ tp, weights @ fp, weights @ fn
@@ -155,15 +176,26 @@ def _reward_mean(rows: Sequence[dict]) -> Callable[[np.ndarray], np.ndarray]:
 _METRIC_OF = {"macro_f1_14": _macro_f1, "facts_reward_mean": _reward_mean}
 
 
+@lru_cache(maxsize=16)
 def resample_weights(n: int, resamples: int, seed: int = BOOTSTRAP_SEED) -> np.ndarray:
-    """`resamples` draws of n studies with replacement, as how many times each study is drawn (resamples x n)."""
+    """`resamples` draws of n studies with replacement, as how many times each study is drawn (resamples x n).
+    The same draws for every metric of one decision (cached, and read-only so no caller can change them)."""
     import numpy as np
 
-    return np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(float)
+    weights = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(float)
+    weights.flags.writeable = False
+    return weights
 
 
-def paired_interval(metric: str, candidate: Sequence[dict], served: Sequence[dict], *, resamples: int = 1000,
-                    seed: int = BOOTSTRAP_SEED, confidence: float = 0.95) -> Interval | None:
+def paired_interval(
+    metric: str,
+    candidate: Sequence[dict],
+    served: Sequence[dict],
+    *,
+    resamples: int = 1000,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = 0.95,
+) -> Interval | None:
     """Candidate minus served `metric` on the same studies (row i of each is study i), with a paired bootstrap
     percentile interval; None when there are no studies or the metric has no value on them (no scorable draft)."""
     import numpy as np
@@ -213,8 +245,10 @@ class FindingRates:
 def finding_rates(rows: Sequence[dict], finding: str) -> FindingRates:
     positive = [is_positive(r["reference"], finding) for r in rows]
     stated = [is_positive(r["labels"], finding) for r in rows]
-    return FindingRates(Count(sum(p and s for p, s in zip(positive, stated, strict=True)), sum(positive)),
-                        Count(sum(s and not p for p, s in zip(positive, stated, strict=True)), len(rows) - sum(positive)))
+    return FindingRates(
+        Count(sum(p and s for p, s in zip(positive, stated, strict=True)), sum(positive)),
+        Count(sum(s and not p for p, s in zip(positive, stated, strict=True)), len(rows) - sum(positive)),
+    )
 
 
 @dataclass(frozen=True)
@@ -242,36 +276,67 @@ class FindingCheck:
         where = f"; {self.topped_up} of the {c.fpr.of} negatives are PhantomCXR top-up" if self.topped_up else ""
         recall = f"recall {c.recall} (served {s.recall})"
         if not self.recall_measurable:
-            recall = (f"recall not measurable: {s.recall.of} held-out studies with it, fewer than "
-                      f"min_finding_positives={self.min_positives} (found {c.recall.hits}/{c.recall.of}, "
-                      f"served {s.recall.hits}/{s.recall.of})")
-        return (f"{self.finding} (added by {self.added}, removed by {self.removed} corrections): "
-                f"{recall}; false positives {c.fpr} (served {s.fpr}){where}")
+            recall = (
+                f"recall not measurable: {s.recall.of} held-out studies with it, fewer than "
+                f"min_finding_positives={self.min_positives} (found {c.recall.hits}/{c.recall.of}, "
+                f"served {s.recall.hits}/{s.recall.of})"
+            )
+        return (
+            f"{self.finding} (added by {self.added}, removed by {self.removed} corrections): "
+            f"{recall}; false positives {c.fpr} (served {s.fpr}){where}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        rates = {name: [[r.recall.hits, r.recall.of], [r.fpr.hits, r.fpr.of]]
-                 for name, r in (("candidate", self.candidate), ("served", self.served))}
-        return {"finding": self.finding, "added": self.added, "removed": self.removed, **rates,
-                "topped_up": self.topped_up, "min_positives": self.min_positives}
+        rates = {
+            name: [[r.recall.hits, r.recall.of], [r.fpr.hits, r.fpr.of]]
+            for name, r in (("candidate", self.candidate), ("served", self.served))
+        }
+        return {
+            "finding": self.finding,
+            "added": self.added,
+            "removed": self.removed,
+            **rates,
+            "topped_up": self.topped_up,
+            "min_positives": self.min_positives,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FindingCheck:
         def rates(pair: Sequence[Sequence[Any]]) -> FindingRates:
             return FindingRates(Count(*map(int, pair[0])), Count(*map(int, pair[1])))
 
-        return cls(str(data["finding"]), int(data.get("added", 0)), int(data.get("removed", 0)),
-                   rates(data["candidate"]), rates(data["served"]), int(data.get("topped_up", 0)),
-                   int(data.get("min_positives", 0)))
+        return cls(
+            str(data["finding"]),
+            int(data.get("added", 0)),
+            int(data.get("removed", 0)),
+            rates(data["candidate"]),
+            rates(data["served"]),
+            int(data.get("topped_up", 0)),
+            int(data.get("min_positives", 0)),
+        )
 
 
-def finding_check(finding: str, change: Mapping[str, int], candidate: Sequence[dict], served: Sequence[dict],
-                  *, min_positives: int = 0) -> FindingCheck:
+def finding_check(
+    finding: str,
+    change: Mapping[str, int],
+    candidate: Sequence[dict],
+    served: Sequence[dict],
+    *,
+    min_positives: int = 0,
+) -> FindingCheck:
     """Both models' rates on `finding` (`finding_rows`): recall over the set's own studies, the
     false-positive rate over those without it and the top-up studies without it (counted as `topped_up`)."""
     candidate, served = finding_rows(candidate, finding), finding_rows(served, finding)
     topped_up = sum(r.get("source") == TOPUP_SOURCE for r in served)
-    return FindingCheck(finding, int(change.get("added", 0)), int(change.get("removed", 0)),
-                        finding_rates(candidate, finding), finding_rates(served, finding), topped_up, min_positives)
+    return FindingCheck(
+        finding,
+        int(change.get("added", 0)),
+        int(change.get("removed", 0)),
+        finding_rates(candidate, finding),
+        finding_rates(served, finding),
+        topped_up,
+        min_positives,
+    )
 
 
 # --- what the round's corrections changed ----------------------------------------------------------------------
@@ -291,5 +356,8 @@ def finding_changes(pairs: Iterable[tuple[dict, dict]]) -> dict[str, dict[str, i
 
 def corrected_findings(changes: Mapping[str, Mapping[str, int]], minimum: int) -> list[str]:
     """The findings at least `minimum` corrections added or removed, in CheXpert order."""
-    return [name for name in CHEXPERT_14 if name in changes
-            and changes[name].get("added", 0) + changes[name].get("removed", 0) >= max(1, minimum)]
+    return [
+        name
+        for name in CHEXPERT_14
+        if name in changes and changes[name].get("added", 0) + changes[name].get("removed", 0) >= max(1, minimum)
+    ]
