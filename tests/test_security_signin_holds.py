@@ -115,6 +115,35 @@ def test_guessers_never_queue_a_clean_sign_in(guarded):
         stuck.set()
 
 
+def test_the_suspects_lane_rests_as_long_as_it_hashed(guarded):
+    """Guessers used to hash back to back in their lane, so a colleague's clean sign-in almost always shared the CPU
+    with one (1.47-1.55x her median alone in bench_signin --seconds 30). The lane now rests as long as each check took:
+    the starts of consecutive guesses' checks are at least two check-times apart (a lower bound: load only widens it)."""
+    from app.services.accounts.signin import SUSPECT_REST, SignInGuard
+
+    _, clock, db = guarded
+    starts: list[float] = []
+    check_s = 0.2
+
+    class Timed(SignInGuard):
+        def _check(self, name, password, address):
+            if name.startswith("guess"):
+                starts.append(time.monotonic())
+                time.sleep(check_s)
+            return super()._check(name, password, address)
+
+    guard = Timed(db, hash_slots=1)
+    guesser = "198.51.100.93"
+
+    async def scene():
+        assert (await guard.sign_in("nobody", "x", guesser)).outcome == "refused"  # the address has failed now
+        await asyncio.gather(*[guard.sign_in(f"guess{i}", "x", guesser) for i in range(3)])
+
+    asyncio.run(scene())
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert len(starts) == 3 and min(gaps) >= (1 + SUSPECT_REST) * check_s * 0.95, gaps
+
+
 def test_a_sign_in_is_one_commit(guarded):
     from sqlalchemy import event
 

@@ -17,7 +17,9 @@ session middleware (`app.web_security`) answers `/login` itself and asks
   guessing can neither block the event loop nor take every core, in two lanes:
   attempts from an address with recent failures share one slot of their own,
   and start only while no clean sign-in waits or hashes, so guessers never
-  queue or crowd out a clean sign-in;
+  queue or crowd out a clean sign-in; after each of its checks that slot rests
+  as long as the check took (`SUSPECT_REST`), so guessing hashes at most half
+  the time and a clean sign-in that arrives meanwhile rarely shares the CPU;
 - writes every sign-in, failed sign-in and lockout to the audit log. Attempts
   refused during a lockout are audited too, at most `REFUSALS_AUDITED` an hour
   per account and address; and whatever the names tried, one address writes
@@ -31,19 +33,18 @@ process. Who is signed in is `app.services.accounts.sessions.SessionBook`.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from time import monotonic
+from typing import TYPE_CHECKING, Any
 
 from limits import parse
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
+from app.services.accounts.holds import FailureLog, Lockout, SignInResult, account_key, held_refusal
 from app.services.operations.metrics import count_sign_in_failure
 from db.records import UserRecord
 from orapo_core.errors import OrapoError
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 
     from db.database import Database
 
-_Key = TypeVar("_Key", bound=Hashable)
 
 ACCOUNT_FAILURES, ADDRESS_FAILURES, WINDOW_MINUTES = 5, 20, 15
 ACCOUNT_LIMIT = f"{ACCOUNT_FAILURES} per {WINDOW_MINUTES} minutes"
@@ -68,64 +68,9 @@ REFUSALS_AUDITED = "6 per hour"
 # are counted, and the count is written as one `auth.refusals_summarised` row when the address may write again.
 ADDRESS_AUDITED = "20 per minute"
 ANONYMOUS = "anonymous"  # the audit log's actor for an attempt nobody has proved to be
-
-
-@dataclass(frozen=True)
-class SignInResult:
-    outcome: str  # "signed_in", "refused" (wrong name or password, or a disabled account) or "locked"
-    username: str | None = None
-    stamp: str | None = None
-    retry_after_s: int = 0
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == "signed_in"
-
-
-@dataclass(frozen=True)
-class Lockout:
-    kind: str  # "account" or "address"
-    key: str
-    until: datetime
-
-
-class FailureLog(Generic[_Key]):
-    """Failed sign-ins per key within a moving window. After `free` of them, each further failure holds the key for a
-    time that doubles from `first_s` up to `cap_s`, counted from the last failure: a guesser slows down at once, and
-    nobody is held longer than `cap_s` after the last guess."""
-
-    def __init__(self, free: int, window_s: float, first_s: float, cap_s: float) -> None:
-        self.free, self.window_s, self.first_s, self.cap_s = free, window_s, first_s, cap_s
-        self._failures: dict[_Key, list[float]] = {}
-
-    def _recent(self, key: _Key, now: float) -> list[float]:
-        times = [t for t in self._failures.get(key, ()) if now - t < self.window_s]
-        if times:
-            self._failures[key] = times
-        else:
-            self._failures.pop(key, None)
-        return times
-
-    def hit(self, key: _Key, now: float) -> None:
-        self._failures.setdefault(key, []).append(now)
-
-    def count(self, key: _Key, now: float) -> int:
-        return len(self._recent(key, now))
-
-    def held_until(self, key: _Key, now: float) -> float | None:
-        times = self._recent(key, now)
-        if len(times) < self.free:
-            return None
-        until = times[-1] + min(self.cap_s, self.first_s * 2 ** (len(times) - self.free))
-        return until if until > now else None
-
-    def clear(self, match: Callable[[_Key], bool]) -> None:
-        for key in [k for k in self._failures if match(k)]:
-            del self._failures[key]
-
-    def keys(self) -> list[_Key]:
-        return list(self._failures)
+# After each check in the suspects' lane, the lane rests this many times as long as the check took: guessing hashes
+# at most 1 / (1 + SUSPECT_REST) of the time. Measured with benchmarks/bench_signin (docs: research, load).
+SUSPECT_REST = 1.0
 
 
 class SignInGuard:
@@ -137,22 +82,30 @@ class SignInGuard:
     stranger guessing cannot keep a colleague out for long; an address that failed `ADDRESS_FAILURES` times on any
     accounts is locked until its oldest failure leaves the window. Hashing runs in two lanes: attempts from an address
     (or pair) with recent failures wait for one slot of their own and start only while no clean sign-in waits or
-    hashes, so guessers never queue or crowd out a clean sign-in.
+    hashes, so guessers never queue or crowd out a clean sign-in; after each such check the lane rests as long as
+    the check took (`SUSPECT_REST`).
     """
 
     # the app's `app.services.operations.metrics.AppMetrics` (`build_app` sets it): counts failures by reason
     metrics = None
 
-    def __init__(self, database: Database, *, account_limit: str = ACCOUNT_LIMIT, address_limit: str = ADDRESS_LIMIT,
-                 hash_slots: int | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        account_limit: str = ACCOUNT_LIMIT,
+        address_limit: str = ADDRESS_LIMIT,
+        hash_slots: int | None = None,
+    ) -> None:
         self._db = database
         self._limiter = MovingWindowRateLimiter(MemoryStorage())
         account = parse(account_limit)
         self._items = {"account": account, "address": parse(address_limit)}
         window = account.get_expiry()
         self._accounts: FailureLog[str] = FailureLog(account.amount, window, ACCOUNT_FIRST_HOLD_S, ACCOUNT_MAX_HOLD_S)
-        self._pairs: FailureLog[tuple[str, str]] = FailureLog(account.amount, PAIR_WINDOW_S, PAIR_FIRST_HOLD_S,
-                                                               PAIR_MAX_HOLD_S)
+        self._pairs: FailureLog[tuple[str, str]] = FailureLog(
+            account.amount, PAIR_WINDOW_S, PAIR_FIRST_HOLD_S, PAIR_MAX_HOLD_S
+        )
         self._refusals_audited = parse(REFUSALS_AUDITED)
         self._address_audited = parse(ADDRESS_AUDITED)
         self._unwritten: dict[str, int] = {}  # address -> attempts not written since its last row
@@ -162,13 +115,14 @@ class SignInGuard:
         # anyio CapacityLimiters (clean, suspect), made in the server's event loop on first use
         self._slots: tuple[CapacityLimiter, CapacityLimiter] | None = None
         self._clean = 0  # clean sign-ins waiting for or in their hash: suspects wait until there are none
+        self._suspects_rest_until = 0.0  # monotonic time before which the suspects' lane starts no check
 
     async def sign_in(self, username: str, password: str, address: str) -> SignInResult:
         """Check a name and password from `address`; call from the event loop (the hashing runs in a thread)."""
         import anyio
         from anyio import CapacityLimiter, to_thread
 
-        name = _account_key(username)
+        name = account_key(username)
         locked = self.locked(name, address)
         if locked is not None:
             await to_thread.run_sync(self._audit_refusal, name, address, locked)
@@ -181,10 +135,14 @@ class SignInGuard:
                 return await to_thread.run_sync(self._check, name, password or "", address, limiter=self._slots[0])
             finally:
                 self._clean -= 1
-        async with self._slots[1]:  # one suspect at a time, and only while no clean sign-in waits or hashes
-            while self._clean:
+        async with self._slots[1]:  # one suspect at a time, only while no clean sign-in waits or hashes, and rested
+            while self._clean or monotonic() < self._suspects_rest_until:
                 await anyio.sleep(0.01)
-            return await to_thread.run_sync(self._check, name, password or "", address)
+            began = monotonic()
+            try:
+                return await to_thread.run_sync(self._check, name, password or "", address)
+            finally:
+                self._suspects_rest_until = monotonic() + SUSPECT_REST * (monotonic() - began)
 
     def suspect(self, username: str, address: str) -> bool:
         """Whether this address failed recently (on any account): its attempts hash in the suspects' lane."""
@@ -196,15 +154,15 @@ class SignInGuard:
 
     def locked(self, username: str, address: str) -> SignInResult | None:
         """The refusal for an account, account and address pair, or address held now, or None."""
-        name, now = _account_key(username), time.time()
+        name, now = account_key(username), time.time()
         with self._lock:
             until = max(self._pairs.held_until((name, address), now) or 0, self._accounts.held_until(name, now) or 0)
         if until:
-            return _held("account", until - now)
+            return held_refusal("account", until - now)
         item = self._items["address"]
         if not self._limiter.test(item, "address", address):
             reset, _ = self._limiter.get_window_stats(item, "address", address)
-            return _held("network address", reset - now)
+            return held_refusal("network address", reset - now)
         return None
 
     def lockouts(self, actor: UserRecord) -> list[Lockout]:
@@ -216,12 +174,15 @@ class SignInGuard:
         with self._lock:
             for kind, key in sorted(self._seen_locked):
                 if kind == "account":
-                    until = max(self._accounts.held_until(key, now) or 0,
-                                *[self._pairs.held_until(k, now) or 0 for k in self._pairs.keys() if k[0] == key])
+                    until = max(
+                        self._accounts.held_until(key, now) or 0,
+                        *[self._pairs.held_until(k, now) or 0 for k in self._pairs.keys() if k[0] == key],
+                    )
                 else:
                     item = self._items[kind]
-                    until = 0 if self._limiter.test(item, kind, key) else self._limiter.get_window_stats(
-                        item, kind, key)[0]
+                    until = (
+                        0 if self._limiter.test(item, kind, key) else self._limiter.get_window_stats(item, kind, key)[0]
+                    )
                 if not until:
                     self._seen_locked.discard((kind, key))
                     continue
@@ -235,10 +196,12 @@ class SignInGuard:
 
         require_role(actor, "admin")
         target = (target or "").strip()
-        name, now, lifted = _account_key(target), time.time(), []
+        name, now, lifted = account_key(target), time.time(), []
         with self._lock:
-            if name and (self._accounts.held_until(name, now)
-                         or any(self._pairs.held_until(k, now) for k in self._pairs.keys() if k[0] == name)):
+            if name and (
+                self._accounts.held_until(name, now)
+                or any(self._pairs.held_until(k, now) for k in self._pairs.keys() if k[0] == name)
+            ):
                 lifted.append("account")
             self._accounts.clear(lambda k: k == name)
             self._pairs.clear(lambda k: k[0] == name or k[1] == target)
@@ -250,8 +213,9 @@ class SignInGuard:
         self._limiter.clear(item, "address", target)
         if not lifted:
             raise OrapoError("not_locked", f"Neither an account nor an address named {target!r} is locked out.")
-        AuditRepository(self._db).append("auth.unlock", actor=actor, object_type="sign_in", object_id=target,
-                                         details={"lifted": lifted})
+        AuditRepository(self._db).append(
+            "auth.unlock", actor=actor, object_type="sign_in", object_id=target, details={"lifted": lifted}
+        )
         return lifted
 
     # -- in a worker thread ------------------------------------------------------------------------------------
@@ -276,8 +240,9 @@ class SignInGuard:
                 if stamp is None:  # disabled between the check and now
                     refused = "user_disabled"
                 else:
-                    AuditRepository(session).append("auth.sign_in", actor=user, object_type="user",
-                                                    object_id=user.id, details={"address": address})
+                    AuditRepository(session).append(
+                        "auth.sign_in", actor=user, object_type="user", object_id=user.id, details={"address": address}
+                    )
         if refused is not None:
             return self._failed(name, address, refused)
         with self._lock:  # a success forgives the account's failures, and its own address's: not a guesser's
@@ -299,8 +264,13 @@ class SignInGuard:
             unwritten = self._unwritten.pop(address, 0)
         audit = AuditRepository(self._db)
         if unwritten:
-            audit.append("auth.refusals_summarised", actor=ANONYMOUS, object_type="address", object_id=address,
-                         details={"address": address, "attempts_not_written": unwritten, "limit": ADDRESS_AUDITED})
+            audit.append(
+                "auth.refusals_summarised",
+                actor=ANONYMOUS,
+                object_type="address",
+                object_id=address,
+                details={"address": address, "attempts_not_written": unwritten, "limit": ADDRESS_AUDITED},
+            )
         audit.append(action, actor=ANONYMOUS, **row)
 
     def flush_summaries(self) -> int:
@@ -310,58 +280,71 @@ class SignInGuard:
         with self._lock:
             pending, self._unwritten = self._unwritten, {}
         for address, unwritten in pending.items():
-            AuditRepository(self._db).append("auth.refusals_summarised", actor=ANONYMOUS, object_type="address",
-                                             object_id=address, details={"address": address,
-                                                                         "attempts_not_written": unwritten,
-                                                                         "limit": ADDRESS_AUDITED})
+            AuditRepository(self._db).append(
+                "auth.refusals_summarised",
+                actor=ANONYMOUS,
+                object_type="address",
+                object_id=address,
+                details={"address": address, "attempts_not_written": unwritten, "limit": ADDRESS_AUDITED},
+            )
         return len(pending)
 
     def _failed(self, name: str, address: str, reason: str) -> SignInResult:
         count_sign_in_failure(self.metrics, reason)
-        self._anonymous_row(address, "auth.sign_in_failed", object_type="user", object_id=_shown(name),
-                            details={"address": address, "reason": reason})
+        self._anonymous_row(
+            address,
+            "auth.sign_in_failed",
+            object_type="user",
+            object_id=_shown(name),
+            details={"address": address, "reason": reason},
+        )
         now, item = time.time(), self._items["address"]
         self._limiter.hit(item, "address", address)
         with self._lock:
             self._accounts.hit(name, now)
             self._pairs.hit((name, address), now)
-            held = {"account": max(self._accounts.held_until(name, now) or 0,
-                                   self._pairs.held_until((name, address), now) or 0),
-                    "address": 0 if self._limiter.test(item, "address", address)
-                    else self._limiter.get_window_stats(item, "address", address)[0]}
+            held = {
+                "account": max(
+                    self._accounts.held_until(name, now) or 0, self._pairs.held_until((name, address), now) or 0
+                ),
+                "address": 0
+                if self._limiter.test(item, "address", address)
+                else self._limiter.get_window_stats(item, "address", address)[0],
+            }
             failures = {"account": self._accounts.count(name, now), "address": item.amount}
-            new = [kind for kind in held if held[kind] and (kind, name if kind == "account" else address)
-                   not in self._seen_locked]
+            new = [
+                kind
+                for kind in held
+                if held[kind] and (kind, name if kind == "account" else address) not in self._seen_locked
+            ]
             self._seen_locked.update((kind, name if kind == "account" else address) for kind in held if held[kind])
         for kind in new:
-            self._anonymous_row(address, "auth.lockout", object_type=kind,
-                                object_id=_shown(name) if kind == "account" else address,
-                                details={"address": address, "failures": failures[kind],
-                                         "until": datetime.fromtimestamp(held[kind], UTC).isoformat(
-                                             timespec="seconds")})
+            self._anonymous_row(
+                address,
+                "auth.lockout",
+                object_type=kind,
+                object_id=_shown(name) if kind == "account" else address,
+                details={
+                    "address": address,
+                    "failures": failures[kind],
+                    "until": datetime.fromtimestamp(held[kind], UTC).isoformat(timespec="seconds"),
+                },
+            )
         return SignInResult("refused", message="Incorrect credentials.")
 
     def _audit_refusal(self, name: str, address: str, locked: SignInResult) -> None:
         count_sign_in_failure(self.metrics, "locked_out")
         if self._limiter.hit(self._refusals_audited, "refused", name, address):
-            self._anonymous_row(address, "auth.sign_in_failed", object_type="user", object_id=_shown(name),
-                                details={"address": address, "reason": "locked_out",
-                                         "retry_after_s": locked.retry_after_s})
+            self._anonymous_row(
+                address,
+                "auth.sign_in_failed",
+                object_type="user",
+                object_id=_shown(name),
+                details={"address": address, "reason": "locked_out", "retry_after_s": locked.retry_after_s},
+            )
         else:
             with self._lock:
                 self._unwritten[address] = self._unwritten.get(address, 0) + 1
-
-
-def _held(what: str, wait_s: float) -> SignInResult:
-    wait = max(1, math.ceil(wait_s))
-    when = f"{wait} seconds" if wait < 120 else f"{math.ceil(wait / 60)} minutes"
-    return SignInResult("locked", retry_after_s=wait, message=(
-        f"Too many failed sign-ins for this {what}: try again in {when}, "
-        "or ask an administrator to lift the lockout."))
-
-
-def _account_key(username: str | None) -> str:
-    return (username or "").strip().lower()[:64]
 
 
 def _shown(name: str) -> str:
