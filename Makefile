@@ -58,9 +58,10 @@ test: $(STAMP) lint docs
 	  $${slurm_conf:+ORAPO_TEST_SLURM_CONF=$$slurm_conf} $${ray_address:+ORAPO_TEST_RAY_ADDRESS=$$ray_address} \
 	  OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --timeout=900
 
-# Every test not marked `slow` (browsers, live servers, training runs, starter builds, anything over ~2 s):
-# pure functions, the engine on tiny models, the database, spread over one worker per core (pytest-xdist).
-# Under a minute on 2 cores; run it after each change and `make test` before a commit that others build on.
+# Every test not marked `slow` (browsers, live servers, training runs, starter builds, subprocesses, sweeps, the
+# other families of a per-family test, anything over ~2 s): pure functions, the engine on tiny models, the
+# services, the tabs, the database, spread over one worker per core (pytest-xdist). The tiers are in
+# docs/pages/developer.md; run it after each change and `make test` before a commit that others build on.
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" --timeout=300 -n auto
 

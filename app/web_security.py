@@ -46,16 +46,16 @@ Cookies are `SameSite=Lax` and `HttpOnly`, and `Secure` when the request came
 over HTTPS or `ORAPO_SECURE_COOKIES=1` says a TLS proxy is in front.
 
 Gradio's session tokens, cookie names and route names, and the `AppContext`
-found from the running server, come through `app.gradio_internals`.
+found from the running server, come through `app.gradio_internals`; what it
+reads from bodies (a request's session hashes, an upload's cache paths), through
+`app.web_bodies`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterator
-from urllib.parse import parse_qs
 
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
@@ -65,6 +65,7 @@ from app import gradio_internals, web_signin
 from app.gradio_internals import DEEP_LINK_PATH, STARTUP_EVENTS_PATH, TOKEN_PATHS, UPLOAD_PATHS
 from app.page_scripts import EARLY_HEAD
 from app.services.operations.metrics import HEALTH_PATHS
+from app.web_bodies import SAFE_METHODS, noting_uploads, session_hashes
 from app.web_requests import (
     OWN_REFUSAL,
     cross_site,
@@ -77,8 +78,18 @@ from app.web_requests import (
 )
 
 # What a browser needs before it has a session: the sign-in page and its assets.
-PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/theme.css", "/gradio_api/theme.css", "/manifest.json", "/robots.txt",
-                          STARTUP_EVENTS_PATH, *HEALTH_PATHS})  # health: for load balancers, saying nothing of anyone
+PUBLIC_PATHS = frozenset(
+    {
+        "/",
+        "/favicon.ico",
+        "/theme.css",
+        "/gradio_api/theme.css",
+        "/manifest.json",
+        "/robots.txt",
+        STARTUP_EVENTS_PATH,
+        *HEALTH_PATHS,
+    }
+)  # health: for load balancers, saying nothing of anyone
 PUBLIC_PREFIXES = ("/assets/", "/static/", "/pwa_icon", "/svelte/")
 # Gradio's HTML pages: the app and the run history; with a session they get `EARLY_HEAD` first in <head>.
 PAGE_PATHS = frozenset({"/", "/gradio_api/runs", "/gradio_api/runs/"})
@@ -91,10 +102,7 @@ API_INFO_PATHS = frozenset({"/gradio_api/info", "/gradio_api/info/", "/info", "/
 # Gradio's call counts of every function, its OpenAPI document and its monitoring pages: administrators only
 ADMIN_ONLY_PREFIXES = ("/monitoring", "/gradio_api/monitoring", "/gradio_api/openapi.json", "/openapi.json")
 UPLOAD_ROUTE = "/gradio_api/upload"  # Gradio's file upload: answers with the cache paths of what it stored
-MAX_JSON_BODY = 10 * 1024 * 1024  # event payloads carry text and file references, never file bytes
 SESSION_USER = "orapo.username"  # the scope key naming the user of a request that passed the session check
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-FORM_TYPES = frozenset({b"multipart/form-data", b"application/x-www-form-urlencoded"})
 # Routes that answer GET with a study's pixels: read only by the app's own page (a same-site page on another port
 # shares the cookie, as SameSite counts no ports).
 DATA_PREFIXES = ("/orapo/viewer/studies/",)
@@ -163,7 +171,7 @@ class RequireSession:
             keep = await self._api_shown(username, ctx)
             if keep is not None:
                 send = with_api_info(send, keep)
-        receive, hashes, too_large = await self._session_hashes(scope, receive)
+        receive, hashes, too_large = await session_hashes(scope, receive, self._matches(scope))
         if too_large:
             await _refuse(scope, receive, send, 413, "Too large", "This request is too large.")
             return
@@ -185,13 +193,19 @@ class RequireSession:
         size = int(dict(scope.get("headers") or []).get(b"content-length", b"0") or 0)
         quota_mb = int(getattr(self.settings, "max_upload_inflight_mb", 200))
         if book.uploads_in_flight(username) + size > quota_mb * 1024 * 1024:
-            await _refuse(scope, receive, send, 413, "upload_quota",
-                          f"upload_quota: your uploads not yet stored would pass {quota_mb} MB "
-                          "(ORAPO_MAX_UPLOAD_INFLIGHT_MB); wait until they are stored, or send fewer files at once.")
+            await _refuse(
+                scope,
+                receive,
+                send,
+                413,
+                "upload_quota",
+                f"upload_quota: your uploads not yet stored would pass {quota_mb} MB "
+                "(ORAPO_MAX_UPLOAD_INFLIGHT_MB); wait until they are stored, or send fewer files at once.",
+            )
             return
         book.upload_started(username, size)
         try:
-            await self.app(scope, receive, _noting_uploads(send, book, _token(scope), size))
+            await self.app(scope, receive, noting_uploads(send, book, _token(scope), size))
         finally:
             book.upload_ended(username, size)
 
@@ -260,48 +274,6 @@ class RequireSession:
         admin_api = frozenset(getattr(ctx, "admin_api", None) or ())
         return lambda name: name.lstrip("/") not in admin_api
 
-    async def _session_hashes(self, scope, receive):
-        """The Gradio session hashes a request names (path, query or JSON body); the body is read and replayed."""
-        hashes = set(parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_hash", []))
-        for params in self._matches(scope):
-            if "session_hash" in params:
-                hashes.add(params["session_hash"])
-        headers = dict(scope.get("headers") or [])
-        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-        # Every body FastAPI might parse as JSON is read here, whatever its media type (`application/json`, any
-        # `application/*+json`, none at all, `text/plain` ...): only the form encodings that never carry JSON are
-        # left to their routes (uploads, with their own size limit; the sign-in form is answered above).
-        if (scope["type"] != "http" or scope.get("method", "GET").upper() in SAFE_METHODS
-                or content_type in FORM_TYPES):
-            return receive, hashes, False
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            more = message.get("more_body", False)
-            if size > MAX_JSON_BODY:
-                return receive, hashes, True
-        body = b"".join(chunks)
-        try:
-            data = json.loads(body or b"null")
-        except ValueError:
-            data = None
-        if isinstance(data, dict) and "session_hash" in data:
-            hashes.add(str(data["session_hash"]))
-        sent = False
-
-        async def replay():
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return replay, hashes, False
-
     # -- files -----------------------------------------------------------------------------------------------
 
     def _reaches_admin_files(self, scope) -> bool:
@@ -341,31 +313,10 @@ class RequireSession:
     def _upload_limit_message(self) -> str | None:
         if self.max_upload_mb is None:
             return None
-        return (f"file_too_large: This file is larger than the upload limit of {self.max_upload_mb} MB "
-                "(ORAPO_MAX_UPLOAD_MB); it was not stored.")
-
-
-def _noting_uploads(send, book, token: str | None, size: int):
-    """`send` that tells the session book which cache paths Gradio's upload route gave this session, so that the
-    upload handler reads only what this session uploaded (`SessionBook.uploaded_by`)."""
-    status, chunks = 0, []
-
-    async def wrapped(message):
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body" and status == 200 and token is not None:
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                try:
-                    paths = json.loads(b"".join(chunks) or b"null")
-                except ValueError:
-                    paths = None
-                if isinstance(paths, list):
-                    book.note_uploads(token, [p for p in paths if isinstance(p, str)], size)
-        await send(message)
-
-    return wrapped
+        return (
+            f"file_too_large: This file is larger than the upload limit of {self.max_upload_mb} MB "
+            "(ORAPO_MAX_UPLOAD_MB); it was not stored."
+        )
 
 
 def _page(scope) -> bool:
@@ -379,8 +330,14 @@ def _token(scope) -> str | None:
 
 
 async def _refuse_foreign(scope, receive, send) -> None:
-    await _refuse(scope, receive, send, 403, "Forbidden",
-                  "A request from another site (or without its Origin) is refused; use the app's own page.")
+    await _refuse(
+        scope,
+        receive,
+        send,
+        403,
+        "Forbidden",
+        "A request from another site (or without its Origin) is refused; use the app's own page.",
+    )
 
 
 async def _refuse(scope, receive, send, status: int, error: str, message: str, *, auth: bool = False) -> None:

@@ -79,7 +79,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from app.runtime import open_database
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from orapo_core.config import Settings
     from tests.support.app import launched_app, phantom_png
     from tests.support.readers import check_stored_once, corrected_text, make_readers, run_readers, summarize

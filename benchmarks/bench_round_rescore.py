@@ -123,7 +123,7 @@ def judge_again(settings, database, round_id: int, base, adapter, test_rows: dic
     """This checkout's gate on the round's own held-out set (built and drafted as a round does now) and on the
     test studies' rows; both decisions (without the per-study rows) and whether their verdicts agree."""
     from app.services.rounds import RoundPolicy, decide
-    from app.services.rounds.data import round_heldout
+    from app.services.rounds.heldout import round_heldout
     from app.services.rounds.plan import EvaluationSpec, Weights
     from app.services.rounds.worker import evaluate_models
 

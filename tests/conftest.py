@@ -7,9 +7,11 @@ never written to by a test.
 
 Tiers: `make test-fast` runs every test not marked `slow`; a test that takes
 more than about 2 s on a busy 2-core machine (a browser, a live server, a training
-run, a starter build) carries `@pytest.mark.slow` or its module's
-`pytestmark = pytest.mark.slow`, and every test_browser_* module is slow
-whether it says so or not (`pytest_collection_modifyitems`).
+run, a starter build, a subprocess, a sweep) carries `@pytest.mark.slow` or its
+module's `pytestmark = pytest.mark.slow`, every test_browser_* module is slow
+whether it says so or not (`pytest_collection_modifyitems`), and a per-family
+test runs its first family in both tiers and the others in `make test` only
+(`tests.support.tiers.first_fast`). See docs/pages/developer.md, test tiers.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from tests.support.databases import BACKEND_PARAMS, empty_database  # noqa: E402
+from tests.support.databases import BACKEND_PARAMS, empty_database, sqlite_copy  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -81,11 +83,32 @@ def blank_database(backend: str, tmp_path: Path):
         yield database
 
 
+@pytest.fixture(scope="session")
+def sqlite_at_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite file migrated to head, once per session (per xdist worker): never written to, only copied."""
+    from db import Database
+
+    path = tmp_path_factory.mktemp("schema") / "head.sqlite3"
+    template = Database(f"sqlite:///{path}")
+    template.upgrade()
+    template.dispose()  # the last connection closed: the WAL is folded into the file, which is all there is
+    return path
+
+
 @pytest.fixture
-def database(blank_database):
-    """A database migrated to head, on each configured backend."""
-    blank_database.upgrade()
-    return blank_database
+def database(backend: str, tmp_path: Path, request: pytest.FixtureRequest):
+    """A database migrated to head, on each configured backend.
+
+    SQLite: a copy of `sqlite_at_head` (the migrations are what `tests/test_db_schema.py` tests, on
+    `blank_database`; running all of them again for every test cost about 0.1 s a test). PostgreSQL: a new
+    schema, migrated."""
+    if backend == "sqlite":
+        with sqlite_copy(request.getfixturevalue("sqlite_at_head"), tmp_path) as database:
+            yield database
+        return
+    blank = request.getfixturevalue("blank_database")
+    blank.upgrade()
+    yield blank
 
 
 # --- models and data ---------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
 PROJECT = ("orapo_core", "app", "db", "tests", "benchmarks")
@@ -86,16 +88,28 @@ def test_the_private_name_check_catches_each_form(tmp_path: Path) -> None:
         "    return drafter._prompt_text\n"
     )
     assert [use.split(": ", 1)[1] for use in private_uses(sample)] == [
-        "from orapo_core.facts.metrics import _positive", "verifier._auc", "orapo_core.facts._positive",
-        "Drafter._prompt_text", "drafter._prompt_text"]
+        "from orapo_core.facts.metrics import _positive",
+        "verifier._auc",
+        "orapo_core.facts._positive",
+        "Drafter._prompt_text",
+        "drafter._prompt_text",
+    ]
 
 
+@pytest.mark.slow  # every benchmark started in a subprocess
 def test_every_benchmark_starts_as_a_module_and_through_orapo_bench(tmp_path: Path) -> None:
     from app.commands.bench import available
 
     found = available()
-    assert {"decode", "round_story", "round_rescore", "round_drafts_alone", "round_grpo_twin", "round_matrix",
-            "walk_screenshots"} <= found.keys()
+    assert {
+        "decode",
+        "round_story",
+        "round_rescore",
+        "round_drafts_alone",
+        "round_grpo_twin",
+        "round_matrix",
+        "walk_screenshots",
+    } <= found.keys()
     assert not {"ablation", "round_story_common"} & found.keys()  # shared code, no command line
     # each one's --help, run as `python -m` runs it (as __main__, from the package), in one interpreter; a tool
     # with no flags to ask about (no argparse) is imported only, not run
@@ -116,15 +130,29 @@ def test_every_benchmark_starts_as_a_module_and_through_orapo_bench(tmp_path: Pa
         "print('all started')\n"
     )
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env
+    )
     assert result.returncode == 0 and "all started" in result.stdout, result.stderr[-3000:]
     # `orapo bench NAME` from another folder: the checkout is importable, the caller's folder stays the caller's
     env.pop("PYTHONPATH", None)
-    result = subprocess.run([sys.executable, "-m", "app.cli", "bench", "round_story", "--help"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120, env=env)
-    assert result.returncode == 0 and "--finding" in result.stdout and "--rescore-round" not in result.stdout, \
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "bench", "round_story", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 0 and "--finding" in result.stdout and "--rescore-round" not in result.stdout, (
         result.stderr[-3000:]
-    result = subprocess.run([sys.executable, "-m", "app.cli", "bench", "round-matrix", "--help"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120, env=env)
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "bench", "round-matrix", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert result.returncode == 0 and "--cells" in result.stdout, result.stderr[-3000:]

@@ -84,15 +84,22 @@ def _colour_photo(path: Path) -> Path:
 # --- the rules -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "values", "expected"), [
-    ("CT_small.dcm", {}, "a CT (Modality CT), not a chest radiograph"),
-    ("MR_small.dcm", {}, "an MR image (Modality MR), not a chest radiograph"),
-    ("RG1_UNCI.dcm", {"BodyPartExamined": "KNEE"}, "a CR radiograph of the KNEE (Body Part Examined KNEE), not of the chest"),
-    ("RG1_UNCI.dcm", {}, None),  # CR, CHEST
-    ("RG1_UNCI.dcm", {"Modality": "DX", "BodyPartExamined": "thorax"}, None),
-    ("RG1_UNCI.dcm", {"Modality": "DX", "BodyPartExamined": ""}, None),  # absent is allowed
-    ("RG1_UNCI.dcm", {"Modality": "PX"}, "a panoramic dental X-ray (Modality PX), not a chest radiograph"),
-])
+@pytest.mark.parametrize(
+    ("name", "values", "expected"),
+    [
+        ("CT_small.dcm", {}, "a CT (Modality CT), not a chest radiograph"),
+        ("MR_small.dcm", {}, "an MR image (Modality MR), not a chest radiograph"),
+        (
+            "RG1_UNCI.dcm",
+            {"BodyPartExamined": "KNEE"},
+            "a CR radiograph of the KNEE (Body Part Examined KNEE), not of the chest",
+        ),
+        ("RG1_UNCI.dcm", {}, None),  # CR, CHEST
+        ("RG1_UNCI.dcm", {"Modality": "DX", "BodyPartExamined": "thorax"}, None),
+        ("RG1_UNCI.dcm", {"Modality": "DX", "BodyPartExamined": ""}, None),  # absent is allowed
+        ("RG1_UNCI.dcm", {"Modality": "PX"}, "a panoramic dental X-ray (Modality PX), not a chest radiograph"),
+    ],
+)
 def test_the_header_rules(tmp_path, name, values, expected) -> None:
     from orapo_core.imaging import ingest_path
 
@@ -120,8 +127,9 @@ def test_a_colour_picture_is_not_a_radiograph_and_a_grey_one_is_judged_by_the_mo
 # --- stored, never drafted, never ranked -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "words"), [("CT_small.dcm", "a CT (Modality CT)"),
-                                             ("MR_small.dcm", "an MR image (Modality MR)")])
+@pytest.mark.parametrize(
+    ("name", "words"), [("CT_small.dcm", "a CT (Modality CT)"), ("MR_small.dcm", "an MR image (Modality MR)")]
+)
 def test_ct_and_mr_are_stored_but_never_drafted(env, name, words) -> None:
     from app.services.reading import drafting
     from db import DraftRepository, StudyRepository
@@ -153,8 +161,13 @@ def test_the_reading_order_leaves_them_out_of_the_models_ranking(env) -> None:
     chest = []
     for uid in ("chest-1", "chest-2"):  # drafts the model is sure of: usefulness 0, so ties keep the oldest first
         study = StudyRepository(db).create(uid, "ANON-" + uid, uploaded_by=rita.id)
-        DraftRepository(db).create(study.id, model_name="m", prompt="p", text="No pneumothorax.",
-                                   sentence_scores=[{"text": "No pneumothorax.", "confidence": 1.0}])
+        DraftRepository(db).create(
+            study.id,
+            model_name="m",
+            prompt="p",
+            text="No pneumothorax.",
+            sentence_scores=[{"text": "No pneumothorax.", "confidence": 1.0}],
+        )
         chest.append(study.id)
     unread = StudyRepository(db).list(status=["new", "drafted"], limit=10)
     assert [o.study.id for o in ordered(db, unread, "useful")] == [*chest, ct]  # ranked ones, then the CT
@@ -171,8 +184,9 @@ def test_the_worklist_and_the_read_tab_say_why(env) -> None:
     study_id = _store(settings, db, rita, sample("CT_small.dcm")).study_id
     overview = StudyRepository(db).overview(study_id)
     assert "not drafted: a CT (Modality CT), not a chest radiograph" in rows([overview])[0][3]
-    assert f"Study {study_id} is a CT (Modality CT), not a chest radiograph: stored, not drafted." in \
-        study_markdown(overview, overview.images[0])
+    assert f"Study {study_id} is a CT (Modality CT), not a chest radiograph: stored, not drafted." in study_markdown(
+        overview, overview.images[0]
+    )
     assert scope.study_note(overview.study).startswith("**Not drafted.**")
 
 
@@ -186,8 +200,18 @@ def test_a_chest_radiograph_is_drafted(env, tmp_path, values) -> None:
 
     class Writes:
         def draft(self, image, **settings):
-            return Draft(text="No pneumothorax.", samples=[], sentences=[], flagged=[], model_name="fake",
-                         model_version="fake", prompt="Describe.", prompt_version="test", sampling={}, latency_ms=1.0)
+            return Draft(
+                text="No pneumothorax.",
+                samples=[],
+                sentences=[],
+                flagged=[],
+                model_name="fake",
+                model_version="fake",
+                prompt="Describe.",
+                prompt_version="test",
+                sampling={},
+                latency_ms=1.0,
+            )
 
     path = _rewritten(tmp_path, "RG1_UNCI.dcm", **values) if values else sample("RG1_UNCI.dcm")
     outcome = _store(settings, db, rita, path)
@@ -236,7 +260,9 @@ def test_the_calibration_is_a_shrunk_mahalanobis_distance_with_a_held_out_thresh
     assert not familiar.unfamiliar and odd.unfamiliar and odd.far and odd.ratio > 3
     assert calibration.score(np.zeros(59)) is None and calibration.score(None) is None  # another model's features
     back = FilmCalibration.load(calibration.save(tmp_path / "c.npz"))
-    assert back.fingerprint == "f" and back.score(np.full(60, 6.0) * scale).distance == pytest.approx(odd.distance, rel=1e-5)
+    assert back.fingerprint == "f" and back.score(np.full(60, 6.0) * scale).distance == pytest.approx(
+        odd.distance, rel=1e-5
+    )
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +272,7 @@ def starter():
     return Drafter.from_dir(starter_dir())
 
 
+@pytest.mark.slow  # loads the shipped starter and drafts with it
 def test_the_starter_flags_other_films_and_not_phantomcxr_films(starter, tmp_path) -> None:
     from orapo_core.imaging import ingest_path
     from orapo_core.models import unfamiliar
@@ -253,15 +280,19 @@ def test_the_starter_flags_other_films_and_not_phantomcxr_films(starter, tmp_pat
     assert starter.films.calibration() is not None  # shipped beside the weights
     phantoms = starter.films.score_pictures(unfamiliar.phantom_pictures(20, 3))  # a stream nothing fitted on
     assert sum(s.unfamiliar for s in phantoms) <= 1 and not any(s.far for s in phantoms)
-    real, ct = (starter.films.score_pictures([starter.prepare(ingest_path(sample(n), secret="s").pixels)])[0]
-                for n in ("RG1_UNCI.dcm", "CT_small.dcm"))
+    real, ct = (
+        starter.films.score_pictures([starter.prepare(ingest_path(sample(n), secret="s").pixels)])[0]
+        for n in ("RG1_UNCI.dcm", "CT_small.dcm")
+    )
     assert real.unfamiliar and not real.far  # a real chest radiograph: warned, still drafted
     assert ct.unfamiliar and ct.far  # a CT slice: far from every film the starter knows
 
     draft = starter.draft(ingest_path(sample("RG1_UNCI.dcm"), secret="s").pixels, samples=0, max_new_tokens=8)
     assert draft.unfamiliar["unfamiliar"] and draft.unfamiliar_warning == unfamiliar.WARNING
     phantom = starter.draft(unfamiliar.phantom_pictures(1, 3)[0], samples=0, max_new_tokens=8)
-    assert phantom.unfamiliar is not None and not phantom.unfamiliar["unfamiliar"] and phantom.unfamiliar_warning is None
+    assert (
+        phantom.unfamiliar is not None and not phantom.unfamiliar["unfamiliar"] and phantom.unfamiliar_warning is None
+    )
 
 
 @pytest.mark.slow
@@ -303,12 +334,39 @@ def test_a_grey_png_far_from_every_film_is_refused_at_its_first_draft(tmp_path) 
 def test_orapo_draft_warns_on_an_unfamiliar_film(tmp_path, data_dir, capsys) -> None:
     from app.cli import main
 
-    assert main(["draft", str(sample("RG1_UNCI.dcm")), "--model", str(starter_dir()), "--samples", "0",
-                 "--max-new-tokens", "8"]) == 0
+    assert (
+        main(
+            [
+                "draft",
+                str(sample("RG1_UNCI.dcm")),
+                "--model",
+                str(starter_dir()),
+                "--samples",
+                "0",
+                "--max-new-tokens",
+                "8",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("WARNING: This film is unlike the model's training films; read every sentence.\n")
-    assert main(["draft", str(sample("RG1_UNCI.dcm")), "--model", str(starter_dir()), "--samples", "0",
-                 "--max-new-tokens", "8", "--json"]) == 0
+    assert (
+        main(
+            [
+                "draft",
+                str(sample("RG1_UNCI.dcm")),
+                "--model",
+                str(starter_dir()),
+                "--samples",
+                "0",
+                "--max-new-tokens",
+                "8",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["unfamiliar"]["unfamiliar"] and data["unfamiliar_warning"].startswith("This film is unlike")
 
@@ -319,16 +377,34 @@ def test_unread_studies_stored_before_the_rule_are_judged_by_the_migration(blank
     from db import StudyRepository
 
     blank_database.upgrade("0008")
-    insert = sa.text("INSERT INTO studies (study_uid_hash, patient_pseudonym, modality, body_part, status, split, "
-                     "created_at) VALUES (:uid, 'ANON', :modality, :body_part, :status, 'train', :at)")
+    insert = sa.text(
+        "INSERT INTO studies (study_uid_hash, patient_pseudonym, modality, body_part, status, split, "
+        "created_at) VALUES (:uid, 'ANON', :modality, :body_part, :status, 'train', :at)"
+    )
     with blank_database.engine.begin() as connection:
-        for uid, modality, body_part, status in (("ct", "CT", None, "drafted"), ("chest", "CR", "CHEST", "new"),
-                                                 ("wrist", "DX", "HAND", "new"), ("png", None, None, "new"),
-                                                 ("signed-ct", "CT", None, "signed")):
-            connection.execute(insert, {"uid": uid, "modality": modality, "body_part": body_part, "status": status,
-                                        "at": datetime(2026, 12, 1, tzinfo=UTC)})
+        for uid, modality, body_part, status in (
+            ("ct", "CT", None, "drafted"),
+            ("chest", "CR", "CHEST", "new"),
+            ("wrist", "DX", "HAND", "new"),
+            ("png", None, None, "new"),
+            ("signed-ct", "CT", None, "signed"),
+        ):
+            connection.execute(
+                insert,
+                {
+                    "uid": uid,
+                    "modality": modality,
+                    "body_part": body_part,
+                    "status": status,
+                    "at": datetime(2026, 12, 1, tzinfo=UTC),
+                },
+            )
     blank_database.upgrade()
     kept = {o.study.study_uid_hash: o.study.not_drafted for o in StudyRepository(blank_database).list(limit=10)}
-    assert kept == {"ct": "a CT (Modality CT), not a chest radiograph", "chest": None,
-                    "wrist": "a DX radiograph of the HAND (Body Part Examined HAND), not of the chest",
-                    "png": None, "signed-ct": None}
+    assert kept == {
+        "ct": "a CT (Modality CT), not a chest radiograph",
+        "chest": None,
+        "wrist": "a DX radiograph of the HAND (Body Part Examined HAND), not of the chest",
+        "png": None,
+        "signed-ct": None,
+    }

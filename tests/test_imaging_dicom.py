@@ -51,14 +51,19 @@ def test_real_radiograph_shape_meta_and_window(radiograph):
 def test_monochrome1_renders_lungs_darker_than_mediastinum(radiograph):
     rows, columns = radiograph.display.shape
     band = slice(int(rows * 0.3), int(rows * 0.5))
-    lungs = np.concatenate([
-        radiograph.display[band, int(columns * 0.2): int(columns * 0.3)].ravel(),
-        radiograph.display[band, int(columns * 0.7): int(columns * 0.8)].ravel(),
-    ])
-    mediastinum = radiograph.display[band, int(columns * 0.47): int(columns * 0.53)]
+    lungs = np.concatenate(
+        [
+            radiograph.display[band, int(columns * 0.2) : int(columns * 0.3)].ravel(),
+            radiograph.display[band, int(columns * 0.7) : int(columns * 0.8)].ravel(),
+        ]
+    )
+    mediastinum = radiograph.display[band, int(columns * 0.47) : int(columns * 0.53)]
     assert lungs.mean() + 30 < mediastinum.mean()
     # The model's pixels follow the same sense: higher is brighter.
-    assert radiograph.pixels[band, int(columns * 0.2): int(columns * 0.3)].mean() < radiograph.pixels[band, int(columns * 0.47): int(columns * 0.53)].mean()
+    assert (
+        radiograph.pixels[band, int(columns * 0.2) : int(columns * 0.3)].mean()
+        < radiograph.pixels[band, int(columns * 0.47) : int(columns * 0.53)].mean()
+    )
 
 
 def test_display_matches_pydicoms_own_pipeline(radiograph):
@@ -74,6 +79,7 @@ def test_slider_window_reproduces_the_default_display(radiograph):
     assert np.abs(as_float.astype(np.int16) - window(radiograph.pixels, 20000, 8000)).max() <= 1
 
 
+@pytest.mark.slow  # decodes a 1955 x 1841 JPEG 2000 film
 def test_lossless_jpeg2000_decodes_to_its_uncompressed_twin(radiograph):
     # pydicom-data pairs RG1_J2KR with RG1_UNCR (bit-identical) and RG1_J2KI with
     # RG1_UNCI; RG1_UNCI and RG1_J2KR are two renderings of the same exposure.

@@ -67,7 +67,9 @@ def test_no_phi_reaches_database_or_storage(data_dir: Path, tmp_path: Path, caps
     assert source.read_bytes() == original  # the user's own archive is never modified
 
 
-def test_values_against_their_vr_reach_neither_the_file_nor_the_database(data_dir: Path, tmp_path: Path, capsys) -> None:
+def test_values_against_their_vr_reach_neither_the_file_nor_the_database(
+    data_dir: Path, tmp_path: Path, capsys
+) -> None:
     """A time, an age, a weight and a code holding words: the image goes in, those values nowhere."""
     from app.runtime import open_database
     from db import StudyRepository
@@ -75,7 +77,12 @@ def test_values_against_their_vr_reach_neither_the_file_nor_the_database(data_di
     from orapo_core.imaging.deid import NONCONFORMANT_NOTE
 
     ds = pydicom.dcmread(pydicom_data_file("RG1_UNCI.dcm"))
-    bad = {"StudyTime": "QZXTIME", "PatientAge": "old", "PatientWeight": "heavyQZX", "BodyPartExamined": "Chest_of_Quimby"}
+    bad = {
+        "StudyTime": "QZXTIME",
+        "PatientAge": "old",
+        "PatientWeight": "heavyQZX",
+        "BodyPartExamined": "Chest_of_Quimby",
+    }
     for keyword, text in bad.items():
         set_raw(ds, keyword, text)
     source = tmp_path / "odd.dcm"
@@ -88,7 +95,9 @@ def test_values_against_their_vr_reach_neither_the_file_nor_the_database(data_di
     for text in ("QZXTIME", "heavyQZX", "Chest_of_Quimby", "Quimby"):
         assert text.encode() not in stored, text
     (image,) = StudyRepository(open_database(Settings())).images(line["study_id"])
-    assert image.header["StudyTime"] == "" and not {"PatientAge", "PatientWeight", "BodyPartExamined"} & set(image.header)
+    assert image.header["StudyTime"] == "" and not {"PatientAge", "PatientWeight", "BodyPartExamined"} & set(
+        image.header
+    )
     back = pydicom.dcmread(Settings().storage_dir / image.dicom_path)
     assert back.StudyTime == "" and [k for k in bad if k != "StudyTime" and k in back] == []
 
@@ -108,8 +117,12 @@ def test_mixed_folder_reports_each_file_and_exits_1(data_dir: Path, tmp_path: Pa
     assert by_name["a.dcm"]["ok"] and by_name["b.dcm"]["ok"]
     # The two encodings of one radiograph belong to one study.
     assert by_name["a.dcm"]["study_id"] == by_name["b.dcm"]["study_id"]
-    assert by_name["empty.dcm"] == {"file": str(folder / "empty.dcm"), "ok": False, "error": "empty_file",
-                                    "message": by_name["empty.dcm"]["message"]}
+    assert by_name["empty.dcm"] == {
+        "file": str(folder / "empty.dcm"),
+        "ok": False,
+        "error": "empty_file",
+        "message": by_name["empty.dcm"]["message"],
+    }
     assert not by_name["notes.png"]["ok"] and by_name["notes.png"]["error"]
     # Nothing of a refused file is stored: exactly two images (DICOM + PNG each).
     stored = sorted(p.suffix for p in (data_dir / "images").rglob("*") if p.is_file())
@@ -124,12 +137,14 @@ def test_second_ingest_of_same_instance_is_a_duplicate(data_dir: Path, capsys) -
     assert second["duplicate"] is True and second["image_id"] == first["image_id"]
 
 
+@pytest.mark.slow  # the `orapo` command in a subprocess
 def test_cli_subprocess_prints_codes_not_tracebacks(data_dir: Path, tmp_path: Path) -> None:
     bad = tmp_path / "truncated.dcm"
     bad.write_bytes(pydicom_data_file("RG1_UNCI.dcm").read_bytes()[:5000])
     orapo = Path(sys.executable).with_name("orapo")
-    result = subprocess.run([str(orapo), "ingest", str(bad), str(tmp_path / "missing.dcm")],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(orapo), "ingest", str(bad), str(tmp_path / "missing.dcm")], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stdout + result.stderr
     assert "refused" in result.stdout and "file_not_found" in result.stdout

@@ -206,7 +206,7 @@ def test_neither_a_scrape_nor_readyz_waits_for_a_model_that_is_loading(tmp_path)
     """A load holds the registry's lock for as long as it takes (a minute on a CPU): what the probes and the scrape
     read of the registry must not wait for it."""
     from app.services.operations.metrics import AppMetrics, readiness_checks
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
 
     settings, db = make_env(tmp_path, model_dir=tmp_path / "fake-model")  # never read: the loader is a fake
     gate, started = threading.Event(), threading.Event()
@@ -302,7 +302,7 @@ def test_the_app_counts_what_happens_and_an_administrator_scrapes_it(tmp_path):
     from gradio_client import handle_file
 
     from app import gradio_internals
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from db import RoundRepository
     from tests.support.app import client, launched_app, phantom_png
 

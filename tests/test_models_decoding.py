@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.support.tiers import first_fast
 from tests.support.tiny_vlms import build_tiny_vlm
 
 
@@ -24,12 +25,13 @@ def image(h: int, w: int, seed: int) -> np.ndarray:
 IMAGES = [image(90, 70, 0), image(200, 150, 1), image(64, 64, 2), image(120, 300, 3)]
 
 
-@pytest.fixture(scope="module", params=["qwen2_vl", "qwen2_5_vl", "idefics3", "llava"])
+@pytest.fixture(scope="module", params=first_fast())  # qwen2_vl in the fast tier, every family in `make test`
 def drafter(request, tmp_path_factory):
     from orapo_core.models import Drafter
 
-    return Drafter.from_dir(build_tiny_vlm(tmp_path_factory.mktemp(request.param) / request.param,
-                                           family=request.param), model_version="v1")
+    return Drafter.from_dir(
+        build_tiny_vlm(tmp_path_factory.mktemp(request.param) / request.param, family=request.param), model_version="v1"
+    )
 
 
 def generate_greedy(drafter, images, max_new_tokens):
@@ -71,8 +73,7 @@ def test_greedy_drafts_match_generate_alone_together_and_when_joining_mid_decode
 
 def test_a_drafts_samples_depend_on_its_seed_not_on_the_batch(drafter):
     alone = [decode(drafter, {0: [x]}, samples=3, max_new_tokens=12, seed=7)[0].texts for x in IMAGES[:3]]
-    joined = [r.texts for r in decode(drafter, {0: IMAGES[2:3], 2: IMAGES[:2]}, samples=3, max_new_tokens=12,
-                                       seed=7)]
+    joined = [r.texts for r in decode(drafter, {0: IMAGES[2:3], 2: IMAGES[:2]}, samples=3, max_new_tokens=12, seed=7)]
     assert [joined[1], joined[2], joined[0]] == alone
     other = decode(drafter, {0: IMAGES[:1]}, samples=3, max_new_tokens=12, seed=8)[0].texts
     assert other[0] == alone[0][0] and other[1:] != alone[0][1:]  # same greedy text, other samples
@@ -106,8 +107,7 @@ def test_a_checkpoints_repetition_penalty_applies_as_in_generate(drafter):
     config.repetition_penalty = 1.8
     try:
         reference = generate_greedy(drafter, IMAGES[:2], 16)
-        decoded = [r.texts[0] for r in decode(drafter, {0: IMAGES[:1], 3: IMAGES[1:2]}, samples=0,
-                                              max_new_tokens=16)]
+        decoded = [r.texts[0] for r in decode(drafter, {0: IMAGES[:1], 3: IMAGES[1:2]}, samples=0, max_new_tokens=16)]
     finally:
         config.repetition_penalty = None
     assert decoded == reference

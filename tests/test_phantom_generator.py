@@ -27,7 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_same_seed_same_study_and_different_seed_different_study():
@@ -35,7 +39,12 @@ def test_same_seed_same_study_and_different_seed_different_study():
     assert a.image.dtype == np.float32 and a.image.shape == (96, 96)
     assert 0.0 <= a.image.min() and a.image.max() <= 1.0
     assert np.array_equal(a.image, b.image)
-    assert (a.findings, a.report_findings, a.report_impression, a.labels) == (b.findings, b.report_findings, b.report_impression, b.labels)
+    assert (a.findings, a.report_findings, a.report_impression, a.labels) == (
+        b.findings,
+        b.report_findings,
+        b.report_impression,
+        b.labels,
+    )
     assert not np.array_equal(a.image, c.image)
 
 
@@ -52,11 +61,21 @@ def test_write_dataset_is_byte_identical_for_a_seed(tmp_path: Path):
 
 def test_csv_has_the_chexpert_plus_columns_and_paths_that_exist(tmp_path: Path):
     calls = []
-    csv_path = write_dataset(tmp_path, 12, seed=3, size=64, formats=("png",), progress=lambda done, total: calls.append((done, total)))
+    csv_path = write_dataset(
+        tmp_path, 12, seed=3, size=64, formats=("png",), progress=lambda done, total: calls.append((done, total))
+    )
     assert calls[-1] == (12, 12) and len(calls) == 12
     rows = list(csv.DictReader(csv_path.open()))
     assert len(rows) == 12
-    for column in ("id", "path_to_image", "path_to_dcm", "section_findings", "section_impression", "split", *CHEXPERT_14):
+    for column in (
+        "id",
+        "path_to_image",
+        "path_to_dcm",
+        "section_findings",
+        "section_impression",
+        "split",
+        *CHEXPERT_14,
+    ):
         assert column in rows[0]
     for row in rows:
         assert (tmp_path / row["path_to_image"]).is_file()
@@ -85,7 +104,11 @@ def test_prevalence_is_respected_over_400_draws():
 
 def test_prevalence_overrides_accept_chexpert_names_and_refuse_nonsense():
     p = resolve_prevalence({"Pleural Effusion": 0.9, "ptx": 0.0})
-    assert p["pleural_effusion"] == 0.9 and p["pneumothorax"] == 0.0 and p["cardiomegaly"] == DEFAULT_PREVALENCE["cardiomegaly"]
+    assert (
+        p["pleural_effusion"] == 0.9
+        and p["pneumothorax"] == 0.0
+        and p["cardiomegaly"] == DEFAULT_PREVALENCE["cardiomegaly"]
+    )
     hits = sum("pleural_effusion" in {f.kind for f in sample_findings(np.random.default_rng(i), p)} for i in range(200))
     assert hits > 160
     with pytest.raises(OrapoError) as exc:
@@ -101,7 +124,26 @@ def test_cli_in_process(tmp_path: Path, capsys):
     from app.cli import main
 
     out = tmp_path / "out"
-    assert main(["phantom", "--n", "5", "--out", str(out), "--seed", "1", "--size", "64", "--format", "both", "--prevalence", "pneumothorax=0.5"]) == 0
+    assert (
+        main(
+            [
+                "phantom",
+                "--n",
+                "5",
+                "--out",
+                str(out),
+                "--seed",
+                "1",
+                "--size",
+                "64",
+                "--format",
+                "both",
+                "--prevalence",
+                "pneumothorax=0.5",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip() == str(out / "phantom_cxr.csv")
     rows = list(csv.DictReader((out / "phantom_cxr.csv").open()))
     assert len(rows) == 5
@@ -110,13 +152,19 @@ def test_cli_in_process(tmp_path: Path, capsys):
     assert "unknown_finding" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the `orapo` command in a subprocess
 def test_cli_subprocess_matches_the_python_api(tmp_path: Path):
     exe = Path(sys.executable).parent / "orapo"
     if not exe.exists():
         exe = ROOT / ".venv" / "bin" / "orapo"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run([str(exe), "phantom", "--n", "5", "--out", str(tmp_path / "cli"), "--seed", "1", "--size", "64", "--quiet"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [str(exe), "phantom", "--n", "5", "--out", str(tmp_path / "cli"), "--seed", "1", "--size", "64", "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     write_dataset(tmp_path / "api", 5, seed=1, size=64)
     assert _digests(tmp_path / "cli") == _digests(tmp_path / "api")

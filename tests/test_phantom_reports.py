@@ -93,7 +93,9 @@ def test_merge_follows_chexpert_precedence():
 
 
 def test_phrasing_varies():
-    seen = {text.split(".")[0] for _, text, _, _ in _reports(100, dict.fromkeys(FINDING_KINDS, 0.0) | {"pneumothorax": 1.0})}
+    seen = {
+        text.split(".")[0] for _, text, _, _ in _reports(100, dict.fromkeys(FINDING_KINDS, 0.0) | {"pneumothorax": 1.0})
+    }
     assert len(seen) >= 4
 
 
@@ -121,3 +123,19 @@ def test_facts_labeler_agrees_with_phantom_ground_truth():
         cells += len(same)
         agree += sum(same)
     assert agree / cells > 0.99 and exact / n > 0.95, (agree / cells, exact / n)
+
+
+def test_a_finding_without_what_its_kind_needs_is_refused_rather_than_written_as_none():
+    """The report writer and the renderer read a finding's side, place and size only where its kind has them
+    (`sample_findings` sets them); a finding made without one is refused by name, never reported as "None"."""
+    from orapo_core.data.phantom_render import render
+
+    sideless = Finding("lung_opacity", location="upper", variant="patchy")
+    with pytest.raises(ValueError, match="no side"):
+        write_report([sideless], np.random.default_rng(0), "PA")
+    with pytest.raises(ValueError, match="no side"):
+        render([sideless], np.random.default_rng(0), 64)
+    with pytest.raises(ValueError, match="no size"):
+        write_report(
+            [Finding("lung_lesion", side="left", location="upper", variant="nodule")], np.random.default_rng(0), "PA"
+        )

@@ -51,7 +51,7 @@ def three_versions(tmp_path: Path, tiny_model: Path):
 
 
 def test_promotions_and_rollbacks_keep_two_models_loaded_and_free_the_rest(three_versions):
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from app.services.rounds.versions import promote_version, rollback
 
     settings, db, (v0, v1, v2) = three_versions
@@ -110,7 +110,7 @@ def _served(i: int):
 
 
 def test_a_draft_in_flight_on_an_evicted_model_finishes_and_the_model_is_then_freed():
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
 
     gate = threading.Event()
     registry = ModelRegistry(None, None, max_resident=2,
@@ -139,7 +139,7 @@ def test_a_draft_in_flight_on_an_evicted_model_finishes_and_the_model_is_then_fr
 
 def test_the_bound_comes_from_the_settings_and_the_served_model_always_fits(monkeypatch, tmp_path):
     from app.services.reading.draft_batcher import DraftBatcher
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from app.settings import web_settings
     from orapo_core.config import Settings
 
@@ -162,7 +162,7 @@ def test_the_bound_comes_from_the_settings_and_the_served_model_always_fits(monk
 
 def test_the_draft_batching_window_comes_from_the_settings(monkeypatch, tmp_path):
     from app.services.reading.draft_batcher import DRAFT_MAX_WAIT_S
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from orapo_core.config import Settings
 
     loader = lambda served: _GatedDrafter(served.name)  # noqa: E731

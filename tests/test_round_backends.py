@@ -358,7 +358,7 @@ class ScriptedBackend:
 def test_a_cluster_failure_fails_the_round_with_the_jobs_ending_and_log_tail(database, tmp_path):
     from app.services.rounds.backends.slurm import job_state
     from app.services.rounds.plan import RunningRound
-    from app.services.rounds.steps import RoundWatch
+    from app.services.rounds.watch import RoundWatch
     from db import RoundRepository
 
     rounds = RoundRepository(database)

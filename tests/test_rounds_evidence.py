@@ -99,14 +99,14 @@ def test_a_correction_adds_what_the_signed_report_states_and_the_draft_did_not_a
 
 
 def heldout_study(i, *positive):
-    from app.services.rounds.data import HeldoutStudy
+    from app.services.rounds.heldout import HeldoutStudy
 
     return HeldoutStudy(study_id=f"db-{i}", image_path=f"/x/{i}.png", findings="", impression="",
                         labels=dict.fromkeys(positive, 1))
 
 
 def test_the_top_up_draws_the_pool_in_chunks_until_each_corrected_finding_has_enough_negatives():
-    from app.services.rounds.data import HeldoutSet, negatives_short, top_up
+    from app.services.rounds.heldout import HeldoutSet, negatives_short, top_up
 
     own = [heldout_study(i, "Pleural Effusion") for i in range(4)] + [heldout_study(i) for i in range(4, 10)]
     own += [heldout_study(10, "Edema"), heldout_study(11, "Edema")]
@@ -136,7 +136,7 @@ def test_the_top_up_draws_the_pool_in_chunks_until_each_corrected_finding_has_en
 
 
 def test_the_top_up_stops_at_its_cap_and_leaves_a_finding_short():
-    from app.services.rounds.data import HeldoutSet, negatives_short, top_up
+    from app.services.rounds.heldout import HeldoutSet, negatives_short, top_up
 
     heldout = HeldoutSet("holdout_studies", [heldout_study(i) for i in range(5)], signed=5)
     asked = []
@@ -152,8 +152,8 @@ def test_the_top_up_stops_at_its_cap_and_leaves_a_finding_short():
 
 def test_select_heldout_tops_up_from_a_usual_prevalence_pool_so_effusion_films_are_pleural_others_negatives(tmp_path):
     from app.runtime import open_database
-    from app.services.rounds.data import HeldoutSet, select_heldout
     from app.services.rounds.evidence import finding_check
+    from app.services.rounds.heldout import HeldoutSet, select_heldout
     from orapo_core.config import Settings
     from orapo_core.facts.metrics import is_positive
 

@@ -236,7 +236,7 @@ def test_a_decision_is_stored_with_its_intervals_and_findings_and_read_back():
 
 def test_heldout_falls_back_to_phantom_validation_and_never_uses_training_studies(tmp_path):
     from app.runtime import open_database
-    from app.services.rounds.data import select_heldout
+    from app.services.rounds.heldout import select_heldout
     from orapo_core.config import Settings
 
     settings = Settings(data_dir=tmp_path / "data", deid_secret="t")
@@ -265,7 +265,7 @@ def test_phantom_stands_in_for_the_gate_only_for_the_phantomcxr_starter(tmp_path
     import json as _json
 
     from app.services.reading.served import ServedModel
-    from app.services.rounds.data import HeldoutSet
+    from app.services.rounds.heldout import HeldoutSet
     from app.services.rounds.steps import untrusted_heldout
 
     starter = tmp_path / "starter"

@@ -55,7 +55,9 @@ def test_stored_cron_builds_a_trigger_and_survives_a_restart(database):
         set_schedule(database, cron="61 2 * * *", schedule_enabled=True)  # five fields, but minute 61
     assert exc.value.code == "invalid_cron"
     set_schedule(database, cron="0 2 * * *", schedule_enabled=True, actor="cli")
-    assert next_run("0 2 * * *", datetime(2026, 1, 1, 12, tzinfo=UTC), timezone=UTC) == datetime(2026, 1, 2, 2, tzinfo=UTC)
+    assert next_run("0 2 * * *", datetime(2026, 1, 1, 12, tzinfo=UTC), timezone=UTC) == datetime(
+        2026, 1, 2, 2, tzinfo=UTC
+    )
     assert cron_trigger("*/15 * * * 1-5")  # the grammar APScheduler accepts
 
     fake = FakeRounds()
@@ -84,12 +86,18 @@ def test_a_scheduled_request_fires(database):
     scheduler = RoundScheduler(database, service=fake, timezone=UTC).start()
     try:
         assert scheduler.fire_scheduled() == "schedule"  # the cron job's function, called directly
+        standing = {job.id for job in scheduler._scheduler.get_jobs()}
         scheduler.add_one_off(datetime.now(UTC) + timedelta(milliseconds=300))  # and through APScheduler
+        assert len(scheduler._scheduler.get_jobs()) == len(standing) + 1
         deadline = time.monotonic() + 10
-        # done when it has run and APScheduler has removed the spent one-off job (shutting down before that races it)
-        while (len(fake.requests) < 2 or len(scheduler._scheduler.get_jobs()) > 2) and time.monotonic() < deadline:
+        # done when it has run and APScheduler has removed the spent one-off job (shutting down before that races it):
+        # the standing jobs (cron, sync, recovery) stay, so the one-off is whatever job is not one of them
+        while time.monotonic() < deadline and (
+            len(fake.requests) < 2 or {job.id for job in scheduler._scheduler.get_jobs()} != standing
+        ):
             time.sleep(0.05)
         assert fake.requests == [("schedule", "scheduler", False)] * 2
+        assert {job.id for job in scheduler._scheduler.get_jobs()} == standing  # the spent one-off is gone
     finally:
         scheduler.shutdown()
 

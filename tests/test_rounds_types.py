@@ -77,10 +77,10 @@ def test_rows_written_before_the_layout_was_versioned_still_read():
 
 
 def test_one_served_model_for_drafting_and_rounds(tmp_path):
-    from app.services.reading import drafting, served
+    from app.services.reading import registry, served
     from app.services.rounds import plan
 
-    assert drafting.ServedModel is served.ServedModel is plan.ServedModel
+    assert registry.ServedModel is served.ServedModel is plan.ServedModel
     model = served.ServedModel(3, "round-3", tmp_path / "base", tmp_path / "lora")
     assert model.key == "version-3" and served.ServedModel.from_dict(model.to_dict()) == model
     assert served.ServedModel(None, "starter", Path("/m")).key == "dir-/m"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from app.services.rounds.data import HeldoutSet, HeldoutStudy
+from app.services.rounds.heldout import HeldoutSet, HeldoutStudy
 from app.services.rounds.plan import EvaluationSpec, Weights
 from app.services.rounds.worker import evaluate_models
 from orapo_core.facts.metrics import EvalMetrics

@@ -48,8 +48,11 @@ def settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def people(database: Database):
     users = UserRepository(database)
-    return SimpleNamespace(rita=users.create("rita", "rita-pass-1"), omar=users.create("omar", "omar-pass-1"),
-                           boss=users.create("boss", "boss-pass-1", role="admin"))
+    return SimpleNamespace(
+        rita=users.create("rita", "rita-pass-1"),
+        omar=users.create("omar", "omar-pass-1"),
+        boss=users.create("boss", "boss-pass-1", role="admin"),
+    )
 
 
 def _stored_files(settings: Settings) -> list[str]:
@@ -75,11 +78,13 @@ def _same_study_other_instance(tmp_path: Path) -> bytes:
 
 
 def test_reused_study_uid_of_another_radiologist_is_refused_before_anything_is_written(
-        database, people, settings, tmp_path):
+    database, people, settings, tmp_path
+):
     from app.services.reading.ingest import ingest_bytes
 
-    first = ingest_bytes(pydicom_data_file("RG1_UNCI.dcm").read_bytes(), "pa.dcm", db=database, settings=settings,
-                         user=people.rita)
+    first = ingest_bytes(
+        pydicom_data_file("RG1_UNCI.dcm").read_bytes(), "pa.dcm", db=database, settings=settings, user=people.rita
+    )
     assert first.ok and not first.duplicate
     files, audit = _stored_files(settings), AuditRepository(database).query()
     intruder = _same_study_other_instance(tmp_path)
@@ -91,7 +96,10 @@ def test_reused_study_uid_of_another_radiologist_is_refused_before_anything_is_w
     assert _stored_files(settings) == files  # no file, not even a half-written one
     assert AuditRepository(database).query() == audit
     # Her own second view, and an administrator, still add to the study.
-    assert ingest_bytes(intruder, "lateral.dcm", db=database, settings=settings, user=people.rita).study_id == first.study_id
+    assert (
+        ingest_bytes(intruder, "lateral.dcm", db=database, settings=settings, user=people.rita).study_id
+        == first.study_id
+    )
     assert len(StudyRepository(database).images(first.study_id)) == 2
 
 
@@ -114,8 +122,9 @@ def test_eight_simultaneous_uploads_of_one_file_store_one_image(database, people
     monkeypatch.setattr(orapo_core.imaging, "ingest_bytes", decode_then_wait)
     data = pydicom_data_file("RG1_UNCI.dcm").read_bytes()
     with ThreadPoolExecutor(max_workers=8) as pool:
-        outcomes = list(pool.map(lambda i: ingest_bytes(data, "pa.dcm", db=database, settings=settings,
-                                                        user=people.rita), range(8)))
+        outcomes = list(
+            pool.map(lambda i: ingest_bytes(data, "pa.dcm", db=database, settings=settings, user=people.rita), range(8))
+        )
     assert all(o.ok for o in outcomes), [o for o in outcomes if not o.ok]
     assert sorted(o.duplicate for o in outcomes) == [False] + [True] * 7
     assert len({(o.study_id, o.image_id) for o in outcomes}) == 1
@@ -130,12 +139,17 @@ def test_eight_simultaneous_uploads_of_one_file_store_one_image(database, people
 def test_the_database_refuses_a_second_row_for_one_instance(database, people):
     studies = StudyRepository(database)
     study = studies.create("study-uid", "ANON-1", uploaded_by=people.rita.id)
-    studies.add_image(study.id, display_path="a.png", width=1, height=1, source_format="png", sop_instance_uid_hash="i1")
+    studies.add_image(
+        study.id, display_path="a.png", width=1, height=1, source_format="png", sop_instance_uid_hash="i1"
+    )
     with pytest.raises(OrapoError) as again:
-        studies.add_image(study.id, display_path="b.png", width=1, height=1, source_format="png",
-                          sop_instance_uid_hash="i1")
+        studies.add_image(
+            study.id, display_path="b.png", width=1, height=1, source_format="png", sop_instance_uid_hash="i1"
+        )
     assert again.value.code == "image_exists"
-    studies.add_image(study.id, display_path="c.png", width=1, height=1, source_format="png", sop_instance_uid_hash="i2")
+    studies.add_image(
+        study.id, display_path="c.png", width=1, height=1, source_format="png", sop_instance_uid_hash="i2"
+    )
     assert len(studies.images(study.id)) == 2
 
 
@@ -146,24 +160,38 @@ def test_migration_keeps_old_duplicates_and_fills_the_instance(blank_database):
     db.upgrade("0001")
     now = {"now": "2026-01-01 00:00:00"}
     with db.engine.begin() as c:
-        c.execute(sa.text("INSERT INTO studies (study_uid_hash, patient_pseudonym, status, split, created_at) "
-                          "VALUES ('study-uid', 'ANON-1', 'new', 'train', :now)"), now)
+        c.execute(
+            sa.text(
+                "INSERT INTO studies (study_uid_hash, patient_pseudonym, status, split, created_at) "
+                "VALUES ('study-uid', 'ANON-1', 'new', 'train', :now)"
+            ),
+            now,
+        )
         study_id = c.execute(sa.text("SELECT id FROM studies")).scalar()
         for name, header in (("first", {"SOPInstanceUID": "i1"}), ("copy", {"SOPInstanceUID": "i1"}), ("bare", {})):
-            c.execute(sa.text("INSERT INTO images (study_id, display_path, width, height, source_format, warnings, "
-                              "header, created_at) VALUES (:s, :p, 1, 1, 'png', '[]', :h, :now)"),
-                      {"s": study_id, "p": name, "h": json.dumps(header), **now})
+            c.execute(
+                sa.text(
+                    "INSERT INTO images (study_id, display_path, width, height, source_format, warnings, "
+                    "header, created_at) VALUES (:s, :p, 1, 1, 'png', '[]', :h, :now)"
+                ),
+                {"s": study_id, "p": name, "h": json.dumps(header), **now},
+            )
         copy_id = c.execute(sa.text("SELECT id FROM images WHERE display_path = 'copy'")).scalar()
-        c.execute(sa.text("INSERT INTO preference_pairs (study_id, image_id, prompt, chosen, rejected, source, "
-                          "created_at) VALUES (:s, :i, 'p', 'a', 'b', 'clinician_edit', :now)"),
-                  {"s": study_id, "i": copy_id, **now})
+        c.execute(
+            sa.text(
+                "INSERT INTO preference_pairs (study_id, image_id, prompt, chosen, rejected, source, "
+                "created_at) VALUES (:s, :i, 'p', 'a', 'b', 'clinician_edit', :now)"
+            ),
+            {"s": study_id, "i": copy_id, **now},
+        )
     db.upgrade()
     with db.engine.connect() as c:
         rows = c.execute(sa.text("SELECT display_path, sop_instance_uid_hash FROM images ORDER BY id")).all()
     assert [tuple(r) for r in rows] == [("first", "i1"), ("copy", None), ("bare", "study-uid")]
     with pytest.raises(OrapoError) as again:
-        StudyRepository(db).add_image(study_id, display_path="again", width=1, height=1, source_format="png",
-                                      sop_instance_uid_hash="i1")
+        StudyRepository(db).add_image(
+            study_id, display_path="again", width=1, height=1, source_format="png", sop_instance_uid_hash="i1"
+        )
     assert again.value.code == "image_exists"
     db.downgrade("0001")
     with db.engine.connect() as c:
@@ -182,8 +210,12 @@ def _fail(*args, **kwargs):
 def _train_study_with_draft(database: Database, user):
     uid = next(f"uid-{i}" for i in range(100) if split_for(f"uid-{i}") == "train")
     study = StudyRepository(database).create(uid, "ANON-1", uploaded_by=user.id)
-    draft = DraftRepository(database).create(study.id, model_name="tiny", prompt="Describe.",
-                                             text="There is a small right pleural effusion. No pneumothorax.")
+    draft = DraftRepository(database).create(
+        study.id,
+        model_name="tiny",
+        prompt="Describe.",
+        text="There is a small right pleural effusion. No pneumothorax.",
+    )
     return study, draft
 
 
@@ -205,8 +237,10 @@ def test_a_correction_its_pair_and_its_audit_entry_are_one_transaction(database,
     # Without the fault, all three are stored.
     record = reports.save_report(database, people.rita, study.id, draft.id, "Large right pleural effusion.", sign=True)
     assert record.signed_at is not None and PairRepository(database).count() == 1
-    assert {e.action for e in AuditRepository(database).query(action="correction.")} == {"correction.create",
-                                                                                        "correction.sign"}
+    assert {e.action for e in AuditRepository(database).query(action="correction.")} == {
+        "correction.create",
+        "correction.sign",
+    }
 
 
 def test_signing_a_saved_report_and_its_audit_entry_are_one_transaction(database, people, monkeypatch):
@@ -226,13 +260,23 @@ def test_a_draft_and_its_audit_entry_are_one_transaction(database, people, setti
     from app.services.reading import drafting
     from app.services.reading.ingest import ingest_bytes
 
-    outcome = ingest_bytes(pydicom_data_file("RG1_UNCI.dcm").read_bytes(), "pa.dcm", db=database, settings=settings,
-                           user=people.rita)
-    made = SimpleNamespace(model_name="stub", prompt="Describe.", text="No acute findings.", sampling={},
-                           prompt_version="v1", flagged=[], sentences=[], latency_ms=5)
+    outcome = ingest_bytes(
+        pydicom_data_file("RG1_UNCI.dcm").read_bytes(), "pa.dcm", db=database, settings=settings, user=people.rita
+    )
+    made = SimpleNamespace(
+        model_name="stub",
+        prompt="Describe.",
+        text="No acute findings.",
+        sampling={},
+        prompt_version="v1",
+        flagged=[],
+        sentences=[],
+        latency_ms=5,
+    )
     served = SimpleNamespace(name="stub-v1", version_id=None)
-    registry = SimpleNamespace(served=lambda: served,
-                               batcher=lambda s: SimpleNamespace(draft=lambda pixels, samples: made))
+    registry = SimpleNamespace(
+        served=lambda: served, batcher=lambda s: SimpleNamespace(draft=lambda pixels, samples: made)
+    )
     with monkeypatch.context() as patch:
         patch.setattr(AuditRepository, "append", _fail)
         with pytest.raises(RuntimeError, match="injected fault"):
@@ -272,7 +316,11 @@ def test_audit_log_refuses_an_insert_over_an_existing_entry(database):
     columns = "audit_log (id, actor_name, action, details, created_at)"
     upsert = f"INSERT INTO {columns} VALUES {values} ON CONFLICT (id) DO UPDATE SET action = excluded.action"
     if database.is_sqlite:
-        attempts = [f"INSERT OR REPLACE INTO {columns} VALUES {values}", f"REPLACE INTO {columns} VALUES {values}", upsert]
+        attempts = [
+            f"INSERT OR REPLACE INTO {columns} VALUES {values}",
+            f"REPLACE INTO {columns} VALUES {values}",
+            upsert,
+        ]
     else:
         attempts = [upsert, "TRUNCATE audit_log"]
     for statement in attempts:
@@ -322,8 +370,9 @@ def _reported_studies(db: Database, user):
     studies, drafts, corrections = StudyRepository(db), DraftRepository(db), CorrectionRepository(db)
     good = studies.create("good-uid", "ANON-G", uploaded_by=user.id)
     draft = drafts.create(good.id, model_name="starter", prompt="p", text="Findings: Clear.\nImpression: Normal.")
-    corrections.create(good.id, author_id=user.id, text="Findings: Clear.\nImpression: Normal.", draft_id=draft.id,
-                       signed=True)
+    corrections.create(
+        good.id, author_id=user.id, text="Findings: Clear.\nImpression: Normal.", draft_id=draft.id, signed=True
+    )
     bad = studies.create("bad-uid", "ANON-B", uploaded_by=user.id)
     corrections.create(bad.id, author_id=user.id, text="Findings: Pending.", signed=False)
     return good, bad
@@ -332,8 +381,8 @@ def _reported_studies(db: Database, user):
 def test_fhir_export_skips_a_study_it_cannot_export_and_says_why(data_dir, tmp_path, capsys):
     from app.cli import main
     from app.runtime import open_database
-    from app.services.operations.export import export_fhir
     from app.services.operations.export_downloads import download_fhir
+    from app.services.operations.export_fhir import export_fhir
 
     settings = Settings()
     db = open_database(settings)

@@ -55,7 +55,7 @@ def test_the_interpreters_own_teardown_is_what_aborts():
 
 
 def test_a_stop_waits_for_the_warm_up_under_way_within_its_bound():
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
 
     registry = ModelRegistry.__new__(ModelRegistry)  # only the warm-up thread matters here
     assert registry.wait_for_warm_up(0.1)  # none started

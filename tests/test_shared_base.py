@@ -119,7 +119,7 @@ def versions_on_one_base(tmp_path: Path, tiny_model: Path, adapters):
 
 
 def test_the_registry_keeps_one_base_for_every_version_on_it(versions_on_one_base, adapters, monkeypatch):
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from app.services.rounds.versions import promote_version, rollback
     from orapo_core.models import Drafter, shared_base
 

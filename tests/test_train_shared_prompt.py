@@ -14,7 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
-from tests.support.tiny_vlms import FAMILIES, build_tiny_vlm  # noqa: E402
+from tests.support.tiers import first_fast  # noqa: E402
+from tests.support.tiny_vlms import build_tiny_vlm  # noqa: E402
 
 K = 3
 
@@ -35,12 +36,20 @@ def studies(tmp_path_factory):
     for i, size in enumerate([(56, 56), (112, 84)]):
         path = folder / f"{i}.png"
         Image.new("L", size, color=40 + 80 * i).save(path)
-        records.append({
-            "study_id": f"s{i}", "image": str(path), "labels": {}, "reference_report": "Findings: The lungs are clear.",
-            "oracle_report": ["Findings: A moderate pleural effusion is present at the right base.",
-                              "Findings: No pneumothorax."][i],
-            "clinician_chosen": "Findings: No pleural effusion.", "clinician_rejected": "Findings: Small pleural effusion.",
-        })
+        records.append(
+            {
+                "study_id": f"s{i}",
+                "image": str(path),
+                "labels": {},
+                "reference_report": "Findings: The lungs are clear.",
+                "oracle_report": [
+                    "Findings: A moderate pleural effusion is present at the right base.",
+                    "Findings: No pneumothorax.",
+                ][i],
+                "clinician_chosen": "Findings: No pleural effusion.",
+                "clinician_rejected": "Findings: Small pleural effusion.",
+            }
+        )
     return build_training_dataset(records)
 
 
@@ -54,12 +63,28 @@ def _trainer(model_dir: Path, dataset, out: Path):
     torch.manual_seed(0)
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     args = OraPOConfig(
-        output_dir=str(out), per_device_train_batch_size=2 * K, num_generations=K, max_completion_length=8, max_steps=1,
-        learning_rate=1e-2, bf16=False, gradient_checkpointing=False, report_to="none", save_strategy="no", seed=0,
-        dpo_beta=0.5, use_clinician_pairs=True, reward_name="tests.unused:reward",
+        output_dir=str(out),
+        per_device_train_batch_size=2 * K,
+        num_generations=K,
+        max_completion_length=8,
+        max_steps=1,
+        learning_rate=1e-2,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        dpo_beta=0.5,
+        use_clinician_pairs=True,
+        reward_name="tests.unused:reward",
     )
-    trainer = OraPOTrainer(model=model, reward_funcs=zero_reward, args=args, train_dataset=dataset,
-                           processing_class=load_processor(model_dir, model.config))
+    trainer = OraPOTrainer(
+        model=model,
+        reward_funcs=zero_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=load_processor(model_dir, model.config),
+    )
     with torch.no_grad():  # move the policy away from the frozen reference, so the DPO margins are not all 0
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -75,7 +100,7 @@ def _loss_and_grads(trainer, batch) -> tuple[float, dict[str, torch.Tensor]]:
     return loss.item(), {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", first_fast())  # qwen2_vl in the fast tier, every family in `make test`
 def test_shared_prompt_reference_matches_row_by_row_scoring(family, studies, tmp_path):
     from orapo_core.train.shared_prompt import supports_shared_prompt
 
@@ -96,8 +121,11 @@ def test_shared_prompt_reference_matches_row_by_row_scoring(family, studies, tmp
     assert len(set(chosen.tolist())) > 1 and len(set(rejected.tolist())) > 2  # real, distinct log-probs
 
     # The loss and its gradients with either reference column set
-    row_by_row = dict(batch, orapo_ref_chosen_logps=batch["orapo_ref_chosen_logps"].clone(),
-                      orapo_ref_rejected_logps=batch["orapo_ref_rejected_logps"].clone())
+    row_by_row = dict(
+        batch,
+        orapo_ref_chosen_logps=batch["orapo_ref_chosen_logps"].clone(),
+        orapo_ref_rejected_logps=batch["orapo_ref_rejected_logps"].clone(),
+    )
     row_by_row["orapo_ref_chosen_logps"][rows] = chosen
     row_by_row["orapo_ref_rejected_logps"][rows] = rejected
     shared_loss, shared_grads = _loss_and_grads(trainer, batch)

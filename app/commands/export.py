@@ -18,7 +18,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="export_command", metavar="WHAT", required=True)
     pairs = sub.add_parser("pairs", help="preference pairs (trl-dpo) or OraPO prompts (trl-grpo) as a datasets folder")
     pairs.add_argument("--format", choices=("trl-dpo", "trl-grpo"), default="trl-dpo")
-    pairs.add_argument("--source", choices=("clinician_edit", "oracle_step"), default=None, help="trl-dpo: only pairs of this source")
+    pairs.add_argument(
+        "--source", choices=("clinician_edit", "oracle_step"), default=None, help="trl-dpo: only pairs of this source"
+    )
     pairs.add_argument("--round", type=int, default=None, help="trl-dpo: only the pairs a round used")
     pairs.add_argument("out", help="a new (or empty) folder")
     fhir = sub.add_parser("fhir", help="FHIR R4 DiagnosticReports (+ Provenance) as one Bundle per study")
@@ -29,8 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sr.add_argument("study", nargs="?", type=int, default=None, help="a study id (or --all)")
     sr.add_argument("out", help="the folder to write study-<id>.dcm files into")
     sr.add_argument("--all", action="store_true", help="every study with a signed report")
-    sr.add_argument("--send", action="store_true",
-                    help="also store each SR in the archive ORAPO_DICOMWEB_URL names (STOW-RS)")
+    sr.add_argument(
+        "--send", action="store_true", help="also store each SR in the archive ORAPO_DICOMWEB_URL names (STOW-RS)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     what = args.export_command
     if (args.study is None) == (not args.all):
-        raise OrapoError("study_or_all", f"Name one study id, or give --all: `orapo export {what} 12 OUT` or "
-                                         f"`orapo export {what} --all OUT`.")
+        raise OrapoError(
+            "study_or_all",
+            f"Name one study id, or give --all: `orapo export {what} 12 OUT` or `orapo export {what} --all OUT`.",
+        )
     study_ids = None if args.all else [args.study]
     if what == "sr":
         from app.services.archive.export_sr import export_sr
@@ -62,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         print(result)
         # As `orapo ingest`: 1 when some signed report was not written (skipped) or did not reach the archive.
         return 1 if result.skipped or result.unsent else 0
-    from app.services.operations.export import export_fhir
+    from app.services.operations.export_fhir import export_fhir
 
     print(export_fhir(database, args.out, study_ids=study_ids))  # with what was skipped, and why
     return 0

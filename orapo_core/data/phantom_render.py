@@ -12,11 +12,17 @@ a normalised grid (x, y in [0, 1], y down; patient right on the image left).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 from PIL import Image
+
+from orapo_core.data.phantom_finding import DrawnFinding, required
+
+#: A point (x, y) in normalised image units: a pair of numbers, or an array of two.
+Point = Sequence[float] | np.ndarray
 
 
 @dataclass
@@ -53,7 +59,7 @@ def _soft(margin: np.ndarray, eps: float) -> np.ndarray:
 def _smooth_noise(rng: np.random.Generator, size: int, cells: int) -> np.ndarray:
     """Band-limited noise in about [-1, 1]: a coarse random grid upsampled bicubically."""
     coarse = rng.standard_normal((cells, cells)).astype(np.float32)
-    return np.asarray(Image.fromarray(coarse).resize((size, size), Image.BICUBIC)) / 1.5
+    return np.asarray(Image.fromarray(coarse).resize((size, size), Image.Resampling.BICUBIC)) / 1.5
 
 
 def _lateral(x: np.ndarray, a: Anatomy, side: str) -> np.ndarray:
@@ -86,7 +92,7 @@ def heart_mask(y: np.ndarray, x: np.ndarray, a: Anatomy) -> np.ndarray:
     return _soft((1.0 - r) * min(hw, a.heart_ry), 0.004)
 
 
-def _segment(field: np.ndarray, size: int, p0, p1, width: float, value: float) -> None:
+def _segment(field: np.ndarray, size: int, p0: Point, p1: Point, width: float, value: float) -> None:
     """Adds a bright capsule from p0 to p1 (normalised x, y), touching only its bounding box."""
     pad = width * 2 + 2.0 / size
     x0, x1 = sorted((p0[0], p1[0]))
@@ -105,7 +111,7 @@ def _segment(field: np.ndarray, size: int, p0, p1, width: float, value: float) -
     np.maximum(patch, value * _soft(width - dist, 1.2 / size), out=patch)
 
 
-def _curve(field: np.ndarray, size: int, points, width: float, value: float, steps: int = 10) -> None:
+def _curve(field: np.ndarray, size: int, points: Sequence[Point], width: float, value: float, steps: int = 10) -> None:
     """A smooth tube through the control points (a chain of quadratic Béziers)."""
     pts = np.asarray(points, dtype=np.float64)
     if len(pts) == 2:
@@ -121,7 +127,9 @@ def _curve(field: np.ndarray, size: int, points, width: float, value: float, ste
         _segment(field, size, p0, p1, width, value)
 
 
-def _bones(y, x, a: Anatomy, size: int, fractures: list[tuple[str, int]], look: dict[str, float]) -> np.ndarray:
+def _bones(
+    y: np.ndarray, x: np.ndarray, a: Anatomy, size: int, fractures: list[tuple[str, int]], look: dict[str, float]
+) -> np.ndarray:
     bone = np.zeros_like(y)
     # Spine, faint through the mediastinum.
     bone += 0.10 * _soft(0.028 - np.abs(x - a.cx), 0.01)
@@ -142,13 +150,17 @@ def _bones(y, x, a: Anatomy, size: int, fractures: list[tuple[str, int]], look: 
                 continue
             on_side = right[r0:r1] if side == "right" else ~right[r0:r1]
             qf = 0.62 * a.tw
-            k = look["fracture"]
-            gap = _soft(np.abs(q - qf) - 0.01 * k, 0.003)
+            step = look["fracture"]  # how far the break gapes and steps
+            gap = _soft(np.abs(q - qf) - 0.01 * step, 0.003)
             # The lateral fragment is displaced downwards: a visible step.
-            shifted = _soft(0.011 * k - np.abs(py - curve - 0.014 * k), 0.004) * _soft(q - 0.03, 0.01) * _soft(a.tw * 1.05 - q, 0.01)
+            shifted = (
+                _soft(0.011 * step - np.abs(py - curve - 0.014 * step), 0.004)
+                * _soft(q - 0.03, 0.01)
+                * _soft(a.tw * 1.05 - q, 0.01)
+            )
             broken = np.where(q > qf, shifted, band) * gap
             if look["callus"]:  # a healing fracture's callus: a dense knot of bone around the break
-                yc = yk - 0.03 * np.sin(np.pi * min(qf / a.tw, 1.0)) + 0.13 * (qf / a.tw) ** 2 + 0.007 * k
+                yc = yk - 0.03 * np.sin(np.pi * min(qf / a.tw, 1.0)) + 0.13 * (qf / a.tw) ** 2 + 0.007 * step
                 broken = broken + 4.0 * look["callus"] * _soft(0.035 - np.hypot(q - qf, py - yc), 0.005)
             band = np.where(on_side, broken, band)
         bone[r0:r1] += 0.08 * band
@@ -162,7 +174,9 @@ def _bones(y, x, a: Anatomy, size: int, fractures: list[tuple[str, int]], look: 
     return bone
 
 
-def _lung_markings(rng, y, x, a: Anatomy, hilum_y: float, size: int) -> np.ndarray:
+def _lung_markings(
+    rng: np.random.Generator, y: np.ndarray, x: np.ndarray, a: Anatomy, hilum_y: float, size: int
+) -> np.ndarray:
     """Vessels: streaks radiating from each hilum and tapering outwards, plus fine texture."""
     out = np.zeros_like(y)
     bins = 720
@@ -182,7 +196,7 @@ def _lung_markings(rng, y, x, a: Anatomy, hilum_y: float, size: int) -> np.ndarr
     return out
 
 
-def _lobe_region(y, x, a: Anatomy, side: str, zone: str) -> np.ndarray:
+def _lobe_region(y: np.ndarray, x: np.ndarray, a: Anatomy, side: str, zone: str) -> np.ndarray:
     q = _lateral(x, a, side)
     yd = a.yd[side]
     if zone == "upper":
@@ -193,10 +207,16 @@ def _lobe_region(y, x, a: Anatomy, side: str, zone: str) -> np.ndarray:
     return _soft(y - (yd - 0.21 - 0.05 * (1 - q / a.tw)), 0.02)
 
 
-def _blobs(rng, y, x, a: Anatomy, side: str, zone: str, count: int, size: int) -> np.ndarray:
+def _blobs(
+    rng: np.random.Generator, y: np.ndarray, x: np.ndarray, a: Anatomy, side: str, zone: str, count: int, size: int
+) -> np.ndarray:
     region = _lobe_region(y, x, a, side, zone)
     field = np.zeros_like(y)
-    ys = {"upper": (a.apex + 0.06, a.apex + 0.18), "middle": (a.heart_cy - 0.06, a.heart_cy + 0.04), "lower": (a.yd[side] - 0.16, a.yd[side] - 0.05)}[zone]
+    ys = {
+        "upper": (a.apex + 0.06, a.apex + 0.18),
+        "middle": (a.heart_cy - 0.06, a.heart_cy + 0.04),
+        "lower": (a.yd[side] - 0.16, a.yd[side] - 0.05),
+    }[zone]
     for _ in range(count):
         q0 = rng.uniform(0.35, 0.8) * a.tw
         bx = a.cx - q0 if side == "right" else a.cx + q0
@@ -219,12 +239,16 @@ CONSPICUITY: dict[str, dict[str, float]] = {
 DEFAULT_CONSPICUITY = "clear"
 
 
-def render(findings, rng: np.random.Generator, size: int, conspicuity: str = DEFAULT_CONSPICUITY,
-           ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, tuple[int, int]]]:
+def render(
+    findings: Sequence[DrawnFinding],
+    rng: np.random.Generator,
+    size: int,
+    conspicuity: str = DEFAULT_CONSPICUITY,
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, tuple[int, int]]]:
     """Returns (image float32 in [0, 1], boolean masks, landmarks as (row, col))."""
     look = CONSPICUITY[conspicuity]
     y, x = _grid(size)
-    by_kind: dict[str, list] = {}
+    by_kind: dict[str, list[DrawnFinding]] = {}
     for f in findings:
         by_kind.setdefault(f.kind, []).append(f)
 
@@ -242,11 +266,11 @@ def render(findings, rng: np.random.Generator, size: int, conspicuity: str = DEF
         mediastinum=rng.uniform(0.055, 0.065),
     )
     for f in by_kind.get("cardiomegaly", []):
-        a.ctr = f.size
+        a.ctr = required(f.size, "size")
         a.heart_ry *= 1.12
     for f in by_kind.get("atelectasis", []):
         if f.variant == "lobar":  # volume loss: the hemidiaphragm rises
-            a.yd[f.side] -= 0.045
+            a.yd[required(f.side, "side")] -= 0.045
     for f in by_kind.get("enlarged_cardiomediastinum", []):
         a.mediastinum = 0.12 if f.severity == "marked" and f.certain else 0.1
     a.heart_cy = min(a.yd["right"], a.yd["left"]) - 0.1
@@ -276,54 +300,73 @@ def render(findings, rng: np.random.Generator, size: int, conspicuity: str = DEF
     # there is only air (darker, and no vessels).
     ptx = np.zeros_like(y)
     for f in by_kind.get("pneumothorax", []):
-        q = _lateral(x, a, f.side)
-        gap = {"small": 0.05, "moderate": 0.09, "large": 0.14}[f.severity]
-        reach = {"small": 0.35, "moderate": 0.55, "large": 0.8}[f.severity]
-        yd_s = a.yd[f.side]
+        side, severity = required(f.side, "side"), required(f.severity, "severity")
+        q = _lateral(x, a, side)
+        gap = {"small": 0.05, "moderate": 0.09, "large": 0.14}[severity]
+        reach = {"small": 0.35, "moderate": 0.55, "large": 0.8}[severity]
+        yd_s = a.yd[side]
         t = np.clip((y - a.apex) / (reach * (yd_s - a.apex)), 0, 1)
-        pleural = _lung_edge(y, a, f.side) - gap * (1 - t**2)
-        region = _soft(q - pleural, 0.004) * lungs[f.side] * (t < 1)
+        pleural = _lung_edge(y, a, side) - gap * (1 - t**2)
+        region = _soft(q - pleural, 0.004) * lungs[side] * (t < 1)
         ptx = np.maximum(ptx, region)
-        line = np.exp(-(((q - pleural) / 0.0035) ** 2)) * lungs[f.side] * (t < 0.98)
+        line = np.exp(-(((q - pleural) / 0.0035) ** 2)) * lungs[side] * (t < 0.98)
         atten += 0.3 * line * (1 - region)
     masks["pneumothorax"] = ptx > 0.5
     atten += 0.2 * markings * air * (1 - ptx)
     atten -= 0.12 * ptx * air
 
-    atten += _bones(y, x, a, size, [(f.side, int(f.location)) for f in by_kind.get("fracture", [])], look)
+    atten += _bones(
+        y,
+        x,
+        a,
+        size,
+        [(required(f.side, "side"), int(required(f.location, "location"))) for f in by_kind.get("fracture", [])],
+        look,
+    )
 
     opacity = np.zeros_like(y)
     for kind, density in (("consolidation", 0.55), ("pneumonia", 0.5), ("lung_opacity", 0.3)):
         for f in by_kind.get(kind, []):
+            side, zone = required(f.side, "side"), required(f.location, "location")
             d = density * (0.7 if not f.certain else 1.0)
             if f.variant == "lobar":
-                region = _lobe_region(y, x, a, f.side, f.location)
+                region = _lobe_region(y, x, a, side, zone)
                 mottle = 0.85 + 0.15 * _smooth_noise(rng, size, max(size // 12, 6))
-                opacity = np.maximum(opacity, d * region * lungs[f.side] * mottle)
+                opacity = np.maximum(opacity, d * region * lungs[side] * mottle)
             else:
-                opacity = np.maximum(opacity, d * _blobs(rng, y, x, a, f.side, f.location, int(rng.integers(3, 6)), size))
+                opacity = np.maximum(opacity, d * _blobs(rng, y, x, a, side, zone, int(rng.integers(3, 6)), size))
     for f in by_kind.get("atelectasis", []):
-        sides = ("right", "left") if f.side == "bilateral" else (f.side,)
+        where = required(f.side, "side")
+        sides = ("right", "left") if where == "bilateral" else (where,)
         for side in sides:
             if f.variant == "lobar":
                 q = _lateral(x, a, side)
                 base = a.yd[side] - 0.26
-                tri = _soft(np.minimum(y - base - 1.2 * (q - 0.04), _diaphragm(q, a, side) - y), 0.01) * _soft(q - 0.03, 0.01)
+                tri = _soft(np.minimum(y - base - 1.2 * (q - 0.04), _diaphragm(q, a, side) - y), 0.01) * _soft(
+                    q - 0.03, 0.01
+                )
                 opacity = np.maximum(opacity, 0.5 * tri)
             else:
                 sign = -1 if side == "right" else 1
                 yy = a.yd[side] - rng.uniform(0.07, 0.11)
                 q0, q1 = rng.uniform(0.3, 0.4) * a.tw, rng.uniform(0.75, 0.85) * a.tw
                 band = np.zeros_like(y)
-                _curve(band, size, [(a.cx + sign * q0, yy), (a.cx + sign * q1, yy - rng.uniform(-0.02, 0.02))], 0.008 if f.certain else 0.005, 1.0)
+                _curve(
+                    band,
+                    size,
+                    [(a.cx + sign * q0, yy), (a.cx + sign * q1, yy - rng.uniform(-0.02, 0.02))],
+                    0.008 if f.certain else 0.005,
+                    1.0,
+                )
                 opacity = np.maximum(opacity, 0.5 * band)
     for f in by_kind.get("edema", []):
-        amp = {"mild": 0.24, "moderate": 0.34, "severe": 0.44}[f.severity] * (0.8 if not f.certain else 1.0)
+        severity = required(f.severity, "severity")
+        amp = {"mild": 0.24, "moderate": 0.34, "severe": 0.44}[severity] * (0.8 if not f.certain else 1.0)
         for side in ("right", "left"):
             q = _lateral(x, a, side)
             haze = np.exp(-(((q - 0.09) / 0.16) ** 2) - ((y - hilum_y) / 0.17) ** 2)
             opacity = np.maximum(opacity, amp * haze * lungs[side])
-            if f.severity != "mild":  # Kerley B lines at the lateral bases
+            if severity != "mild":  # Kerley B lines at the lateral bases
                 for k in range(4):
                     ky = a.yd[side] - 0.03 - 0.022 * k
                     qe = float(a.tw * (0.72 + 0.28 * np.sqrt((ky - a.apex) / (a.yd[side] - a.apex))))
@@ -332,11 +375,12 @@ def render(findings, rng: np.random.Generator, size: int, conspicuity: str = DEF
                     _segment(line, size, (a.cx + sgn * (qe - 0.035), ky), (a.cx + sgn * (qe - 0.005), ky), 0.003, 1.0)
                     opacity = np.maximum(opacity, 0.4 * line)
     for f in by_kind.get("lung_lesion", []):
+        side, zone, radius = required(f.side, "side"), required(f.location, "location"), required(f.size, "size")
         q0 = rng.uniform(0.4, 0.75) * a.tw
-        bx = a.cx - q0 if f.side == "right" else a.cx + q0
-        by = {"upper": a.apex + 0.1, "middle": a.heart_cy - 0.05, "lower": a.yd[f.side] - 0.12}[f.location]
+        bx = a.cx - q0 if side == "right" else a.cx + q0
+        by = {"upper": a.apex + 0.1, "middle": a.heart_cy - 0.05, "lower": a.yd[side] - 0.12}[zone]
         theta = np.arctan2(y - by, x - bx)
-        lobulated = f.size * (1 + (0.12 * np.sin(3 * theta + rng.uniform(0, 6.28)) if f.variant == "mass" else 0))
+        lobulated = radius * (1 + (0.12 * np.sin(3 * theta + rng.uniform(0, 6.28)) if f.variant == "mass" else 0))
         lobulated = lobulated * (look["lesion_size"] if f.variant == "nodule" else (1 + look["lesion_size"]) / 2)
         density = min(0.95, (0.55 if f.variant == "mass" else 0.45) * look["lesion_density"])
         opacity = np.maximum(opacity, density * _soft(lobulated - np.hypot(x - bx, y - by), 0.004))
@@ -344,30 +388,38 @@ def render(findings, rng: np.random.Generator, size: int, conspicuity: str = DEF
 
     effusion = np.zeros_like(y)
     for f in by_kind.get("pleural_effusion", []):
-        h = {"small": 0.05, "moderate": 0.11, "large": 0.2}[f.severity] * (0.8 if not f.certain else 1.0)
-        for side in (("right", "left") if f.side == "bilateral" else (f.side,)):
+        where, severity = required(f.side, "side"), required(f.severity, "severity")
+        h = {"small": 0.05, "moderate": 0.11, "large": 0.2}[severity] * (0.8 if not f.certain else 1.0)
+        for side in ("right", "left") if where == "bilateral" else (where,):
             q = _lateral(x, a, side)
             # The meniscus: fluid climbs the lateral wall.
             level = a.yd[side] - h - 0.6 * h * np.clip((q - 0.5 * a.tw) / (0.5 * a.tw), 0, 1) ** 2
-            space = np.minimum.reduce([q - 0.03, _lung_edge(y, a, side) + 0.004 - q, _diaphragm(q, a, side) + 0.012 - y])
+            space = np.minimum.reduce(
+                [q - 0.03, _lung_edge(y, a, side) + 0.004 - q, _diaphragm(q, a, side) + 0.012 - y]
+            )
             fluid = _soft(y - level, 0.02) * _soft(space, 0.006)
             effusion = np.maximum(effusion, fluid)
     masks["effusion"] = effusion > 0.5
     atten += 0.6 * effusion * air  # fluid replaces air; none outside the pleura or behind the heart
 
     for f in by_kind.get("pleural_other", []):
-        q = _lateral(x, a, f.side)
-        edge = _lung_edge(y, a, f.side)
-        k = look["pleural"]
+        side = required(f.side, "side")
+        q = _lateral(x, a, side)
+        edge = _lung_edge(y, a, side)
+        thick = look["pleural"]  # how thick and dense the pleural band is drawn
         if f.variant == "apical_cap":
-            cap = _soft(a.apex + 0.06 * k - y, 0.01) * _soft(0.02 * k - (edge - q), 0.004)
-            atten += 0.35 * min(k, 1.5) * cap * lungs[f.side]
+            cap = _soft(a.apex + 0.06 * thick - y, 0.01) * _soft(0.02 * thick - (edge - q), 0.004)
+            atten += 0.35 * min(thick, 1.5) * cap * lungs[side]
         else:
-            band = _soft(0.014 * k - np.abs(edge - 0.008 * k - q), 0.004) * _soft(y - a.apex - 0.08, 0.01) * _soft(a.yd[f.side] - 0.02 - y, 0.01)
+            band = (
+                _soft(0.014 * thick - np.abs(edge - 0.008 * thick - q), 0.004)
+                * _soft(y - a.apex - 0.08, 0.01)
+                * _soft(a.yd[side] - 0.02 - y, 0.01)
+            )
             if f.variant == "plaques":
                 band *= _smooth_noise(rng, size, 14) > 0.1
                 band = band * 1.8
-            atten += 0.3 * min(k, 1.5) * band
+            atten += 0.3 * min(thick, 1.5) * band
 
     metal = np.zeros_like(y)
     carina = a.apex + 0.17
@@ -376,17 +428,47 @@ def render(findings, rng: np.random.Generator, size: int, conspicuity: str = DEF
         if f.location == "ett":
             _curve(metal, size, [(cx, 0.0), (cx + 0.004, carina - 0.06)], 0.006, 1.0)
         elif f.location == "ng":
-            _curve(metal, size, [(cx + 0.01, 0.0), (cx + 0.012, a.heart_cy), (cx + 0.03, a.yd["left"] + 0.03), (cx + 0.16, a.yd["left"] + 0.06)], 0.005, 1.0)
+            _curve(
+                metal,
+                size,
+                [
+                    (cx + 0.01, 0.0),
+                    (cx + 0.012, a.heart_cy),
+                    (cx + 0.03, a.yd["left"] + 0.03),
+                    (cx + 0.16, a.yd["left"] + 0.06),
+                ],
+                0.005,
+                1.0,
+            )
         elif f.location == "cvc":
             _curve(metal, size, [(cx - 0.15, 0.0), (cx - 0.06, a.apex + 0.06), (cx - 0.035, a.apex + 0.25)], 0.005, 1.0)
         elif f.location == "picc":
-            _curve(metal, size, [(cx + 0.47, a.apex + 0.02), (cx + 0.2, a.apex + 0.02), (cx + 0.02, a.apex + 0.1), (cx - 0.03, a.apex + 0.24)], 0.004, 1.0)
+            _curve(
+                metal,
+                size,
+                [
+                    (cx + 0.47, a.apex + 0.02),
+                    (cx + 0.2, a.apex + 0.02),
+                    (cx + 0.02, a.apex + 0.1),
+                    (cx - 0.03, a.apex + 0.24),
+                ],
+                0.004,
+                1.0,
+            )
         elif f.location == "pacemaker":
             gx, gy = cx + a.tw * 0.7, a.apex + 0.04
             box = _soft(np.minimum(0.045 - np.abs(x - gx), 0.03 - np.abs(y - gy)), 0.004)
             np.maximum(metal, box * 1.3, out=metal)
-            _curve(metal, size, [(gx - 0.03, gy), (cx + 0.03, a.apex + 0.1), (cx - 0.03, a.heart_cy - 0.04)], 0.004, 1.0)
-            _curve(metal, size, [(gx - 0.03, gy + 0.01), (cx + 0.02, a.apex + 0.14), (cx + 0.06, a.heart_cy + 0.06)], 0.004, 1.0)
+            _curve(
+                metal, size, [(gx - 0.03, gy), (cx + 0.03, a.apex + 0.1), (cx - 0.03, a.heart_cy - 0.04)], 0.004, 1.0
+            )
+            _curve(
+                metal,
+                size,
+                [(gx - 0.03, gy + 0.01), (cx + 0.02, a.apex + 0.14), (cx + 0.06, a.heart_cy + 0.06)],
+                0.004,
+                1.0,
+            )
     atten += 1.2 * metal
 
     # Exposure: attenuation gain, gamma and a gentle heel-effect gradient vary per study.
@@ -396,7 +478,9 @@ def render(findings, rng: np.random.Generator, size: int, conspicuity: str = DEF
     image = image + rng.normal(0, rng.uniform(0.006, 0.016), size=image.shape).astype(np.float32)
     image = np.clip(image, 0.0, 1.0).astype(np.float32)
 
-    masks.update(heart=heart > 0.5, lung_right=lungs["right"] > 0.5, lung_left=lungs["left"] > 0.5, mediastinum=mediastinum > 0.5)
+    masks.update(
+        heart=heart > 0.5, lung_right=lungs["right"] > 0.5, lung_left=lungs["left"] > 0.5, mediastinum=mediastinum > 0.5
+    )
     landmarks = {}
     for side in ("right", "left"):
         sign = -1 if side == "right" else 1

@@ -9,21 +9,26 @@ model from learning one template by heart.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
+
 import numpy as np
 
+from orapo_core.data.phantom_finding import DrawnFinding, required
 from orapo_core.data.records import CHEXPERT_14
 
 Sentence = tuple[str, dict[str, int]]
+T = TypeVar("T")
 
 _ORDINAL = {4: "4th", 5: "5th", 6: "6th", 7: "7th", 8: "8th", 9: "9th"}
 
 
-def _choose(rng: np.random.Generator, options: list) -> object:
+def _choose(rng: np.random.Generator, options: Sequence[T]) -> T:
     return options[int(rng.integers(len(options)))]
 
 
-def _where(f) -> str:
-    side, zone = f.side, f.location
+def _where(f: DrawnFinding) -> str:
+    side, zone = required(f.side, "side"), required(f.location, "location")
     if f.variant == "lobar":
         if zone == "middle":
             return "right middle lobe" if side == "right" else "lingula"
@@ -31,110 +36,252 @@ def _where(f) -> str:
     return {"upper": f"{side} upper lung", "middle": f"{side} midlung", "lower": f"{side} lung base"}[zone]
 
 
-def _devices(f) -> list[str]:
+def _devices(f: DrawnFinding) -> list[str]:
     return {
-        "ett": ["Endotracheal tube terminates approximately {n} cm above the carina.", "The endotracheal tube tip is {n} cm above the carina."],
-        "ng": ["Enteric tube courses below the diaphragm with the tip in the stomach.", "A nasogastric tube extends into the stomach."],
-        "cvc": ["Right internal jugular central venous catheter terminates in the SVC.", "Right IJ central line with tip in the mid SVC."],
-        "picc": ["Left upper extremity PICC terminates in the lower SVC.", "A left-sided PICC line ends at the cavoatrial junction."],
-        "pacemaker": ["Left chest wall pacemaker with leads in the right atrium and right ventricle.", "Dual-lead cardiac pacemaker in place."],
-    }[f.location]
+        "ett": [
+            "Endotracheal tube terminates approximately {n} cm above the carina.",
+            "The endotracheal tube tip is {n} cm above the carina.",
+        ],
+        "ng": [
+            "Enteric tube courses below the diaphragm with the tip in the stomach.",
+            "A nasogastric tube extends into the stomach.",
+        ],
+        "cvc": [
+            "Right internal jugular central venous catheter terminates in the SVC.",
+            "Right IJ central line with tip in the mid SVC.",
+        ],
+        "picc": [
+            "Left upper extremity PICC terminates in the lower SVC.",
+            "A left-sided PICC line ends at the cavoatrial junction.",
+        ],
+        "pacemaker": [
+            "Left chest wall pacemaker with leads in the right atrium and right ventricle.",
+            "Dual-lead cardiac pacemaker in place.",
+        ],
+    }[required(f.location, "location")]
 
 
-def _finding_sentences(f, rng) -> tuple[list[Sentence], Sentence | None]:
+def _finding_sentences(f: DrawnFinding, rng: np.random.Generator) -> tuple[list[Sentence], Sentence | None]:
     """(findings-section sentences, impression sentence) for one finding."""
-    obs = {"cardiomegaly": "Cardiomegaly", "enlarged_cardiomediastinum": "Enlarged Cardiomediastinum", "lung_opacity": "Lung Opacity",
-           "lung_lesion": "Lung Lesion", "edema": "Edema", "consolidation": "Consolidation", "pneumonia": "Pneumonia",
-           "atelectasis": "Atelectasis", "pneumothorax": "Pneumothorax", "pleural_effusion": "Pleural Effusion",
-           "pleural_other": "Pleural Other", "fracture": "Fracture", "support_devices": "Support Devices"}[f.kind]
+    obs = {
+        "cardiomegaly": "Cardiomegaly",
+        "enlarged_cardiomediastinum": "Enlarged Cardiomediastinum",
+        "lung_opacity": "Lung Opacity",
+        "lung_lesion": "Lung Lesion",
+        "edema": "Edema",
+        "consolidation": "Consolidation",
+        "pneumonia": "Pneumonia",
+        "atelectasis": "Atelectasis",
+        "pneumothorax": "Pneumothorax",
+        "pleural_effusion": "Pleural Effusion",
+        "pleural_other": "Pleural Other",
+        "fracture": "Fracture",
+        "support_devices": "Support Devices",
+    }[f.kind]
     v = 1 if f.certain else -1
     lab = {obs: v}
     k = f.kind
     if k == "cardiomegaly":
-        adv = {"mild": "mildly", "moderate": "moderately", "severe": "severely"}[f.severity]
+        severity = required(f.severity, "severity")
+        adv = {"mild": "mildly", "moderate": "moderately", "severe": "severely"}[severity]
         if f.certain:
-            s = _choose(rng, [f"The heart is {adv} enlarged.", f"{f.severity.capitalize()} cardiomegaly.", f"There is {f.severity} cardiomegaly."])
-            return [(s, lab)], (_choose(rng, [f"{f.severity.capitalize()} cardiomegaly.", "Cardiomegaly."]), lab)
+            s = _choose(
+                rng,
+                [
+                    f"The heart is {adv} enlarged.",
+                    f"{severity.capitalize()} cardiomegaly.",
+                    f"There is {severity} cardiomegaly.",
+                ],
+            )
+            return [(s, lab)], (_choose(rng, [f"{severity.capitalize()} cardiomegaly.", "Cardiomegaly."]), lab)
         return [("Possible mild cardiomegaly.", lab)], ("Possible cardiomegaly.", lab)
     if k == "enlarged_cardiomediastinum":
         if f.certain:
-            s = _choose(rng, ["The mediastinum is widened.", "There is widening of the superior mediastinum.", f"{'Marked' if f.severity == 'marked' else 'Mild'} mediastinal widening."])
+            s = _choose(
+                rng,
+                [
+                    "The mediastinum is widened.",
+                    "There is widening of the superior mediastinum.",
+                    f"{'Marked' if f.severity == 'marked' else 'Mild'} mediastinal widening.",
+                ],
+            )
             return [(s, lab)], ("Mediastinal widening.", lab)
         return [("Possible mediastinal widening, which may be related to projection.", lab)], None
     if k == "lung_opacity":
         w = _where(f)
         if f.certain:
-            s = _choose(rng, [f"Patchy opacity in the {w}.", f"Hazy opacity at the {w}.", f"There is a patchy airspace opacity in the {w}."])
+            s = _choose(
+                rng,
+                [
+                    f"Patchy opacity in the {w}.",
+                    f"Hazy opacity at the {w}.",
+                    f"There is a patchy airspace opacity in the {w}.",
+                ],
+            )
             return [(s, lab)], (f"Patchy {w} opacity.", lab)
         return [(f"Possible subtle opacity in the {w}.", lab)], None
     if k == "consolidation":
         w = _where(f)
         if f.certain:
-            s = _choose(rng, [f"Consolidation in the {w}.", f"Dense consolidation in the {w} with air bronchograms.", f"There is focal consolidation in the {w}."])
+            s = _choose(
+                rng,
+                [
+                    f"Consolidation in the {w}.",
+                    f"Dense consolidation in the {w} with air bronchograms.",
+                    f"There is focal consolidation in the {w}.",
+                ],
+            )
             return [(s, lab)], (f"Consolidation in the {w}.", lab)
         return [(f"Possible early consolidation in the {w}.", lab)], (f"Possible {w} consolidation.", lab)
     if k == "pneumonia":
         w = _where(f)
         seen = (_choose(rng, [f"Airspace opacity in the {w}.", f"Patchy opacity in the {w}."]), {"Lung Opacity": 1})
         if f.certain:
-            return [seen], (_choose(rng, [f"Findings consistent with pneumonia in the {w}.", f"Pneumonia in the {w}."]), {"Pneumonia": 1})
-        return [seen], (_choose(rng, [f"The {w} opacity may represent pneumonia in the appropriate clinical setting.", f"Pneumonia in the {w} cannot be excluded."]), {"Pneumonia": -1})
+            return [seen], (
+                _choose(rng, [f"Findings consistent with pneumonia in the {w}.", f"Pneumonia in the {w}."]),
+                {"Pneumonia": 1},
+            )
+        return [seen], (
+            _choose(
+                rng,
+                [
+                    f"The {w} opacity may represent pneumonia in the appropriate clinical setting.",
+                    f"Pneumonia in the {w} cannot be excluded.",
+                ],
+            ),
+            {"Pneumonia": -1},
+        )
     if k == "atelectasis":
+        side = required(f.side, "side")
         if f.variant == "lobar":
-            s = f"{f.side.capitalize()} lower lobe collapse with volume loss and elevation of the {f.side} hemidiaphragm, consistent with atelectasis."
+            s = f"{side.capitalize()} lower lobe collapse with volume loss and elevation of the {side} hemidiaphragm, consistent with atelectasis."
             if not f.certain:
-                s = f"Elevation of the {f.side} hemidiaphragm with possible {f.side} lower lobe atelectasis."
-            return [(s, lab)], (f"{'' if f.certain else 'Possible '}{f.side} lower lobe atelectasis.".strip().capitalize(), lab)
-        if f.side == "bilateral":
+                s = f"Elevation of the {side} hemidiaphragm with possible {side} lower lobe atelectasis."
+            return [(s, lab)], (
+                f"{'' if f.certain else 'Possible '}{side} lower lobe atelectasis.".strip().capitalize(),
+                lab,
+            )
+        if side == "bilateral":
             s = _choose(rng, ["Bibasilar atelectasis.", "Plate-like atelectasis at both lung bases."])
         elif f.certain:
-            s = _choose(rng, [f"Linear atelectasis at the {f.side} base.", f"Plate-like atelectasis in the {f.side} lower lung."])
+            s = _choose(
+                rng, [f"Linear atelectasis at the {side} base.", f"Plate-like atelectasis in the {side} lower lung."]
+            )
         else:
-            s = f"Possible minimal atelectasis at the {f.side} base."
-        return [(s, lab)], (("Bibasilar atelectasis." if f.side == "bilateral" else f"{f.side.capitalize()} basilar atelectasis."), lab) if f.certain else None
+            s = f"Possible minimal atelectasis at the {side} base."
+        return [(s, lab)], (
+            ("Bibasilar atelectasis." if side == "bilateral" else f"{side.capitalize()} basilar atelectasis."),
+            lab,
+        ) if f.certain else None
     if k == "edema":
+        severity = required(f.severity, "severity")
         if f.certain:
-            s = {"mild": ["Mild interstitial pulmonary edema.", "Mild pulmonary vascular congestion and interstitial edema."],
-                 "moderate": ["Moderate pulmonary edema with perihilar haziness.", "Moderate interstitial edema with Kerley B lines."],
-                 "severe": ["Severe pulmonary edema.", "Severe pulmonary edema with perihilar haziness and Kerley B lines."]}[f.severity]
-            sentence = _choose(rng, s)
+            phrasings = {
+                "mild": [
+                    "Mild interstitial pulmonary edema.",
+                    "Mild pulmonary vascular congestion and interstitial edema.",
+                ],
+                "moderate": [
+                    "Moderate pulmonary edema with perihilar haziness.",
+                    "Moderate interstitial edema with Kerley B lines.",
+                ],
+                "severe": [
+                    "Severe pulmonary edema.",
+                    "Severe pulmonary edema with perihilar haziness and Kerley B lines.",
+                ],
+            }[severity]
+            sentence = _choose(rng, phrasings)
             # Haziness is itself an opacity, whatever it is attributed to.
-            return [(sentence, lab | ({"Lung Opacity": 1} if "haziness" in sentence else {}))], (f"{f.severity.capitalize()} pulmonary edema.", lab)
-        return [("Perihilar haziness may represent mild pulmonary edema.", lab | {"Lung Opacity": 1})], ("Possible mild pulmonary edema.", lab)
+            return [(sentence, lab | ({"Lung Opacity": 1} if "haziness" in sentence else {}))], (
+                f"{severity.capitalize()} pulmonary edema.",
+                lab,
+            )
+        return [("Perihilar haziness may represent mild pulmonary edema.", lab | {"Lung Opacity": 1})], (
+            "Possible mild pulmonary edema.",
+            lab,
+        )
     if k == "lung_lesion":
-        w = {"upper": f"{f.side} upper lung", "middle": f"{f.side} midlung", "lower": f"{f.side} lower lung"}[f.location]
-        mm = int(round(f.size * 2 * 430))
+        side, location, size = required(f.side, "side"), required(f.location, "location"), required(f.size, "size")
+        w = {"upper": f"{side} upper lung", "middle": f"{side} midlung", "lower": f"{side} lower lung"}[location]
+        mm = int(round(size * 2 * 430))
         if f.variant == "mass":
             s = f"There is a {mm / 10:.1f} cm mass in the {w}." if f.certain else f"Possible mass in the {w}."
-            imp = f"{w.capitalize()} mass; CT chest recommended." if f.certain else f"Possible {w} mass; CT chest recommended."
+            imp = (
+                f"{w.capitalize()} mass; CT chest recommended."
+                if f.certain
+                else f"Possible {w} mass; CT chest recommended."
+            )
         else:
-            s = _choose(rng, [f"A {mm} mm nodule in the {w}.", f"There is a {mm} mm pulmonary nodule in the {w}."]) if f.certain else f"Possible nodule in the {w}."
-            imp = f"{w.capitalize()} pulmonary nodule; recommend CT for further evaluation." if f.certain else f"Possible {w} nodule; recommend CT for further evaluation."
+            s = (
+                _choose(rng, [f"A {mm} mm nodule in the {w}.", f"There is a {mm} mm pulmonary nodule in the {w}."])
+                if f.certain
+                else f"Possible nodule in the {w}."
+            )
+            imp = (
+                f"{w.capitalize()} pulmonary nodule; recommend CT for further evaluation."
+                if f.certain
+                else f"Possible {w} nodule; recommend CT for further evaluation."
+            )
         return [(s, lab)], (imp, lab)
     if k == "pneumothorax":
-        where = f"{f.side} apical" if f.severity == "small" else f.side
+        side, severity = required(f.side, "side"), required(f.severity, "severity")
+        where = f"{side} apical" if severity == "small" else side
         if f.certain:
-            s = _choose(rng, [f"{f.severity.capitalize()} {where} pneumothorax.", f"There is a {f.severity} {where} pneumothorax with a visible pleural line and absent lung markings peripherally."])
-            return [(s, lab)], (f"{f.severity.capitalize()} {f.side} pneumothorax.", lab)
-        return [(f"Cannot exclude a tiny {f.side} apical pneumothorax.", lab)], (f"Possible small {f.side} apical pneumothorax.", lab)
+            s = _choose(
+                rng,
+                [
+                    f"{severity.capitalize()} {where} pneumothorax.",
+                    f"There is a {severity} {where} pneumothorax with a visible pleural line and absent lung markings peripherally.",
+                ],
+            )
+            return [(s, lab)], (f"{severity.capitalize()} {side} pneumothorax.", lab)
+        return [(f"Cannot exclude a tiny {side} apical pneumothorax.", lab)], (
+            f"Possible small {side} apical pneumothorax.",
+            lab,
+        )
     if k == "pleural_effusion":
-        if f.side == "bilateral":
-            s = _choose(rng, [f"{f.severity.capitalize()} bilateral pleural effusions.", f"There are {f.severity} bilateral pleural effusions with blunting of the costophrenic angles."])
-            return [(s, lab)], (f"{f.severity.capitalize()} bilateral pleural effusions.", lab)
+        side, severity = required(f.side, "side"), required(f.severity, "severity")
+        if side == "bilateral":
+            s = _choose(
+                rng,
+                [
+                    f"{severity.capitalize()} bilateral pleural effusions.",
+                    f"There are {severity} bilateral pleural effusions with blunting of the costophrenic angles.",
+                ],
+            )
+            return [(s, lab)], (f"{severity.capitalize()} bilateral pleural effusions.", lab)
         if f.certain:
-            s = _choose(rng, [f"{f.severity.capitalize()} {f.side} pleural effusion.", f"{f.severity.capitalize()} {f.side} pleural effusion with blunting of the costophrenic angle.", f"There is a {f.severity} {f.side} pleural effusion."])
-            return [(s, lab)], (f"{f.severity.capitalize()} {f.side} pleural effusion.", lab)
-        return [(f"Blunting of the {f.side} costophrenic angle, possibly a small pleural effusion.", lab)], (f"Possible small {f.side} pleural effusion.", lab)
+            s = _choose(
+                rng,
+                [
+                    f"{severity.capitalize()} {side} pleural effusion.",
+                    f"{severity.capitalize()} {side} pleural effusion with blunting of the costophrenic angle.",
+                    f"There is a {severity} {side} pleural effusion.",
+                ],
+            )
+            return [(s, lab)], (f"{severity.capitalize()} {side} pleural effusion.", lab)
+        return [(f"Blunting of the {side} costophrenic angle, possibly a small pleural effusion.", lab)], (
+            f"Possible small {side} pleural effusion.",
+            lab,
+        )
     if k == "pleural_other":
-        s = {"thickening": f"Pleural thickening along the {f.side} lateral chest wall.", "apical_cap": f"{f.side.capitalize()} apical pleural thickening.",
-             "plaques": f"Calcified pleural plaques along the {f.side} chest wall."}[f.variant]
+        side, variant = required(f.side, "side"), required(f.variant, "variant")
+        s = {
+            "thickening": f"Pleural thickening along the {side} lateral chest wall.",
+            "apical_cap": f"{side.capitalize()} apical pleural thickening.",
+            "plaques": f"Calcified pleural plaques along the {side} chest wall.",
+        }[variant]
         return [(s, lab)], None
     if k == "fracture":
-        rib = _ORDINAL[int(f.location)]
+        side, location = required(f.side, "side"), required(f.location, "location")
+        rib = _ORDINAL[int(location)]
         if f.certain:
-            s = _choose(rng, [f"Acute fracture of the {f.side} {rib} posterior rib.", f"Displaced fracture of the {f.side} {rib} rib."])
-            return [(s, lab)], (f"{f.side.capitalize()} {rib} rib fracture.", lab)
-        return [(f"Possible fracture of the {f.side} {rib} rib.", lab)], (f"Possible {f.side} {rib} rib fracture.", lab)
+            s = _choose(
+                rng,
+                [f"Acute fracture of the {side} {rib} posterior rib.", f"Displaced fracture of the {side} {rib} rib."],
+            )
+            return [(s, lab)], (f"{side.capitalize()} {rib} rib fracture.", lab)
+        return [(f"Possible fracture of the {side} {rib} rib.", lab)], (f"Possible {side} {rib} rib fracture.", lab)
     if k == "support_devices":
         return [(_choose(rng, _devices(f)).format(n=int(rng.integers(3, 7))), lab)], None
     raise ValueError(k)
@@ -142,28 +289,39 @@ def _finding_sentences(f, rng) -> tuple[list[Sentence], Sentence | None]:
 
 _NEGATIVES: dict[str, list[Sentence]] = {
     "heart": [("Heart size is normal.", {"Cardiomegaly": 0}), ("The heart is normal in size.", {"Cardiomegaly": 0})],
-    "silhouette": [("The cardiomediastinal silhouette is within normal limits.", {"Enlarged Cardiomediastinum": 0}),
-                   ("Normal mediastinal contours.", {"Enlarged Cardiomediastinum": 0})],
+    "silhouette": [
+        ("The cardiomediastinal silhouette is within normal limits.", {"Enlarged Cardiomediastinum": 0}),
+        ("Normal mediastinal contours.", {"Enlarged Cardiomediastinum": 0}),
+    ],
     "consolidation": [("No focal consolidation.", {"Consolidation": 0})],
     # Said only when nothing in the lungs is abnormal: it denies any opacity too.
-    "clear_lungs": [("The lungs are clear without focal consolidation.", {"Consolidation": 0, "Lung Opacity": 0}),
-                    ("The lungs are clear.", {"Lung Opacity": 0})],
+    "clear_lungs": [
+        ("The lungs are clear without focal consolidation.", {"Consolidation": 0, "Lung Opacity": 0}),
+        ("The lungs are clear.", {"Lung Opacity": 0}),
+    ],
     "edema": [("No pulmonary edema.", {"Edema": 0})],
-    "pleura": [("No pleural effusion or pneumothorax.", {"Pleural Effusion": 0, "Pneumothorax": 0}),
-               ("No pneumothorax or pleural effusion.", {"Pleural Effusion": 0, "Pneumothorax": 0})],
+    "pleura": [
+        ("No pleural effusion or pneumothorax.", {"Pleural Effusion": 0, "Pneumothorax": 0}),
+        ("No pneumothorax or pleural effusion.", {"Pleural Effusion": 0, "Pneumothorax": 0}),
+    ],
     "pneumothorax": [("No pneumothorax.", {"Pneumothorax": 0})],
     "effusion": [("No pleural effusion.", {"Pleural Effusion": 0})],
     "fracture": [("No displaced rib fracture.", {"Fracture": 0})],
 }
 
-_NORMAL_IMPRESSIONS = ["No acute cardiopulmonary process.", "No acute cardiopulmonary abnormality.", "No acute intrathoracic process.", "Normal chest radiograph."]
+_NORMAL_IMPRESSIONS = [
+    "No acute cardiopulmonary process.",
+    "No acute cardiopulmonary abnormality.",
+    "No acute intrathoracic process.",
+    "Normal chest radiograph.",
+]
 
 
 # Findings inside the lungs: with any of them a report cannot call the lungs clear.
 _PARENCHYMAL = {"consolidation", "pneumonia", "lung_opacity", "atelectasis", "edema", "lung_lesion", "pneumothorax"}
 
 
-def _negatives(kinds: set[str], rng, normal: bool) -> list[Sentence]:
+def _negatives(kinds: set[str], rng: np.random.Generator, normal: bool) -> list[Sentence]:
     """Pertinent negatives for what is absent; always the core set for a normal study."""
     out: list[Sentence] = []
     keep = 1.0 if normal else 0.6
@@ -189,7 +347,7 @@ def _negatives(kinds: set[str], rng, normal: bool) -> list[Sentence]:
     return out
 
 
-def merge_labels(label_sets) -> dict[str, int | None]:
+def merge_labels(label_sets: Iterable[Mapping[str, int]]) -> dict[str, int | None]:
     """CheXpert merging: positive beats uncertain beats negative beats unmentioned."""
     rank = {1: 3, -1: 2, 0: 1}
     labels: dict[str, int | None] = {name: None for name in CHEXPERT_14}
@@ -204,10 +362,25 @@ def merge_labels(label_sets) -> dict[str, int | None]:
     return labels
 
 
-def write_report(findings, rng: np.random.Generator, view: str) -> tuple[str, str, dict[str, int | None]]:
+def write_report(
+    findings: Sequence[DrawnFinding], rng: np.random.Generator, view: str
+) -> tuple[str, str, dict[str, int | None]]:
     """(findings text, impression text, labels) for the drawn findings."""
-    order = ["support_devices", "consolidation", "pneumonia", "lung_opacity", "edema", "atelectasis", "lung_lesion",
-             "pleural_effusion", "pneumothorax", "pleural_other", "cardiomegaly", "enlarged_cardiomediastinum", "fracture"]
+    order = [
+        "support_devices",
+        "consolidation",
+        "pneumonia",
+        "lung_opacity",
+        "edema",
+        "atelectasis",
+        "lung_lesion",
+        "pleural_effusion",
+        "pneumothorax",
+        "pleural_other",
+        "cardiomegaly",
+        "enlarged_cardiomediastinum",
+        "fracture",
+    ]
     ranked = sorted(findings, key=lambda f: order.index(f.kind))
     kinds = {f.kind for f in findings}
     normal = not (kinds - {"support_devices"})
@@ -221,7 +394,12 @@ def write_report(findings, rng: np.random.Generator, view: str) -> tuple[str, st
     # Two findings can describe one opacity in the same words (a consolidation and the pneumonia it shows): say it
     # once. No random draw depends on this, so every other report stays as it was.
     seen_text: set[str] = set()
-    body = [s for s in body if not (s[0] in seen_text or seen_text.add(s[0]))]
+    unique: list[Sentence] = []
+    for sentence in body:
+        if sentence[0] not in seen_text:
+            seen_text.add(sentence[0])
+            unique.append(sentence)
+    body = unique
     negatives = _negatives(kinds, rng, normal)
     # Devices lead, then positives, then the pertinent negatives, as a reader dictates.
     findings_text = " ".join(s for s, _ in body + negatives)
@@ -230,7 +408,13 @@ def write_report(findings, rng: np.random.Generator, view: str) -> tuple[str, st
     if normal:
         impressions = [(_choose(rng, _NORMAL_IMPRESSIONS), {})]
         if "support_devices" in kinds:
-            impressions.insert(0, (_choose(rng, ["Support devices as described above.", "Lines and tubes in standard position."]), {"Support Devices": 1}))
+            impressions.insert(
+                0,
+                (
+                    _choose(rng, ["Support devices as described above.", "Lines and tubes in standard position."]),
+                    {"Support Devices": 1},
+                ),
+            )
     if len(impressions) > 1 and rng.random() < 0.5:
         impression_text = " ".join(f"{i}. {s}" for i, (s, _) in enumerate(impressions, 1))
     else:

@@ -1,8 +1,9 @@
 """The databases tests run on: a new SQLite file, and PostgreSQL when ORAPO_TEST_POSTGRES_URL names a server.
 
 The `backend`, `blank_database` and `database` fixtures (tests/conftest.py) run
-each test on a migrated SQLite file and, when ORAPO_TEST_POSTGRES_URL is set,
-again on PostgreSQL in a schema of its own that is dropped afterwards. A set
+each test on a migrated SQLite file (a copy of one migrated once per session,
+`sqlite_copy`) and, when ORAPO_TEST_POSTGRES_URL is set, again on PostgreSQL in
+a schema of its own, migrated for the test and dropped afterwards. A set
 variable with no server behind it fails the PostgreSQL tests loudly: it never
 turns them into skips.
 """
@@ -52,3 +53,18 @@ def empty_database(backend: str, tmp_path: Path) -> Iterator[Database]:
                 conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
     finally:
         admin.dispose()
+
+
+@contextmanager
+def sqlite_copy(template: Path, tmp_path: Path) -> Iterator[Database]:
+    """A new SQLite file in `tmp_path` holding `template`'s bytes: the same database, without running the
+    migrations that made it again. Made 0600, as `Database` makes its own files."""
+    path = tmp_path / "orapo-test.sqlite3"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(template.read_bytes())
+    database = Database(f"sqlite:///{path}")
+    try:
+        yield database
+    finally:
+        database.dispose()

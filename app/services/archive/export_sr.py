@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.services.operations.export import SkippedStudy, _model_label, build_each, kept_additions
+from app.services.operations.export import SkippedStudy, build_each
+from app.services.operations.export_fhir import _model_label, kept_additions
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -58,13 +59,17 @@ def _sr_of(study_id: int) -> Iterator[None]:
     except OrapoError:
         raise
     except Exception as exc:
-        raise OrapoError("sr_unwritable", f"Study {study_id}'s stored DICOM header cannot be made into a structured "
-                                          "report (it holds a value DICOM does not allow, as a study stored before "
-                                          "ingest checked header values may); nothing was written for it.") from exc
+        raise OrapoError(
+            "sr_unwritable",
+            f"Study {study_id}'s stored DICOM header cannot be made into a structured "
+            "report (it holds a value DICOM does not allow, as a study stored before "
+            "ingest checked header values may); nothing was written for it.",
+        ) from exc
 
 
-def _signed_parts(db: Database, settings: Settings, study_id: int
-                  ) -> tuple[CorrectionRecord, list[Dataset], str, str | None, str, list[str]]:
+def _signed_parts(
+    db: Database, settings: Settings, study_id: int
+) -> tuple[CorrectionRecord, list[Dataset], str, str | None, str, list[str]]:
     """What every SR of a study's signed report is made of: the signed correction, the study's stored (de-identified)
     DICOM headers, the reader's name, the model label, the study's hashed UID and the sentences of the signed text
     the finding check added to the draft (`kept_additions`)."""
@@ -75,8 +80,11 @@ def _signed_parts(db: Database, settings: Settings, study_id: int
     overview = StudyRepository(db).overview(study_id)
     signed = overview.latest_correction
     if signed is None or signed.signed_at is None:
-        raise OrapoError("no_signed_report", f"Study {study_id} has no signed report; only a signed report becomes "
-                                             "a DICOM SR (sign it in the Read tab first).")
+        raise OrapoError(
+            "no_signed_report",
+            f"Study {study_id} has no signed report; only a signed report becomes "
+            "a DICOM SR (sign it in the Read tab first).",
+        )
     images: list[Dataset] = []
     for image in overview.images:
         path = settings.storage_dir / image.dicom_path if image.dicom_path else None
@@ -84,8 +92,10 @@ def _signed_parts(db: Database, settings: Settings, study_id: int
             with _sr_of(study_id):
                 images.append(pydicom.dcmread(path, stop_before_pixels=True))
     if not images:
-        raise OrapoError("no_dicom_image", f"Study {study_id} has no stored DICOM image for a structured report to "
-                                           "refer to; upload its images again.")
+        raise OrapoError(
+            "no_dicom_image",
+            f"Study {study_id} has no stored DICOM image for a structured report to refer to; upload its images again.",
+        )
     draft = DraftRepository(db).get(signed.draft_id) if signed.draft_id is not None else overview.latest_draft
     model = _model_label(ModelVersionRepository(db), draft) if draft is not None else None
     reader = UserRepository(db).get(signed.author_id).username
@@ -100,13 +110,23 @@ def study_sr(db: Database, settings: Settings, study_id: int) -> StudySR:
     signed, images, reader, model, uid_hash, added = _signed_parts(db, settings, study_id)
     assert signed.signed_at is not None  # `_signed_parts` refuses an unsigned report
     with _sr_of(study_id):
-        data = build_report_sr(images, report=signed.text, reader=reader, model=model, organization=ORGANIZATION,
-                               report_key=[uid_hash, signed.id, signed.version],
-                               signed_at=signed.signed_at, software_version=_version(), added=added)
+        data = build_report_sr(
+            images,
+            report=signed.text,
+            reader=reader,
+            model=model,
+            organization=ORGANIZATION,
+            report_key=[uid_hash, signed.id, signed.version],
+            signed_at=signed.signed_at,
+            software_version=_version(),
+            added=added,
+        )
         return StudySR(study_id, data, read_report_sr(data).sop_instance_uid)
 
 
-def archive_sr(db: Database, settings: Settings, study_id: int, archive: Archive, *, deidentified: StudySR | None = None) -> StudySR:
+def archive_sr(
+    db: Database, settings: Settings, study_id: int, archive: Archive, *, deidentified: StudySR | None = None
+) -> StudySR:
     """The SR `archive` is sent: filed in the archive's own study when the study was imported from the archive
     (a DICOMweb pull or a DIMSE push, `db.ArchiveLinkRepository`), otherwise the de-identified one of `study_sr`
     (`deidentified`, when the caller has built it already).
@@ -128,14 +148,29 @@ def archive_sr(db: Database, settings: Settings, study_id: int, archive: Archive
     secret = settings.secret()
     study_uid = unseal_archive_uid(secret, sealed)
     ours = {str(image.SOPInstanceUID) for image in images}
-    originals = [ds for ds in archive.instance_headers(study_uid)
-                 if "SOPInstanceUID" in ds and hashed_uid(secret, str(ds.SOPInstanceUID)) in ours]
+    originals = [
+        ds
+        for ds in archive.instance_headers(study_uid)
+        if "SOPInstanceUID" in ds and hashed_uid(secret, str(ds.SOPInstanceUID)) in ours
+    ]
     if not originals:
-        raise OrapoError("archive_images_not_found", f"The archive's study of study {study_id} no longer holds the "
-                                                     "images its report was made from; nothing was sent.")
-    data = build_report_sr(originals, report=signed.text, reader=reader, model=model, organization=ORGANIZATION,
-                           report_key=[uid_hash, signed.id, signed.version, "archive"], signed_at=signed.signed_at,
-                           software_version=_version(), dated_by_signing=True, added=added)
+        raise OrapoError(
+            "archive_images_not_found",
+            f"The archive's study of study {study_id} no longer holds the "
+            "images its report was made from; nothing was sent.",
+        )
+    data = build_report_sr(
+        originals,
+        report=signed.text,
+        reader=reader,
+        model=model,
+        organization=ORGANIZATION,
+        report_key=[uid_hash, signed.id, signed.version, "archive"],
+        signed_at=signed.signed_at,
+        software_version=_version(),
+        dated_by_signing=True,
+        added=added,
+    )
     del originals
     return StudySR(study_id, data, read_report_sr(data).sop_instance_uid, in_archive_study=True)
 
@@ -164,13 +199,17 @@ class SrExport:
     def __str__(self) -> str:
         text = f"{len(self.written)} DICOM SR file(s) written to {self.out}"
         if self.archive:
-            text += f"; {len(self.sent)} stored in {self.archive} ({self.in_archive_studies} in the archive's own study)"
+            text += (
+                f"; {len(self.sent)} stored in {self.archive} ({self.in_archive_studies} in the archive's own study)"
+            )
         if self.skipped:
             text += f"; {len(self.skipped)} study(ies) skipped:" + "".join(
-                f"\n  study {s.study_id}: {s.error}: {s.message}" for s in self.skipped)
+                f"\n  study {s.study_id}: {s.error}: {s.message}" for s in self.skipped
+            )
         if self.unsent:
             text += f"; {len(self.unsent)} not sent:" + "".join(
-                f"\n  study {s.study_id}: {s.error}: {s.message}" for s in self.unsent)
+                f"\n  study {s.study_id}: {s.error}: {s.message}" for s in self.unsent
+            )
         return text
 
 
@@ -178,12 +217,21 @@ def signed_study_ids(db: Database) -> list[int]:
     """Every study whose latest report is signed, oldest first."""
     from db import StudyRepository
 
-    return [o.study.id for o in reversed(StudyRepository(db).list(limit=1_000_000))
-            if o.latest_correction is not None and o.latest_correction.signed_at is not None]
+    return [
+        o.study.id
+        for o in reversed(StudyRepository(db).list(limit=1_000_000))
+        if o.latest_correction is not None and o.latest_correction.signed_at is not None
+    ]
 
 
-def export_sr(db: Database, settings: Settings, out: str | Path, *, study_ids: list[int] | None = None,
-              archive: Archive | None = None) -> SrExport:
+def export_sr(
+    db: Database,
+    settings: Settings,
+    out: str | Path,
+    *,
+    study_ids: list[int] | None = None,
+    archive: Archive | None = None,
+) -> SrExport:
     """One `study-<id>.dcm` per study (every study with a signed report when `study_ids` is None), each also
     stored in `archive` (an `app.services.archive.pacs.Archive`) when one is given, once all are written.
 
@@ -214,5 +262,12 @@ def export_sr(db: Database, settings: Settings, out: str | Path, *, study_ids: l
         except OrapoError as exc:
             unsent.append(SkippedStudy(report.study_id, exc.code, exc.message))
     sent = archive.store([r.data for r in outgoing])
-    return SrExport(out, tuple(written), tuple(skipped), tuple(sent), archive.url,
-                    sum(r.in_archive_study for r in outgoing), tuple(unsent))
+    return SrExport(
+        out,
+        tuple(written),
+        tuple(skipped),
+        tuple(sent),
+        archive.url,
+        sum(r.in_archive_study for r in outgoing),
+        tuple(unsent),
+    )

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from app.runtime import server_cache_dir
 from app.services.accounts.auth import require_role
-from app.services.operations.export import ExportSummary, SkippedStudy, export_fhir, export_pairs
+from app.services.operations.export import ExportSummary, SkippedStudy, export_pairs
+from app.services.operations.export_fhir import export_fhir
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -75,13 +76,17 @@ def newest_mtime(path: Path) -> float:
     return max(stamps)
 
 
-def prune_downloads(settings: Settings, *, max_age_s: float = DOWNLOAD_RETENTION_S, now: float | None = None,
-                    work: bool = False) -> list[Path]:
+def prune_downloads(
+    settings: Settings, *, max_age_s: float = DOWNLOAD_RETENTION_S, now: float | None = None, work: bool = False
+) -> list[Path]:
     """Delete export zips untouched for more than `max_age_s` and, with `work` (at the app's start, when no
     export of its own can be under way), work folders a crash left; returns what went."""
     cutoff = (time.time() if now is None else now) - max_age_s
-    return [gone for root in (downloads_dir(settings), *([work_dir(settings)] if work else []))
-            for gone in prune_folder(root, cutoff)]
+    return [
+        gone
+        for root in (downloads_dir(settings), *([work_dir(settings)] if work else []))
+        for gone in prune_folder(root, cutoff)
+    ]
 
 
 def prune_folder(root: Path, cutoff: float) -> list[Path]:
@@ -118,18 +123,27 @@ def _zip_export(settings: Settings, kind: str, write: Callable[[Path], _Result])
     return archive, result
 
 
-def download_training_data(db: Database, settings: Settings, actor: UserRecord,
-                           formats: Sequence[str]) -> ExportDownload:
+def download_training_data(
+    db: Database, settings: Settings, actor: UserRecord, formats: Sequence[str]
+) -> ExportDownload:
     """The preference pairs and OraPO prompts in each of `formats`, as one zip (`<format>/` folders inside); audited."""
     from db import AuditRepository
 
     require_role(actor, "admin")
     if not formats:
         raise OrapoError("no_format", "Choose at least one format to export.")
-    archive, summaries = _zip_export(settings, "training-data", lambda folder: tuple(
-        export_pairs(db, settings, folder / fmt, format=fmt) for fmt in formats))
-    AuditRepository(db).append("export.pairs", actor=actor, object_type="export", object_id=archive.stem,
-                               details={s.format: s.rows for s in summaries})
+    archive, summaries = _zip_export(
+        settings,
+        "training-data",
+        lambda folder: tuple(export_pairs(db, settings, folder / fmt, format=fmt) for fmt in formats),
+    )
+    AuditRepository(db).append(
+        "export.pairs",
+        actor=actor,
+        object_type="export",
+        object_id=archive.stem,
+        details={s.format: s.rows for s in summaries},
+    )
     return ExportDownload(archive, summaries=summaries)
 
 
@@ -140,7 +154,11 @@ def download_fhir(db: Database, settings: Settings, actor: UserRecord) -> Export
 
     require_role(actor, "admin")
     archive, result = _zip_export(settings, "fhir", lambda folder: export_fhir(db, folder / "fhir"))
-    AuditRepository(db).append("export.fhir", actor=actor, object_type="export", object_id=archive.stem,
-                               details={"bundles": len(result.written),
-                                        "skipped": {str(s.study_id): s.error for s in result.skipped}})
+    AuditRepository(db).append(
+        "export.fhir",
+        actor=actor,
+        object_type="export",
+        object_id=archive.stem,
+        details={"bundles": len(result.written), "skipped": {str(s.study_id): s.error for s in result.skipped}},
+    )
     return ExportDownload(archive, bundles=len(result.written), skipped=result.skipped)

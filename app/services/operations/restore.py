@@ -20,24 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from app.services.operations.backup import (
-    FORMAT,
-    FORMAT_VERSION,
-    IMAGES,
-    MANIFEST,
-    MODELS,
-    SECRET_FILE,
-    audit,
-    copy_file,
+from app.services.operations.backup import FORMAT, FORMAT_VERSION, IMAGES, MANIFEST, MODELS, SECRET_FILE, audit
+from app.services.operations.backup_database import (
     database_kind,
-    file_digest,
     libpq,
-    missing_files,
     postgres_tool,
     read_snapshot,
     sqlite_path,
     sqlite_problems,
 )
+from app.services.operations.backup_files import copy_file, file_digest, missing_files
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:

@@ -1,10 +1,13 @@
 """Training rounds: the service the app and the CLI call, and the typed steps a round runs.
 
     service    RoundService: request, run, cancel, recover; versions by hand
-    steps      SelectData -> Train -> Evaluate -> Decide -> Install (typed in `plan`)
+    steps      SelectData -> Train -> Evaluate -> Decide -> Install (typed in `plan`); those in the app's process
+    job_steps  Train and Evaluate: the steps that run as jobs of the backend, and resume after a restart
+    watch      what the steps share: the round's folder, its log, its cancel flag and its jobs
     runner     the steps chained in a round's monitor thread
     policy     RoundPolicy (pydantic) and the recipe overrides a round may be given
-    data       the training CSV and the held-out set
+    data       the training CSV
+    heldout    the held-out set, topped up with PhantomCXR studies at the usual prevalence
     gate       the promotion rule and its Decision
     evidence   the gate's statistics: paired bootstrap intervals, per-finding rates, what corrections changed
     metrics    the round row's metrics, typed and versioned

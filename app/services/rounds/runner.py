@@ -1,4 +1,4 @@
-"""One round's run, in its monitor thread: the steps of `app.services.rounds.steps`, chained.
+"""One round's run, in its monitor thread: the steps of `app.services.rounds.steps` and `job_steps`, chained.
 
 `RoundService` decides whether a round may run and owns the thread; a
 `RoundRunner` runs the steps inside it, each handing the next its typed
@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 
 from app.services.operations.leader import this_process
 from app.services.rounds.backends import Backends, JobHandle
+from app.services.rounds.job_steps import Evaluate, Train
 from app.services.rounds.metrics import RoundMetrics
 from app.services.rounds.plan import Candidate, Evaluation, EvaluationSpec, RoundPlan, RunningRound
 from app.services.rounds.policy import RoundPolicy
-from app.services.rounds.steps import Decide, Evaluate, Install, RoundWatch, SelectData, Train
+from app.services.rounds.steps import Decide, Install, SelectData
+from app.services.rounds.watch import RoundWatch
 
 if TYPE_CHECKING:
     from db import Database

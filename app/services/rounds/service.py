@@ -38,7 +38,7 @@ from app.services.rounds.plan import Evaluation, EvaluationSpec, RunningRound, r
 from app.services.rounds.policy import MANAGED_KEYS, POLICY_KEYS, RECIPES_DIR, RoundPolicy, check_overrides
 from app.services.rounds.processes import JsonlTail, pid_alive, stop_process, tail_text
 from app.services.rounds.runner import RoundRunner
-from app.services.rounds.steps import round_folder
+from app.services.rounds.watch import round_folder
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
 
@@ -74,7 +74,7 @@ class RoundService:
         self.policy = policy or RoundPolicy()
         # where jobs run: ORAPO_ROUND_BACKEND by default (local child processes, SLURM or Ray)
         self.backends = backends or Backends()
-        # `evaluator` is a hook in place of the evaluation worker (see `steps.Evaluate`)
+        # `evaluator` is a hook in place of the evaluation worker (see `job_steps.Evaluate`)
         self._runner = RoundRunner(database, self.settings, evaluator=evaluator, backends=self.backends)
         self._lock = threading.Lock()
         self._running: dict[int, RunningRound] = {}

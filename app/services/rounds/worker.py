@@ -31,8 +31,8 @@ def evaluate_models(spec: EvaluationSpec, progress: Callable[[str, int, int], No
     model writes by itself, which the round page shows first."""
     import gc
 
-    from app.services.rounds.data import HeldoutSet
     from app.services.rounds.evidence import judged_metrics
+    from app.services.rounds.heldout import HeldoutSet
     from orapo_core.models.draft import Drafter
     from orapo_core.models.evaluate import evaluate_drafter
 
