@@ -6,8 +6,9 @@ state across every user). `launch_options` is what `orapo serve` and the tests
 pass to `launch`: Gradio's sign-in page, answered by the session middleware
 (`app.web_security`: throttled sign-in, sessions that end with a password change
 or a disabled account, exports for administrators only, one user per session
-hash), the viewer's routes behind it (`app.viewer_routes`), and the upload size
-limit.
+hash), the viewer's routes behind it (`app.viewer_routes`, `app.study_image_routes`), and the upload size
+limit. Above the tabs, for everyone, a banner while the served model learned from synthetic films only
+(`app.services.rounds.model_card.synthetic_banner`), set as the page loads.
 
 Both take the app's settings (`app.settings.WebSettings`; an engine `Settings` is
 lifted). What they rely on of Gradio's internals (the cache folder, finding the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import os
 from typing import Any
 
@@ -28,27 +30,35 @@ from app.context import AppContext
 from app.runtime import server_cache_dir
 from app.services.operations.cache_sweep import CACHE_MAX_AGE_S, CACHE_SWEEP_S
 from app.settings import web_settings
+from app.tabs.outputs import Outputs
 from app.web_security import RequireSession
 from orapo_core.config import Settings
 
 CACHE_SWEEP_JOB = "orapo-cache-sweep"
+BANNER_TEMPLATE = '<div class="orapo-banner" role="note"><strong>Not a clinical read.</strong> ${value}</div>'
+BANNER_CSS = """.orapo-banner { margin: -6px 0; padding: 3px 10px; border-radius: 6px; border: 1px solid #b26a00;
+  background: #fff4e0; color: #5d3a00; font-size: 13px; line-height: 1.35; }"""
+# the viewer gives the banner its height, so the whole image and the report still fit the screen (app.tabs.viewer)
+BANNER_HEAD = "<style>body:has(.orapo-banner) { --orapo-above-viewer: 40px; }</style>"
 
 
-def build_app(*, settings: Settings, database, registry=None, rounds=None, signin=None,
-              warm_model: bool = False) -> gr.Blocks:
+def build_app(
+    *, settings: Settings, database, registry=None, rounds=None, signin=None, warm_model: bool = False
+) -> gr.Blocks:
     """The Blocks of the whole app. `rounds` (a `RoundScheduler`, default one with the default policy, whose
     leader jobs include the shared cache's sweep) is not started here: the server's lifespan (`launch_options`)
     starts it (it joins the election of servers on this database, `app.services.operations.leader`) and stops
     it, so building an app, as tests do, leaves no thread behind; with `warm_model` (as `orapo serve` asks) the lifespan also
     loads and warms the served model in the background. `signin` (a `SignInGuard`) defaults to the
     standard limits."""
-    from app.messages import in_page
+    from app.messages import in_page, log_failure
     from app.services.accounts.sessions import SessionBook
     from app.services.accounts.signin import SignInGuard
     from app.services.operations.export_downloads import prune_downloads
     from app.services.operations.metrics import AppMetrics
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from app.services.rounds import RoundScheduler
+    from app.services.rounds.model_card import synthetic_banner
     from app.tabs import account, admin, dashboard, read, worklist
     from app.tabs import rounds as rounds_tab_module
 
@@ -61,12 +71,14 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
     prune_downloads(settings, work=True)  # what a previous run left behind, once its download time is up
     # the leading server also sweeps every server's upload cache (app.services.operations.cache_sweep)
     if rounds is None:
-        rounds = RoundScheduler(database, settings, leader_jobs=[
-            (CACHE_SWEEP_JOB, lambda: _sweep_stale(settings, database), CACHE_SWEEP_S)])
+        rounds = RoundScheduler(
+            database, settings, leader_jobs=[(CACHE_SWEEP_JOB, lambda: _sweep_stale(settings, database), CACHE_SWEEP_S)]
+        )
     registry = registry or ModelRegistry(settings, database)
     signin = signin if signin is not None else SignInGuard(database)
-    ctx = AppContext(settings, database, registry, rounds, signin, SessionBook(),
-                     metrics=AppMetrics(settings, database, registry))
+    ctx = AppContext(
+        settings, database, registry, rounds, signin, SessionBook(), metrics=AppMetrics(settings, database, registry)
+    )
     ctx.metrics.watch(registry, signin)  # drafts and failed sign-ins are counted where they happen
 
     with gr.Blocks(title="OraPO: chest X-ray reporting", delete_cache=(CACHE_SWEEP_S, CACHE_MAX_AGE_S)) as demo:
@@ -76,6 +88,16 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
             # the same tab goes to /logout (a same-origin navigation, which the middleware accepts) and then to the
             # sign-in page: no signed-in page is left open behind
             gr.Button("Sign out", link="/logout", link_target="_self", size="sm", scale=0, elem_id="orapo-sign-out")
+        # for everyone, while the served model learned from synthetic films only (issue 41 §5); set as the page
+        # loads, so a promotion shows at the next load
+        banner = gr.HTML(
+            "",
+            html_template=BANNER_TEMPLATE,
+            css_template=BANNER_CSS,
+            head=BANNER_HEAD,
+            visible=False,
+            elem_id="orapo-synthetic-banner",
+        )
         with gr.Tabs() as tabs:
             with gr.Tab("Read", id="read", visible=False) as read_tab:
                 read_ui = read.build(ctx)
@@ -94,18 +116,30 @@ def build_app(*, settings: Settings, database, registry=None, rounds=None, signi
         dashboard.wire_select(dashboard_ui, dashboard_tab)
 
         @in_page()
-        def session_start(request: gr.Request):
+        def session_start(request: gr.Request) -> Outputs:
             """Which tabs this user sees. Cosmetic only: every handler checks the role again."""
             user = ctx.user(request, allow_password_change=True)
             ready = not user.must_change_password
             note = f"Signed in as **{user.username}** ({user.role})"
             if not ready:
                 note += " · **change your one-time password to continue**"
-            return (note, gr.Tab(visible=ready), gr.Tab(visible=ready), gr.Tab(visible=ready),
-                    gr.Tab(visible=ready and user.is_admin), gr.Tab(visible=ready and user.is_admin),
-                    gr.Tabs(selected="read" if ready else "account"))
+            try:
+                warning = synthetic_banner(ctx.database, ctx.settings)
+            except Exception as exc:  # no model to serve yet (drafting says so when asked): the page still opens
+                log_failure("synthetic banner", exc)
+                warning = None
+            return {
+                whoami: note,
+                banner: gr.HTML(html.escape(warning or ""), visible=bool(warning)),
+                read_tab: gr.Tab(visible=ready),
+                worklist_tab: gr.Tab(visible=ready),
+                dashboard_tab: gr.Tab(visible=ready),
+                admin_tab: gr.Tab(visible=ready and user.is_admin),
+                rounds_tab: gr.Tab(visible=ready and user.is_admin),
+                tabs: gr.Tabs(selected="read" if ready else "account"),
+            }
 
-        outputs = [whoami, read_tab, worklist_tab, dashboard_tab, admin_tab, rounds_tab, tabs]
+        outputs = [whoami, banner, read_tab, worklist_tab, dashboard_tab, admin_tab, rounds_tab, tabs]
         demo.load(session_start, outputs=outputs, api_name="session_start")
         account_ui.password_changed.then(session_start, outputs=outputs, api_visibility="private")
     ctx.admin_api.update(gradio_internals.api_names_under(demo, (admin_tab, rounds_tab)))
@@ -131,7 +165,7 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
     (`app.page_scripts`) and the upload limit."""
     from starlette.middleware import Middleware
 
-    from app import ops_routes, page_scripts, viewer_routes
+    from app import ops_routes, page_scripts, study_image_routes, viewer_routes
     from app.services.accounts.signin import ACCOUNT_FAILURES, WINDOW_MINUTES
     from app.services.operations.export_downloads import downloads_dir
     from app.tabs.read_upload import FILE_TYPES
@@ -149,15 +183,24 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
     os.environ["FORWARDED_ALLOW_IPS"] = settings.trusted_proxies
     return dict(
         auth=signed_in_only_through_the_middleware,
-        auth_message=("OraPO: sign in with your account. Ask an administrator if you have none. "
-                      f"After {ACCOUNT_FAILURES} failed sign-ins within {WINDOW_MINUTES} minutes an account waits "
-                      "before it may try again, longer after each further failure "
-                      "(an administrator can lift the wait)."),
-        app_kwargs={"middleware": [Middleware(RequireSession, settings=settings, database=database,
-                                              admin_files=downloads_dir(settings))],
-                    # behind the same middleware; /healthz and /readyz are among its public paths
-                    "routes": [*viewer_routes.routes(settings, database), *ops_routes.routes(settings, database)],
-                    "lifespan": server_lifespan},
+        auth_message=(
+            "OraPO: sign in with your account. Ask an administrator if you have none. "
+            f"After {ACCOUNT_FAILURES} failed sign-ins within {WINDOW_MINUTES} minutes an account waits "
+            "before it may try again, longer after each further failure "
+            "(an administrator can lift the wait)."
+        ),
+        app_kwargs={
+            "middleware": [
+                Middleware(RequireSession, settings=settings, database=database, admin_files=downloads_dir(settings))
+            ],
+            # behind the same middleware; /healthz and /readyz are among its public paths
+            "routes": [
+                *viewer_routes.routes(settings, database),
+                *study_image_routes.routes(settings, database),
+                *ops_routes.routes(settings, database),
+            ],
+            "lifespan": server_lifespan,
+        },
         max_file_size=settings.max_upload_mb * 1024 * 1024,
         head=page_scripts.head(max_upload_mb=settings.max_upload_mb, file_types=FILE_TYPES),
         ssr_mode=False,

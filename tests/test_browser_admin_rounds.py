@@ -17,8 +17,18 @@ from tests.support.browser import ARTIFACTS, require_chromium
 require_chromium()
 pytest.importorskip("trl")
 
-OVERRIDES = "\n".join(["max_steps=2", "max_completion_length=8", "per_device_train_batch_size=4", "num_generations=2",
-                       "use_peft=true", "lora_r=4", "lora_alpha=8", "lora_target_modules=[q_proj, v_proj]"])
+OVERRIDES = "\n".join(
+    [
+        "max_steps=2",
+        "max_completion_length=8",
+        "per_device_train_batch_size=4",
+        "num_generations=2",
+        "use_peft=true",
+        "lora_r=4",
+        "lora_alpha=8",
+        "lora_target_modules=[q_proj, v_proj]",
+    ]
+)
 
 
 def seeded(tmp_path, model):
@@ -48,8 +58,15 @@ def fast_rounds(settings, db):
     from app.services.rounds.schedule import RoundScheduler
     from tests.support.rounds import SMOKE
 
-    policy = RoundPolicy(recipe=SMOKE, min_heldout=1, eval_max_new_tokens=8, poll_s=0.2, cancel_grace_s=3.0,
-                         f1_tolerance=1.0, reward_margin=-1.0)
+    policy = RoundPolicy(
+        recipe=SMOKE,
+        min_heldout=1,
+        eval_max_new_tokens=8,
+        poll_s=0.2,
+        cancel_grace_s=3.0,
+        f1_tolerance=1.0,
+        reward_margin=-1.0,
+    )
     return RoundScheduler(db, settings, service=RoundService(db, settings, policy=policy))
 
 
@@ -99,6 +116,8 @@ def test_admin_starts_watches_rolls_back_and_promotes_a_round(browser, tmp_path,
         round_version = ModelVersionRepository(db).promoted()
         assert round_version.round_id == 1 and round_version.parent_id == base.id
         page.locator("#orapo-rollback").click()  # the version field is empty: back to the served version's parent
+        expect(page.locator("#orapo-version-question")).to_contain_text(f"Roll back to version {base.id} (tiny-base)?")
+        page.locator("#orapo-confirm-rollback").click()  # it asked first
         expect(page.locator("#orapo-rounds-result")).to_contain_text(f"Rolled back: version {base.id} (tiny-base)")
         assert ModelVersionRepository(db).promoted().id == base.id
         shot("4-rolled-back")
@@ -107,6 +126,7 @@ def test_admin_starts_watches_rolls_back_and_promotes_a_round(browser, tmp_path,
         expect(page.locator("#orapo-version-id input")).to_have_value(str(round_version.id))
         page.get_by_label("Reason (kept in the audit log)").fill("reviewed the held-out drafts")
         page.locator("#orapo-promote").click()
+        page.locator("#orapo-confirm-promote").click()
         expect(page.locator("#orapo-rounds-result")).to_contain_text(f"Version {round_version.id} (round-1) now drafts")
         shot("5-promoted-again")
 

@@ -44,7 +44,7 @@ class NumberedDrafter:
 def app(tmp_path_factory):
     """The app as `orapo serve` starts it (the model warmed in the background), uploads limited to 1 MB."""
     from app.server import build_app, launch_options
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from tests.support.app import free_port, make_env
 
     root = tmp_path_factory.mktemp("edits")

@@ -18,13 +18,17 @@ from tests.support.dicom import pydicom_data_file
 require_chromium()
 
 GREEDY = "There is a small right pleural effusion. No pneumothorax. Heart size is normal."
-SAMPLES = [GREEDY, "No pleural effusion. No pneumothorax. Heart size is normal.",
-           "No effusion. No pneumothorax. Heart size is normal.", "No pneumothorax. Heart size is normal."]
+SAMPLES = [
+    GREEDY,
+    "No pleural effusion. No pneumothorax. Heart size is normal.",
+    "No effusion. No pneumothorax. Heart size is normal.",
+    "No pneumothorax. Heart size is normal.",
+]
 
 
 def scripted_registry(settings, db):
     """A ModelRegistry whose drafters load the configured tiny model but write a fixed, readable report."""
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from orapo_core.models.draft import Drafter
     from orapo_core.models.loading import load_model
 
@@ -36,8 +40,9 @@ def scripted_registry(settings, db):
             assert all(p.mode == "RGB" and min(p.size) > 16 for p in pictures)  # the real image reached the model
             return [(GREEDY, SAMPLES[:samples]) for _ in pictures]
 
-    return ModelRegistry(settings, db, loader=lambda served: ScriptedDrafter(load_model(served.model_dir),
-                                                                             model_version=served.name))
+    return ModelRegistry(
+        settings, db, loader=lambda served: ScriptedDrafter(load_model(served.model_dir), model_version=served.name)
+    )
 
 
 def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_path, tiny_model):
@@ -78,16 +83,18 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         shot("3b-lung-window-and-header")
 
         page.locator("#orapo-draft").click()
+
         def status_of(sentence: str):
             return page.locator("#orapo-highlights .token", has_text=sentence).locator(".label")
 
         # before editing: the share of samples that agree, as a number on a blue badge, under a title saying so
-        expect(status_of("There is a small right pleural effusion.")).to_have_text(re.compile(r"^confidence 0\.[0-4]\d$"),
-                                                                                   timeout=60_000)
+        expect(status_of("There is a small right pleural effusion.")).to_have_text(
+            re.compile(r"^confidence 0\.[0-4]\d$"), timeout=60_000
+        )
         expect(status_of("Heart size is normal.")).to_have_text("confidence 1.00")  # every sample agrees
         panel = page.locator("#orapo-highlights")
         expect(panel).to_contain_text("the model's confidence per sentence")
-        expect(page.locator("#orapo-missed")).to_contain_text("share of the model's samples that agree")
+        expect(page.locator("#orapo-legend")).to_contain_text("share of the model's samples that agree")
         low_badge = status_of("There is a small right pleural effusion.")
         # a badge never wraps inside, whatever the width of the panel
         assert low_badge.evaluate("e => getComputedStyle(e).whiteSpace") == "nowrap"
@@ -96,18 +103,23 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         expect(page.locator("#orapo-accept")).to_be_enabled(timeout=30_000)  # the report is the draft
         shot("4-drafted")
 
-        edited = GREEDY.replace("There is a small right pleural effusion.", "No pleural effusion.") + \
-            " Consolidation in the left lower lobe."
+        edited = (
+            GREEDY.replace("There is a small right pleural effusion.", "No pleural effusion.")
+            + " Consolidation in the left lower lobe."
+        )
         page.locator("#orapo-report textarea").fill(edited)
         expect(status_of("There is a small right pleural effusion.")).to_have_text("✗ contradicted")
         expect(status_of("No pneumothorax.")).to_have_text("✓ entailed")
         expect(page.locator("#orapo-missed")).to_contain_text("Missed by the draft: Consolidation")
         # after editing: verdicts with a symbol, their own colours, legend and title
         expect(panel).to_contain_text("the FactS verdict per sentence")
-        expect(page.locator("#orapo-missed")).to_contain_text("your report says otherwise")
+        expect(page.locator("#orapo-legend")).to_contain_text("your report says otherwise")
         expect(page.locator("#orapo-missed")).to_contain_text(
-            "There is a small right pleural effusion. pleural effusion: stated in the draft, denied in the report")
-        verdict_colour = status_of("There is a small right pleural effusion.").evaluate("e => getComputedStyle(e).backgroundColor")
+            "There is a small right pleural effusion. pleural effusion: stated in the draft, denied in the report"
+        )
+        verdict_colour = status_of("There is a small right pleural effusion.").evaluate(
+            "e => getComputedStyle(e).backgroundColor"
+        )
         assert verdict_colour == "rgb(198, 40, 40)" and confidence_colour != verdict_colour
         page.locator("#orapo-highlights .token", has_text="There is a small right pleural effusion.").click()
         expect(page.locator("#orapo-facts")).to_contain_text("Pleural Effusion")
@@ -118,8 +130,9 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         page.locator("#orapo-sign").click()
         expect(page.locator("#orapo-confirm-text textarea")).to_have_value(edited, timeout=30_000)
         page.locator("#orapo-confirm-sign").click()
-        expect(page.locator("#orapo-status")).to_contain_text("Report version 1 corrected and signed by rita",
-                                                              timeout=30_000)
+        expect(page.locator("#orapo-status")).to_contain_text(
+            "Report version 1 corrected and signed by rita", timeout=30_000
+        )
         shot("6-signed")
 
         page.get_by_role("tab", name="Worklist").click()
@@ -135,10 +148,12 @@ def test_clinician_reads_drafts_corrects_signs_and_finds_the_study(browser, tmp_
         page.locator("#orapo-report textarea").fill(edited + " Heart size is normal.")
         page.locator("#orapo-sign").click()
         expect(page.locator("#orapo-confirm-question")).to_contain_text(
-            "This creates an amendment of the signed report", timeout=30_000)
+            "This creates an amendment of the signed report", timeout=30_000
+        )
         page.locator("#orapo-confirm-sign").click()
         expect(page.locator("#orapo-status")).to_contain_text(
-            "Report version 2 (an amendment of signed version 1) corrected and signed by rita", timeout=30_000)
+            "Report version 2 (an amendment of signed version 1) corrected and signed by rita", timeout=30_000
+        )
         shot("8-amended")
 
     study = StudyRepository(db).list()[0]
@@ -207,8 +222,9 @@ def test_what_is_signed_is_exactly_the_report_on_screen(browser, tmp_path, tiny_
         expect(confirm_text).to_have_value(final, timeout=wait)
         shown = confirm_text.input_value()
         page.locator("#orapo-confirm-sign").click()
-        expect(page.locator("#orapo-status")).to_contain_text("Report version 1 corrected and signed by rita",
-                                                              timeout=wait)
+        expect(page.locator("#orapo-status")).to_contain_text(
+            "Report version 1 corrected and signed by rita", timeout=wait
+        )
         expect(confirm_panel).to_be_hidden(timeout=wait)
         on_screen = report.input_value()
         study_id = StudyRepository(db).list()[0].study.id
@@ -221,18 +237,24 @@ def test_what_is_signed_is_exactly_the_report_on_screen(browser, tmp_path, tiny_
         report.fill(final + " No pneumothorax.")
         page.locator("#orapo-save").click()
         expect(page.locator("#orapo-confirm-question")).to_contain_text(
-            "This creates an amendment of the signed report", timeout=wait)
+            "This creates an amendment of the signed report", timeout=wait
+        )
         expect(page.locator("#orapo-confirm-sign")).to_have_text("Save amendment", timeout=wait)
         assert len(CorrectionRepository(db).history(study_id)) == 1  # asked, not yet saved
         shot("4-amendment-warning")
         page.locator("#orapo-confirm-sign").click()
         expect(page.locator("#orapo-status")).to_contain_text(
-            "Report version 2 (an amendment of signed version 1) corrected and saved, not signed", timeout=wait)
+            "Report version 2 (an amendment of signed version 1) corrected and saved, not signed", timeout=wait
+        )
 
     first, amendment = CorrectionRepository(db).history(study_id)
     assert (first.text, first.signed_at is not None) == (final, True)
-    assert (amendment.text, amendment.version, amendment.previous_id, amendment.signed_at) == \
-        (final + " No pneumothorax.", 2, first.id, None)
+    assert (amendment.text, amendment.version, amendment.previous_id, amendment.signed_at) == (
+        final + " No pneumothorax.",
+        2,
+        first.id,
+        None,
+    )
 
 
 def test_admin_creates_a_user_who_must_change_the_password_first(browser, tmp_path):

@@ -49,7 +49,7 @@ class HeldDrafter:
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     from app.server import build_app, launch_options
-    from app.services.reading.drafting import ModelRegistry
+    from app.services.reading.registry import ModelRegistry
     from tests.support.app import free_port, make_env
 
     root = tmp_path_factory.mktemp("switches")

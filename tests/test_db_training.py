@@ -152,3 +152,16 @@ def test_repositories_share_a_callers_transaction(database: Database) -> None:
         RoundRepository(session).create(started_by=user.id)
     assert [u.username for u in UserRepository(database).list()] == ["kept"]
     assert len(RoundRepository(database).list()) == 1
+
+
+def test_a_reason_given_by_hand_is_added_after_the_gates_never_over_it(database: Database) -> None:
+    """Issue 41 §8: a promote/rollback reason used to overwrite the gate's text in the versions table."""
+    versions = ModelVersionRepository(database)
+    base = versions.create("base", base_model_path="m")
+    tuned = versions.create("round-1", base_model_path="m", parent_id=base.id)
+    versions.promote(tuned.id, reason="promoted by the gate: macro-F1 0.47 against 0.44")
+    versions.promote(base.id, reason="rolled back: over-calls pneumothorax")
+    again = versions.promote(tuned.id, reason="fixed upstream")
+    assert again.reason == ("promoted by the gate: macro-F1 0.47 against 0.44 — then: fixed upstream")
+    assert versions.get(base.id).reason == "rolled back: over-calls pneumothorax"
+    assert versions.promote(tuned.id, reason="fixed upstream").reason == again.reason  # no repeat

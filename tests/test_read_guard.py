@@ -6,6 +6,8 @@ unsaved edit is kept per reader and study, never shown to another reader, and go
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gradio as gr
 import pytest
 
@@ -23,7 +25,7 @@ def _study(db, settings, root, seed: int, username: str = "rita") -> int:
     from db import UserRepository
 
     user = UserRepository(db).get_by_username(username)
-    outcome, = drafting.ingest_uploads(db, settings, user, [str(phantom_png(root / f"s{seed}.png", seed=seed))])
+    (outcome,) = drafting.ingest_uploads(db, settings, user, [str(phantom_png(root / f"s{seed}.png", seed=seed))])
     assert outcome.ok, outcome.message
     return outcome.study_id
 
@@ -35,6 +37,7 @@ def _fn(demo, api_name: str):
 def test_a_sign_for_a_study_the_page_no_longer_shows_is_refused(env):
     from app.gradio_internals import context_of
     from app.server import build_app
+    from app.tabs.session import PageSession
     from db import CorrectionRepository
 
     settings, db, root = env
@@ -42,8 +45,7 @@ def test_a_sign_for_a_study_the_page_no_longer_shows_is_refused(env):
     demo = build_app(settings=settings, database=db)
     ctx = context_of(demo)
     page = type("Request", (), {"username": "rita", "headers": {"x-gradio-user": "api"}, "session_hash": "page-1"})()
-    state_a = {"owner": "rita", "study_id": study_a, "image_id": 1, "draft_id": None, "draft_text": None,
-               "report_version": 0, "saved_text": ""}
+    state_a = PageSession(owner="rita", study_id=study_a, image_id=1)
     ctx.sessions.note_open("page-1", study_b)  # the page went on to study B while its state still said A
     for api_name in ("sign_report", "save_correction"):
         with pytest.raises(gr.Error, match=f"now shows study {study_b}, not study {study_a}"):
@@ -52,8 +54,14 @@ def test_a_sign_for_a_study_the_page_no_longer_shows_is_refused(env):
 
     # the same page with study A open stores it (the refusal above is the study's, not the handler's)
     ctx.sessions.note_open("page-1", study_a)
-    stored = _fn(demo, "save_correction").fn("Small right pleural effusion.", state_a, request=page)
-    assert "Report version 1" in str(stored)
+    save = _fn(demo, "save_correction")
+    stored = save.fn("Small right pleural effusion.", state_a, request=page)
+    # the answer names its outputs: the status line says what was stored, and the page's session stands on it
+    assert {id(component) for component in stored} <= {id(component) for component in save.outputs}
+    status = next(c for c in save.outputs if getattr(c, "elem_id", None) == "orapo-status")
+    assert "Report version 1" in stored[status]
+    session = save.inputs[1]  # the event reads the page's session and answers the new one
+    assert stored[session] == replace(state_a, report_version=1, saved_text="Small right pleural effusion.")
     assert [c.text for c in CorrectionRepository(db).history(study_a)] == ["Small right pleural effusion."]
 
 
@@ -83,7 +91,7 @@ def test_a_page_reopening_a_study_gets_its_unsaved_edit_back(env):
     from app.gradio_internals import context_of
     from app.server import build_app
     from app.services.reading import autosave
-    from app.tabs.read import load_study
+    from app.tabs.session import PageSession
     from db import CorrectionRepository, UserRepository
 
     settings, db, root = env
@@ -94,18 +102,24 @@ def test_a_page_reopening_a_study_gets_its_unsaved_edit_back(env):
     CorrectionRepository(db).create(study, author_id=rita.id, text="No effusion.")
     autosave.keep(db, rita, study, "Small right effusion.", base_version=1)
     page = type("Request", (), {"username": "rita", "headers": {}, "session_hash": "page-2"})()
+    open_study = _fn(demo, "open_study")  # the worklist's "Open in Read tab": the study, the order, text, session
+    report, status = (
+        next(c for c in open_study.outputs if getattr(c, "elem_id", None) == name)
+        for name in ("orapo-report", "orapo-status")
+    )
+    session = open_study.inputs[3]
 
-    values = load_study(ctx, rita, study, page)
-    text = next(v for v in values if isinstance(v, gr.Textbox) and v.value in ("Small right effusion.", "No effusion."))
-    assert text.value == "Small right effusion."  # the edit, in the report box
-    state = next(v for v in values if isinstance(v, dict) and "saved_text" in v)
-    assert state["saved_text"] == "No effusion."  # still unsaved: leaving the page asks
+    opened = open_study.fn(str(study), None, "", PageSession(), request=page)
+    assert opened[report].value == "Small right effusion."  # the edit, in the report box
+    assert opened[session] == PageSession(
+        owner="rita", study_id=study, image_id=opened[session].image_id, report_version=1, saved_text="No effusion."
+    )  # still unsaved: leaving asks
     assert ctx.sessions.open_study("page-2") == study
 
     # made before someone stored version 2: quoted to copy from, never put in the box as if it were current
-    CorrectionRepository(db).amend(CorrectionRepository(db).latest_for_study(study).id, author_id=rita.id,
-                                   text="Small left effusion.")
-    values = load_study(ctx, rita, study, page)
-    boxes = [v.value for v in values if isinstance(v, gr.Textbox)]
-    assert "Small left effusion." in boxes and "Small right effusion." not in boxes
-    assert any(isinstance(v, str) and "> Small right effusion." in v for v in values)
+    CorrectionRepository(db).amend(
+        CorrectionRepository(db).latest_for_study(study).id, author_id=rita.id, text="Small left effusion."
+    )
+    opened = open_study.fn(str(study), None, "", opened[session], request=page)
+    assert opened[report].value == "Small left effusion." and opened[session].report_version == 2
+    assert "> Small right effusion." in opened[status]

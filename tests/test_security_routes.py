@@ -24,7 +24,6 @@ pytestmark = pytest.mark.slow  # a live server
 MAX_UPLOAD_MB = 1
 
 
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from app.runtime import open_database
@@ -32,8 +31,9 @@ def server(tmp_path_factory):
     from db import UserRepository
 
     root = tmp_path_factory.mktemp("routes")
-    settings = WebSettings(data_dir=root / "data", deid_secret="test-secret", max_upload_mb=MAX_UPLOAD_MB,
-                           secure_cookies=True)
+    settings = WebSettings(
+        data_dir=root / "data", deid_secret="test-secret", max_upload_mb=MAX_UPLOAD_MB, secure_cookies=True
+    )
     db = open_database(settings)
     users = UserRepository(db)
     users.create("boss", "admin-pass-1", role="admin")
@@ -116,7 +116,7 @@ def test_the_page_runs_the_unsaved_changes_guard_before_any_of_gradios_scripts(s
     for response in pages:
         assert response.status_code == 200 and response.text.count(EARLY_HEAD) == 1
         head = re.search(r"<head[^>]*>", response.text)
-        assert head and response.text[head.end():].startswith(EARLY_HEAD)
+        assert head and response.text[head.end() :].startswith(EARLY_HEAD)
         assert int(response.headers["content-length"]) == len(response.content)
         assert response.headers["X-Frame-Options"] == "DENY"
         assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
@@ -131,7 +131,8 @@ def test_a_policy_with_its_own_script_src_gets_the_guards_hash():
     source = EARLY_HEAD.removeprefix("<script>").removesuffix("</script>")
     digest = base64.b64encode(hashlib.sha256(source.encode()).digest()).decode()
     assert _allow_script("script-src 'self'; img-src 'self'", EARLY_HEAD) == (
-        f"script-src 'self' 'sha256-{digest}'; img-src 'self'")
+        f"script-src 'self' 'sha256-{digest}'; img-src 'self'"
+    )
     assert _allow_script("script-src 'self' 'unsafe-inline'", EARLY_HEAD) == "script-src 'self' 'unsafe-inline'"
     assert _allow_script("frame-ancestors 'none'", EARLY_HEAD) == "frame-ancestors 'none'"
 
@@ -191,8 +192,9 @@ def test_an_upload_over_the_limit_is_refused_with_a_clear_message(server, tmp_pa
     over = os.urandom(limit + 1024)
     refused = http.post("/gradio_api/upload", files={"files": ("big.dcm", over, "application/dicom")})
     assert refused.status_code == 413
-    assert refused.text == ("file_too_large: This file is larger than the upload limit of 1 MB (ORAPO_MAX_UPLOAD_MB); "
-                            "it was not stored.")
+    assert refused.text == (
+        "file_too_large: This file is larger than the upload limit of 1 MB (ORAPO_MAX_UPLOAD_MB); it was not stored."
+    )
     digest = hashlib.sha256(over).hexdigest()
     cache = upload_cache_dir(settings)
     assert not [p for p in cache.rglob("*") if p.is_file() and hashlib.sha256(p.read_bytes()).hexdigest() == digest]
@@ -216,11 +218,11 @@ def test_another_users_session_hash_opens_nothing(server, tmp_path):
     image = load_dataset(tmp_path / "phantom")[0].image_paths[0]
     rita = client(url, "rita", "rita-pass-1")
     summary = rita.predict([handle_file(str(image))], api_name="/upload_studies")[1]
-    study_id = int(summary.split("study ")[1].split()[0].strip("*"))
+    study_id = int(summary.split("study ")[1].split()[0].strip("*,"))  # "study 1, new"
     draft = "Findings: Moderate right pleural effusion.\nImpression: Right effusion."
     DraftRepository(db).create(study_id, model_name="tiny", prompt=REPORT_PROMPT, text=draft)
     rita.predict(study_id, api_name="/open_study")  # rita's tab state now holds the draft
-    spans, _ = rita.predict("Findings: No effusion.", api_name="/rescore_report")
+    spans, *_ = rita.predict("Findings: No effusion.", api_name="/rescore_report")  # spans, legend, missed
     assert "Moderate right pleural effusion." in str(spans)  # what a thief would get
 
     omar = client(url, "omar", "omar-pass-1")
@@ -230,35 +232,60 @@ def test_another_users_session_hash_opens_nothing(server, tmp_path):
     assert "effusion." not in str(stolen.value)
     http = signed_in(url, "omar", "omar-pass-1")
     fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "rescore_report")
-    join = http.post("/gradio_api/queue/join", json={"data": ["x", None], "fn_index": fn_index, "event_data": None,
-                                                     "session_hash": rita.session_hash, "trigger_id": None})
+    join = http.post(
+        "/gradio_api/queue/join",
+        json={
+            "data": ["x", None],
+            "fn_index": fn_index,
+            "event_data": None,
+            "session_hash": rita.session_hash,
+            "trigger_id": None,
+        },
+    )
     assert join.status_code == 403 and "belongs to another user" in join.text
     # the same body under any media type FastAPI parses as JSON is checked the same way (D6)
-    body = json.dumps({"data": ["x", None], "fn_index": fn_index, "event_data": None,
-                       "session_hash": rita.session_hash, "trigger_id": None})
+    body = json.dumps(
+        {
+            "data": ["x", None],
+            "fn_index": fn_index,
+            "event_data": None,
+            "session_hash": rita.session_hash,
+            "trigger_id": None,
+        }
+    )
     for media_type in ("application/x-orapo+json", "application/vnd.api+json", "text/plain", None):
         headers = {"Content-Type": media_type} if media_type else {}
         sneaked = http.post("/gradio_api/queue/join", content=body, headers=headers)
         assert sneaked.status_code == 403 and "belongs to another user" in sneaked.text, (media_type, sneaked.text)
     for media_type in ("application/json", "application/x-orapo+json", "text/plain"):  # and bounded
-        huge = http.post("/gradio_api/queue/join", content=b'{"data": "' + b"x" * (11 * 1024 * 1024) + b'"}',
-                         headers={"Content-Type": media_type})
+        huge = http.post(
+            "/gradio_api/queue/join",
+            content=b'{"data": "' + b"x" * (11 * 1024 * 1024) + b'"}',
+            headers={"Content-Type": media_type},
+        )
         assert huge.status_code == 413, (media_type, huge.status_code)
-    for path in (f"/gradio_api/queue/data?session_hash={rita.session_hash}",
-                 f"/gradio_api/heartbeat/{rita.session_hash}"):
+    for path in (
+        f"/gradio_api/queue/data?session_hash={rita.session_hash}",
+        f"/gradio_api/heartbeat/{rita.session_hash}",
+    ):
         assert http.get(path).status_code == 403, path
     assert http.get(f"/gradio_api/deep_link?session_hash={rita.session_hash}").status_code == 404
-    assert signed_in(url, "rita", "rita-pass-1").get(
-        f"/gradio_api/deep_link?session_hash={rita.session_hash}").status_code == 404  # off for everyone
+    assert (
+        signed_in(url, "rita", "rita-pass-1").get(f"/gradio_api/deep_link?session_hash={rita.session_hash}").status_code
+        == 404
+    )  # off for everyone
     http.close()
 
 
 def test_every_handler_that_reads_the_read_tab_state_checks_its_user(tmp_path):
     """Behind the session-hash binding, the Read tab's handlers themselves refuse a state made for another user."""
+    from dataclasses import replace
+
     import gradio as gr
 
     from app.runtime import open_database
     from app.server import build_app
+    from app.tabs.session import PageSession
     from db import UserRepository
     from orapo_core.config import Settings
 
@@ -267,12 +294,17 @@ def test_every_handler_that_reads_the_read_tab_state_checks_its_user(tmp_path):
     UserRepository(db).create("rita", "rita-pass-1")
     UserRepository(db).create("omar", "omar-pass-1")
     demo = build_app(settings=settings, database=db)
-    states = [b for b in demo.blocks.values() if isinstance(b, gr.State) and isinstance(b.value, dict)
-              and "owner" in b.value]
+    states = [b for b in demo.blocks.values() if isinstance(b, gr.State) and isinstance(b.value, PageSession)]
     assert len(states) == 1
     state = states[0]
-    ritas = {**state.value, "owner": "rita", "study_id": 1, "image_id": 1, "draft_id": 1,
-             "draft_text": "Findings: Moderate right pleural effusion."}
+    ritas = replace(
+        state.value,
+        owner="rita",
+        study_id=1,
+        image_id=1,
+        draft_id=1,
+        draft_text="Findings: Moderate right pleural effusion.",
+    )
     readers = [fn for fn in demo.fns.values() if any(c is state for c in fn.inputs)]
     # draft, FactS (3), store (4); the viewer reads no tab state: its route checks the study (test_viewer_routes.py)
     assert len(readers) >= 8, [fn.name for fn in readers]
@@ -286,4 +318,6 @@ def test_every_handler_that_reads_the_read_tab_state_checks_its_user(tmp_path):
             fn.fn(*args, request=from_a_script)
         with pytest.warns(UserWarning, match="belongs to another user"):
             kept = fn.fn(*args, request=from_the_page)
-        assert kept == gr.skip() or (isinstance(kept, dict) and all(isinstance(k, gr.components.Component) for k in kept))
+        assert kept == gr.skip() or (
+            isinstance(kept, dict) and all(isinstance(k, gr.components.Component) for k in kept)
+        )

@@ -212,5 +212,56 @@ def test_the_benchmark_builds_a_variant_with_the_options_the_command_leaves_out(
     monkeypatch.setattr(starter_pkg, "build_starter", fake_build)
     bench_starter.main(["--build-only", "--rebuild", str(tmp_path / "m"), "--rare-fraction", "0.5", "--patch-size", "24"])
     assert seen["plan"].rare_fraction == 0.5 and seen["arch"].patch_size == 24
-    assert main(["starter", "build", "--out", str(tmp_path / "n"), "--quiet"]) == 0
+    assert main(["starter", "build", "--out", str(tmp_path / "n"), "--quiet", "--no-calibration"]) == 0
     assert seen["plan"].rare_fraction == 0.25 and seen["arch"] is None  # the shipped build's
+
+
+def test_orapo_starter_build_writes_the_unfamiliar_film_calibration_beside_the_weights(built, tmp_path, monkeypatch):
+    """Issue 41 §3: a starter built on site had no calibration, so its first drafts said the check had not run."""
+    import orapo_core.models.starter as starter_pkg
+    from app.cli import main
+    from orapo_core.models import unfamiliar
+    from orapo_core.models.loading import load_model
+
+    def copy_build(out, plan, arch=None, *, show_progress):  # the fixture's tiny build stands in for a new one
+        shutil.copytree(built, out, dirs_exist_ok=True)
+        (Path(out) / unfamiliar.CALIBRATION_FILE).unlink(missing_ok=True)
+        return Path(out)
+
+    real = unfamiliar.build_calibration
+    monkeypatch.setattr(starter_pkg, "build_starter", copy_build)
+    monkeypatch.setattr(unfamiliar, "build_calibration",
+                        lambda loaded, cache_dir=None: real(loaded, cache_dir, n_reference=48, n_heldout=48, side=96))
+    out = tmp_path / "site-starter"
+    assert main(["starter", "build", "--out", str(out), "--quiet"]) == 0
+    assert unfamiliar.find_calibration(load_model(out, device="cpu")) is not None  # found, and fits these weights
+    bare = tmp_path / "bare"
+    assert main(["starter", "build", "--out", str(bare), "--quiet", "--no-calibration"]) == 0
+    assert not (bare / unfamiliar.CALIBRATION_FILE).exists()
+
+
+def test_two_first_requests_copying_the_shipped_starter_at_once_both_get_it(built, tmp_path):
+    """On a new data folder two requests at once both copied the starter into one shared '.partial' folder, and
+    one failed with FileExistsError."""
+    import threading
+
+    from orapo_core.models.starter.build import WarmStartPlan, copy_shipped_starter, read_card
+
+    plan = WarmStartPlan(**{k: v for k, v in read_card(built)["plan"].items() if k in WarmStartPlan().to_dict()})
+    out, results, errors = tmp_path / "data" / "models" / "starter", [], []
+    start = threading.Barrier(4)
+
+    def copy():
+        start.wait()
+        try:
+            results.append(copy_shipped_starter(out, plan, shipped_dir=built))
+        except Exception as exc:  # noqa: BLE001 - the test reports any failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=copy) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and results == [out] * 4 and (out / "config.json").is_file()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["starter"]  # no staging folder left behind

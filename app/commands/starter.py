@@ -13,6 +13,7 @@ them (`orapo_core.experimental.starter`).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--if-missing", action="store_true",
                        help="do nothing if the folder holds a model; copy the shipped one if it matches")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument("--no-calibration", action="store_true",
+                       help="skip the unfamiliar-film calibration written beside the weights (about a minute); the "
+                            "server then computes it while it warms the model up")
     info = sub.add_parser("info", help="show the starter model's build card")
     info.add_argument("--model", default=None, metavar="DIR", help="folder to describe (default <data>/models/starter)")
 
@@ -65,8 +69,26 @@ def _build(args: argparse.Namespace) -> int:
             return 0
     out.parent.mkdir(parents=True, exist_ok=True)
     path = build_starter(out, plan, show_progress=not args.quiet)
+    if not args.no_calibration:
+        _calibrate(Path(path))
     print(path)
     return 0
+
+
+def _calibrate(folder: Path) -> None:
+    """The unfamiliar-film calibration of a freshly built starter, beside its weights, as the shipped one has it: the
+    first server start then flags unfamiliar films at once instead of after computing it."""
+    import sys
+
+    from orapo_core.models import unfamiliar
+    from orapo_core.models.loading import load_model
+
+    print("starter: computing the unfamiliar-film calibration (PhantomCXR films through the vision tower)...",
+          file=sys.stderr)
+    calibration = unfamiliar.build_calibration(load_model(folder, device="cpu"))
+    written = folder / unfamiliar.CALIBRATION_FILE
+    where = written if written.is_file() else "nowhere (the folder is read-only)"
+    print(f"starter: calibration written to {where} ({(calibration.meta or {}).get('seconds')} s).", file=sys.stderr)
 
 
 def _info(args: argparse.Namespace) -> int:

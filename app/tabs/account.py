@@ -11,6 +11,7 @@ import gradio as gr
 from app.context import AppContext
 from app.messages import in_page
 from app.services.accounts import auth
+from app.tabs.outputs import Outputs
 
 
 @dataclass
@@ -19,7 +20,9 @@ class AccountUI:
 
 
 def build(ctx: AppContext) -> AccountUI:
-    gr.Markdown("### Change your password\nA one-time password from an administrator must be changed before anything else.")
+    gr.Markdown(
+        "### Change your password\nA one-time password from an administrator must be changed before anything else."
+    )
     with gr.Column(scale=1, min_width=320):
         old = gr.Textbox(label="Current password", type="password", elem_id="orapo-old-password")
         new = gr.Textbox(label="New password (8 characters or more)", type="password", elem_id="orapo-new-password")
@@ -29,13 +32,23 @@ def build(ctx: AppContext) -> AccountUI:
     changes = gr.State(0)  # how many times this page changed the password: a refusal leaves it as it was
 
     @in_page(status=result)  # a refusal keeps what was typed, to correct it
-    def change_password(old_value, new_value, repeat_value, count, request: gr.Request):
+    def change_password(old_value, new_value, repeat_value, count, request: gr.Request) -> Outputs:
         user = ctx.user(request, allow_password_change=True)
-        ended = auth.change_own_password_in_session(ctx.database, ctx.sessions, user, request, old_value, new_value,
-                                                    repeat_value)
-        return ("", "", "", "Password changed." + (f" Signed out your {ended} other session(s)." if ended else ""),
-                (count or 0) + 1)
+        ended = auth.change_own_password_in_session(
+            ctx.database, ctx.sessions, user, request, old_value, new_value, repeat_value
+        )
+        return {
+            old: "",
+            new: "",
+            repeat: "",
+            changes: (count or 0) + 1,
+            result: "Password changed." + (f" Signed out your {ended} other session(s)." if ended else ""),
+        }
 
-    button.click(change_password, inputs=[old, new, repeat, changes], outputs=[old, new, repeat, result, changes],
-                 api_name="change_password")
+    button.click(
+        change_password,
+        inputs=[old, new, repeat, changes],
+        outputs=[old, new, repeat, result, changes],
+        api_name="change_password",
+    )
     return AccountUI(password_changed=changes.change(lambda: None, api_visibility="private"))

@@ -15,11 +15,12 @@ import gradio as gr
 from app.context import AppContext
 from app.messages import in_page
 from app.services.insight import dashboard, dashboard_charts
+from app.tabs.outputs import Outputs
 
 
 @dataclass
 class DashboardUI:
-    opened: Callable  # the handler of opening the tab: (scope, bucket, request) -> the scope choice and every output
+    opened: Callable  # the handler of opening the tab: (scope, bucket, request) -> the scope choice and the panels
     inputs: list
     outputs: list
 
@@ -27,8 +28,14 @@ class DashboardUI:
 def build(ctx: AppContext) -> DashboardUI:
     with gr.Row():
         # shown to administrators only, when the tab opens: a radiologist sees her own numbers
-        scope = gr.Radio(["everyone", "mine"], value=None, label="Whose numbers", scale=2, visible=False,
-                         elem_id="orapo-dashboard-scope")
+        scope = gr.Radio(
+            ["everyone", "mine"],
+            value=None,
+            label="Whose numbers",
+            scale=2,
+            visible=False,
+            elem_id="orapo-dashboard-scope",
+        )
         bucket = gr.Radio(["auto", "day", "week"], value="auto", label="Acceptance per", scale=1)
         refresh = gr.Button("Refresh", scale=0, elem_id="orapo-dashboard-refresh")
     tiles = gr.HTML(elem_id="orapo-dashboard-tiles-box")
@@ -38,18 +45,28 @@ def build(ctx: AppContext) -> DashboardUI:
     findings_plot = gr.Plot(label="Misses and over-calls", show_label=False)
     models_plot = gr.Plot(label="Drafts per model version", show_label=False)
 
-    @in_page()
-    def show(scope_value, bucket_value, request: gr.Request):
-        user = ctx.user(request)
-        data = dashboard.dashboard_data(ctx.database, user, scope=scope_value, bucket=bucket_value or "auto")
-        return (data.scope, *dashboard_charts.panels(data))
+    def panels(data: dashboard.DashboardData) -> Outputs:
+        return {
+            tiles: dashboard_charts.tiles_html(data),
+            status_plot: dashboard_charts.status_figure(data),
+            acceptance_plot: dashboard_charts.acceptance_figure(data),
+            findings_plot: dashboard_charts.findings_figure(data),
+            models_plot: dashboard_charts.models_figure(data),
+        }
 
     @in_page()
-    def opened(scope_value, bucket_value, request: gr.Request):
+    def show(scope_value, bucket_value, request: gr.Request) -> Outputs:
         user = ctx.user(request)
-        data = dashboard.dashboard_data(ctx.database, user, scope=scope_value if user.is_admin else None,
-                                        bucket=bucket_value or "auto")
-        return (gr.Radio(value=data.scope, visible=user.is_admin), *dashboard_charts.panels(data))
+        data = dashboard.dashboard_data(ctx.database, user, scope=scope_value, bucket=bucket_value or "auto")
+        return {scope: data.scope, **panels(data)}
+
+    @in_page()
+    def opened(scope_value, bucket_value, request: gr.Request) -> Outputs:
+        user = ctx.user(request)
+        data = dashboard.dashboard_data(
+            ctx.database, user, scope=scope_value if user.is_admin else None, bucket=bucket_value or "auto"
+        )
+        return {scope: gr.Radio(value=data.scope, visible=user.is_admin), **panels(data)}
 
     outputs = [scope, tiles, status_plot, acceptance_plot, findings_plot, models_plot]
     refresh.click(show, inputs=[scope, bucket], outputs=outputs, api_name="dashboard")

@@ -13,8 +13,9 @@ from orapo_core.errors import OrapoError
 
 
 def id_field(label: str, *, elem_id: str, placeholder: str, scale: int = 1) -> gr.Textbox:
-    return gr.Textbox(label=label, value="", placeholder=placeholder, lines=1, max_lines=1, scale=scale,
-                      elem_id=elem_id)
+    return gr.Textbox(
+        label=label, value="", placeholder=placeholder, lines=1, max_lines=1, scale=scale, elem_id=elem_id
+    )
 
 
 def entered_id(value, what: str) -> int | None:

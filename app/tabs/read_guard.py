@@ -2,7 +2,7 @@
 
 A handler's inputs are read when its event starts; a draft takes a second or two,
 and meanwhile the reader may upload or open another study. So every result is
-bound to the study it was computed for (the tab's state at the start), and the
+bound to the study it was computed for (the page's `PageSession` at the start), and the
 server keeps which study each page has open (`SessionBook.note_open`, by the
 page's Gradio session hash, noted whenever a study is opened in the Read tab):
 
@@ -31,6 +31,7 @@ import gradio as gr
 from app.context import AppContext
 from app.services.reading import autosave, drafting, reports
 from app.services.reading.ingest import IngestOutcome
+from app.tabs.session import PageSession
 from orapo_core.errors import OrapoError
 
 
@@ -51,40 +52,43 @@ def page_study(ctx: AppContext, request) -> int | None:
     return book.open_study(_hash(request)) if book is not None else None
 
 
-def current(ctx: AppContext, request, session: dict) -> bool:
-    """Whether the study of `session` (the tab's state when the event started) is still the page's open study."""
+def current(ctx: AppContext, request, session: PageSession) -> bool:
+    """Whether the study of `session` (the page's session when the event started) is still the page's open study."""
     open_now = page_study(ctx, request)
-    return open_now is None or open_now == session.get("study_id")
+    return open_now is None or open_now == session.study_id
 
 
-def require_current(ctx: AppContext, request, session: dict) -> None:
+def require_current(ctx: AppContext, request, session: PageSession) -> None:
     """Refuse to store anything for a study the page no longer shows."""
     open_now = page_study(ctx, request)
-    if open_now is not None and open_now != session.get("study_id"):
-        raise OrapoError("study_not_open",
-                         f"This page now shows study {open_now}, not study {session.get('study_id')}; nothing was "
-                         "stored. Check the image and the report on screen, then save or sign again.")
+    if open_now is not None and open_now != session.study_id:
+        raise OrapoError(
+            "study_not_open",
+            f"This page now shows study {open_now}, not study {session.study_id}; nothing was "
+            "stored. Check the image and the report on screen, then save or sign again.",
+        )
 
 
-def edited(text: str | None, session: dict) -> bool:
+def edited(text: str | None, session: PageSession) -> bool:
     """The report box holds text that is neither the stored report nor the draft: leaving it would lose it."""
     if not (text or "").strip():
         return False
-    return not any(reports.same_text(text, known) for known in (session.get("saved_text"), session.get("draft_text"))
-                   if known)
+    return not any(reports.same_text(text, known) for known in (session.saved_text, session.draft_text) if known)
 
 
-def keep_edit(ctx: AppContext, user, session: dict | None, text: str | None, *, tell: bool = True) -> bool:
+def keep_edit(ctx: AppContext, user, session: PageSession | None, text: str | None, *, tell: bool = True) -> bool:
     """Before the page leaves the study of `session`: keep an unsaved edit of its report for this reader (True if
     one was kept), and say where it went."""
-    session = session or {}
-    study = session.get("study_id")
-    if not study or session.get("owner") not in (None, user.username) or not edited(text, session):
+    session = session or PageSession()
+    study = session.study_id
+    if not study or session.owner not in (None, user.username) or not edited(text, session):
         return False
-    autosave.keep(ctx.database, user, study, text or "", base_version=session.get("report_version") or 0)
+    autosave.keep(ctx.database, user, study, text or "", base_version=session.report_version)
     if tell:
-        gr.Info(f"Your unsaved edit of study {study} is kept; it comes back when you open study {study} again.",
-                title="Edit kept")
+        gr.Info(
+            f"Your unsaved edit of study {study} is kept; it comes back when you open study {study} again.",
+            title="Edit kept",
+        )
     return True
 
 
@@ -95,9 +99,19 @@ def ingest_own_uploads(ctx: AppContext, user, request, paths: list) -> list:
         return drafting.ingest_uploads(ctx.database, ctx.settings, user, paths)
     token = book.token_in(getattr(request, "cookies", None) or {})
     own = [p for p in paths if book.uploaded_by(token, p)]
-    outcomes = iter(drafting.ingest_uploads(ctx.database, ctx.settings, user, own,
-                                            release=lambda path: book.release_upload(token, path)))
-    return [next(outcomes) if p in own else
-            IngestOutcome(file=Path(str(p)).name, ok=False, error="not_your_upload",
-                          message="This file was not uploaded from this page; upload it again.")
-            for p in paths]
+    outcomes = iter(
+        drafting.ingest_uploads(
+            ctx.database, ctx.settings, user, own, release=lambda path: book.release_upload(token, path)
+        )
+    )
+    return [
+        next(outcomes)
+        if p in own
+        else IngestOutcome(
+            file=Path(str(p)).name,
+            ok=False,
+            error="not_your_upload",
+            message="This file was not uploaded from this page; upload it again.",
+        )
+        for p in paths
+    ]

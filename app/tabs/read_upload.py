@@ -14,7 +14,6 @@ receives.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,8 +22,10 @@ import gradio as gr
 from app.context import AppContext
 from app.messages import in_page
 from app.services.operations.metrics import count_uploads
+from app.services.reading.ingest import markdown_name
 from app.tabs import read_guard
-from app.tabs.read_report import mine
+from app.tabs.outputs import Outputs
+from app.tabs.session import mine
 
 FILE_TYPES = (".dcm", ".dicom", ".dic", ".png", ".jpg", ".jpeg")
 MAX_DROPPED = 200  # the most dropped files a summary lists (a page that says more is not believed further)
@@ -38,17 +39,16 @@ class DropZone:
 
 
 def build() -> DropZone:
-    files = gr.File(label="Drop DICOM, PNG or JPEG files here", file_count="multiple", file_types=list(FILE_TYPES),
-                    height=110, elem_id="orapo-files")
+    files = gr.File(
+        label="Drop DICOM, PNG or JPEG files here",
+        file_count="multiple",
+        file_types=list(FILE_TYPES),
+        height=110,
+        elem_id="orapo-files",
+    )
     dropped = gr.Textbox("", visible="hidden", elem_id="orapo-dropped")  # what the page left out of this batch, and why
     summary = gr.Markdown(elem_id="orapo-upload-status")
     return DropZone(files, dropped, summary)
-
-
-def _shown(name: str) -> str:
-    """A file name as the page sent it, safe to put in bold Markdown."""
-    name = re.sub(r"[\x00-\x1f*_`<>\[\]\\]", "?", str(name))[:200]
-    return name or "(no name)"
 
 
 def _sorted_out(dropped: str | None) -> tuple[int, list]:
@@ -65,40 +65,47 @@ def _sorted_out(dropped: str | None) -> tuple[int, list]:
 
 def dropped_lines(dropped: str | None, max_upload_mb: int) -> list[str]:
     """One summary line per file the page dropped; anything unreadable in `dropped` is ignored."""
-    reasons = {"type": f"not a DICOM, PNG or JPEG file ({', '.join(FILE_TYPES)}); it was not sent.",
-               "size": f"larger than the upload limit of {max_upload_mb} MB (ORAPO_MAX_UPLOAD_MB); it was not sent."}
-    return [f"- Refused **{_shown(item.get('name'))}**: {reasons[item.get('reason')]}"
-            for item in _sorted_out(dropped)[1][:MAX_DROPPED] if isinstance(item, dict) and item.get("reason") in reasons]
+    reasons = {
+        "type": f"not a DICOM, PNG or JPEG file ({', '.join(FILE_TYPES)}); it was not sent.",
+        "size": f"larger than the upload limit of {max_upload_mb} MB (ORAPO_MAX_UPLOAD_MB); it was not sent.",
+    }
+    return [
+        f"- Refused **{markdown_name(item.get('name'))}**: {reasons[item.get('reason')]}"
+        for item in _sorted_out(dropped)[1][:MAX_DROPPED]
+        if isinstance(item, dict) and item.get("reason") in reasons
+    ]
 
 
-def wire(ctx: AppContext, zone: DropZone, load_study: Callable, study_outputs: list, leaving: list) -> None:
-    """Upload a batch: every file ingested (or refused) and deleted from the cache; the first stored one opened.
-    `leaving` is the report box and the tab's state: an unsaved edit of the study open until now is kept first."""
+def wire(
+    ctx: AppContext, zone: DropZone, load_study: Callable[..., Outputs], study_outputs: list, leaving: list
+) -> None:
+    """Upload a batch: every file ingested (or refused) and deleted from the cache; the first stored one opened
+    (`load_study(user, study_id, request)` fills `study_outputs`). `leaving` is the report box and the page's
+    session: an unsaved edit of the study open until now is kept first."""
 
     @in_page(status=zone.summary)
-    def upload(paths, dropped, text, session, request: gr.Request):
+    def upload(paths, dropped, text, session, request: gr.Request) -> Outputs:
         user = ctx.user(request)
         session = mine(session, user)
         outcomes = read_guard.ingest_own_uploads(ctx, user, request, paths or [])
         count_uploads(ctx.metrics, outcomes)  # refused ones, by code (app.services.operations.metrics)
-        lines = []
-        for o in outcomes:
-            if o.ok:
-                lines.append(f"- Stored **{o.file}**: study {o.study_id}" + (" (already uploaded)" if o.duplicate else "")
-                             + (f". {o.not_drafted}" if o.not_drafted else ""))
-            else:
-                lines.append(f"- Refused **{o.file}**: {o.message}")
+        # one line a file: "Stored **lat.dcm**: added to study 1 (now 2 images)", "Refused **x.dcm**: ..."
+        lines = [f"- {o.summary()}" for o in outcomes]
         lines += dropped_lines(dropped, ctx.settings.max_upload_mb)
         opened = next((o.study_id for o in outcomes if o.ok), None)
-        summary = "\n".join(lines) or "No file received."
+        # the drop zone is emptied for the next batch, and so is the list of what the page dropped from this one
+        batch_done = {zone.files: None, zone.summary: "\n".join(lines) or "No file received.", zone.dropped: ""}
         if opened is None:
-            return (None, summary, "", *[gr.skip()] * len(study_outputs))
-        read_guard.keep_edit(ctx, user, session, text, tell=(session or {}).get("study_id") != opened)
-        return (None, summary, "", *load_study(ctx, user, opened, request))
+            return batch_done
+        read_guard.keep_edit(ctx, user, session, text, tell=session.study_id != opened)
+        return {**batch_done, **load_study(user, opened, request)}
 
-    # the drop zone is emptied for the next batch, and so is the list of what the page dropped from this one
-    zone.files.upload(upload, inputs=[zone.files, zone.dropped, *leaving],
-                      outputs=[zone.files, zone.summary, zone.dropped, *study_outputs], api_name="upload_studies")
+    zone.files.upload(
+        upload,
+        inputs=[zone.files, zone.dropped, *leaving],
+        outputs=[zone.files, zone.summary, zone.dropped, *study_outputs],
+        api_name="upload_studies",
+    )
 
     @in_page()
     def only_dropped(dropped, request: gr.Request):
@@ -107,5 +114,6 @@ def wire(ctx: AppContext, zone: DropZone, load_study: Callable, study_outputs: l
         lines = dropped_lines(dropped, ctx.settings.max_upload_mb)
         return "\n".join(lines) if lines and _sorted_out(dropped)[0] == 0 else gr.skip()
 
-    zone.dropped.change(only_dropped, inputs=zone.dropped, outputs=zone.summary, api_visibility="private",
-                        show_progress="hidden")
+    zone.dropped.change(
+        only_dropped, inputs=zone.dropped, outputs=zone.summary, api_visibility="private", show_progress="hidden"
+    )

@@ -5,7 +5,8 @@ Administrators only, and checked in every handler (a radiologist calling
 round service belongs to the app (`ctx.rounds`, a `RoundScheduler` started
 with the server), so a round keeps running when the admin closes the page;
 which round this page watches lives in the page (a number field), and a
-`gr.Timer` polls it every two seconds only while that round is active.
+`gr.Timer` polls it every two seconds only while that round is active. The
+model versions, under the rounds, are `app.tabs.rounds_versions`.
 """
 
 from __future__ import annotations
@@ -19,22 +20,25 @@ from app.context import AppContext
 from app.messages import in_page
 from app.services.accounts import auth
 from app.services.insight import round_charts
-from app.services.rounds import (
-    decision_lines,
-    heldout_metrics,
-    parse_settings,
-    recipe_names,
-    schedule_status,
-    set_schedule,
-)
+from app.services.reading.reading_order import ORDER_LABELS
+from app.services.rounds import decision_lines, parse_settings, recipe_names, schedule_status, set_schedule
+from app.tabs import rounds_versions
 from app.tabs.fields import entered_id, id_field
+from app.tabs.outputs import Outputs
+from app.tabs.rounds_versions import when
 from orapo_core.errors import OrapoError
 
 ROUND_COLUMNS = ["Round", "Status", "Trigger", "Progress", "Started by", "Requested", "Started", "Finished", "Error"]
-VERSION_COLUMNS = ["Version", "Name", "Status", "Parent", "Round", "Macro-F1", "FactS reward", "Reason", "Created"]
 ACTIVE = ("queued", "running")
-STATUS_COLORS = {"queued": "#8c959f", "running": "#1f6feb", "succeeded": "#2a9d8f", "promoted": "#1a7f37",
-                 "rejected": "#bc4c00", "failed": "#cf222e", "cancelled": "#6e7781"}
+STATUS_COLORS = {
+    "queued": "#8c959f",
+    "running": "#1f6feb",
+    "succeeded": "#2a9d8f",
+    "promoted": "#1a7f37",
+    "rejected": "#bc4c00",
+    "failed": "#cf222e",
+    "cancelled": "#6e7781",
+}
 POLL_S = 2.0
 STATUS_CSS = """
 .bar {background: #eaeef2; border-radius: 6px; height: 14px; overflow: hidden; margin: 8px 0 4px;}
@@ -51,10 +55,6 @@ class RoundsUI:
     timer: gr.Timer
 
 
-def _when(value) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
-
-
 def _recipes() -> list[tuple[str, str]]:
     return [("policy default", "")] + [(name, name) for name in recipe_names()]
 
@@ -67,21 +67,20 @@ def parse_overrides(text: str | None) -> dict:
 
 def round_rows(records, names: dict[int, str]) -> list[list]:
     """Newest first; a scheduled round was started by its trigger, a manual one by its admin."""
-    return [[r.id, r.status, r.trigger, f"{r.progress * 100:.0f}%", names.get(r.started_by, "") if r.started_by else r.trigger,
-             _when(r.created_at), _when(r.started_at), _when(r.finished_at),
-             r.error.splitlines()[0][:160] if r.error else ""]
-            for r in records]
-
-
-def version_rows(versions) -> list[list]:
-    rows = []
-    for v in sorted(versions, key=lambda v: v.id, reverse=True):
-        heldout = heldout_metrics(v)
-        f1, reward = heldout.macro_f1_14, heldout.facts_reward_mean
-        rows.append([v.id, v.name, v.status, v.parent_id or "", v.round_id or "",
-                     f"{f1:.4f}" if f1 is not None else "", f"{reward:.4f}" if reward is not None else "",
-                     v.reason or "", _when(v.created_at)])
-    return rows
+    return [
+        [
+            r.id,
+            r.status,
+            r.trigger,
+            f"{r.progress * 100:.0f}%",
+            names.get(r.started_by, "") if r.started_by else r.trigger,
+            when(r.created_at),
+            when(r.started_at),
+            when(r.finished_at),
+            r.error.splitlines()[0][:160] if r.error else "",
+        ]
+        for r in records
+    ]
 
 
 def round_html(details) -> str:
@@ -97,10 +96,12 @@ def round_html(details) -> str:
     step = metrics.train.get("step")
     if step is not None and metrics.max_steps:
         bits.append(f"step {int(step)}/{int(metrics.max_steps)}")
-    bits.append(f"<span class='muted'>{html.escape(r.trigger)} · requested {_when(r.created_at)}</span>")
-    out = [" · ".join(bits),
-           f"<div class='bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>",
-           f"<div class='muted'>{pct:.0f}% complete</div>"]
+    bits.append(f"<span class='muted'>{html.escape(r.trigger)} · requested {when(r.created_at)}</span>")
+    out = [
+        " · ".join(bits),
+        f"<div class='bar'><div style='width:{pct:.1f}%;background:{color}'></div></div>",
+        f"<div class='muted'>{pct:.0f}% complete</div>",
+    ]
     if metrics.selection is not None and metrics.selection.pairs_by_order:
         out.append(f"<div>New pairs by reading order: {html.escape(pairs_by_order_text(metrics.selection))}</div>")
     gate = metrics.gate
@@ -112,14 +113,14 @@ def round_html(details) -> str:
         out.append(f"<div style='color:#cf222e'>{html.escape(r.error.splitlines()[0])}</div>")
     if details.version is not None:
         v = details.version
-        out.append(f"<div>Produced version <b>{v.id}</b> ({html.escape(v.name)}), now <b>{html.escape(v.status)}</b>.</div>")
+        out.append(
+            f"<div>Produced version <b>{v.id}</b> ({html.escape(v.name)}), now <b>{html.escape(v.status)}</b>.</div>"
+        )
     return "\n".join(out)
 
 
 def pairs_by_order_text(selection) -> str:
     """How many of a round's new clinician pairs each worklist ordering brought, in words."""
-    from app.services.reading.reading_order import ORDER_LABELS
-
     words = dict(ORDER_LABELS, unordered="not opened from an ordering")
     return " · ".join(f"{n} {words.get(order, order)}" for order, n in sorted(selection.pairs_by_order.items()))
 
@@ -139,10 +140,14 @@ def schedule_markdown(status) -> str:
     else:
         lines.append("Scheduled rounds are **off**.")
     if schedule.threshold_enabled and schedule.corrections_threshold:
-        lines.append(f"A round starts once **{schedule.corrections_threshold}** new signed corrections wait "
-                     f"(now {status.untrained}).")
+        lines.append(
+            f"A round starts once **{schedule.corrections_threshold}** new signed corrections wait "
+            f"(now {status.untrained})."
+        )
     else:
-        lines.append(f"The new-corrections trigger is **off** ({status.untrained} signed corrections wait for a round).")
+        lines.append(
+            f"The new-corrections trigger is **off** ({status.untrained} signed corrections wait for a round)."
+        )
     if not status.scheduler_running and status.led_by:
         lines.append(f"_Scheduled rounds are started by another server ({status.led_by}), which leads._")
     elif not status.scheduler_running:
@@ -156,9 +161,13 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
             with gr.Column(scale=1, variant="panel"):
                 gr.Markdown("### Start a round now")
                 recipe = gr.Dropdown(_recipes(), value="", label="Recipe", elem_id="orapo-round-recipe")
-                overrides = gr.Textbox(label="Overrides (key=value, one per line)", lines=4, max_lines=12,
-                                       placeholder="max_steps=50\nlearning_rate=1e-5\nmin_heldout=20",
-                                       elem_id="orapo-round-overrides")
+                overrides = gr.Textbox(
+                    label="Overrides (key=value, one per line)",
+                    lines=4,
+                    max_lines=12,
+                    placeholder="max_steps=50\nlearning_rate=1e-5\nmin_heldout=20",
+                    elem_id="orapo-round-overrides",
+                )
                 start_btn = gr.Button("Start round now", variant="primary", elem_id="orapo-start-round")
             with gr.Column(scale=1, variant="panel"):
                 gr.Markdown("### Schedule")
@@ -166,23 +175,31 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
                     cron = gr.Textbox(label="Cron (minute hour day month weekday)", placeholder="0 2 * * *", scale=3)
                     cron_on = gr.Checkbox(label="Scheduled rounds on", scale=1)
                 with gr.Row():
-                    threshold = gr.Number(label="New-corrections threshold", precision=0, scale=3, placeholder="e.g. 50")
+                    threshold = gr.Number(
+                        label="New-corrections threshold", precision=0, scale=3, placeholder="e.g. 50"
+                    )
                     threshold_on = gr.Checkbox(label="Threshold trigger on", scale=1)
                 save_btn = gr.Button("Save schedule", elem_id="orapo-save-schedule")
                 schedule_md = gr.Markdown(elem_id="orapo-schedule-status")
         result = gr.Markdown(elem_id="orapo-rounds-result")
 
         gr.Markdown("### Rounds")
-        rounds_table = gr.Dataframe(headers=ROUND_COLUMNS, interactive=False, wrap=True, max_height=260,
-                                    column_widths=["7%", "9%", "8%", "8%", "9%", "13%", "13%", "13%", "20%"],
-                                    elem_id="orapo-rounds-table")
+        rounds_table = gr.Dataframe(
+            headers=ROUND_COLUMNS,
+            interactive=False,
+            wrap=True,
+            max_height=260,
+            column_widths=["7%", "9%", "8%", "8%", "9%", "13%", "13%", "13%", "20%"],
+            elem_id="orapo-rounds-table",
+        )
         with gr.Row(equal_height=True):
             round_id = id_field("Round", elem_id="orapo-round-id", placeholder="click a round in the table")
             watch_btn = gr.Button("Show round", scale=1)
             cancel_btn = gr.Button("Cancel round", variant="stop", scale=1, elem_id="orapo-cancel-round")
             refresh_btn = gr.Button("Refresh all", scale=1)
-        status = gr.HTML(round_html(None), css_template=STATUS_CSS, js_on_load=None, padding=True,
-                         elem_id="orapo-round-status")
+        status = gr.HTML(
+            round_html(None), css_template=STATUS_CSS, js_on_load=None, padding=True, elem_id="orapo-round-status"
+        )
         with gr.Row():
             reward_plot = gr.Plot(label="Reward", elem_id="orapo-plot-reward")
             zero_plot = gr.Plot(label="Zero-reward fraction", elem_id="orapo-plot-zero")
@@ -190,142 +207,143 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> RoundsUI:
             weight_plot = gr.Plot(label="DPO weight", elem_id="orapo-plot-weight")
             loss_plot = gr.Plot(label="Losses", elem_id="orapo-plot-losses")
         with gr.Accordion("Round log", open=False):
-            log = gr.Code(language=None, label="Round events and worker output", lines=14, max_lines=14,
-                          interactive=False, elem_id="orapo-round-log")
+            log = gr.Code(
+                language=None,
+                label="Round events and worker output",
+                lines=14,
+                max_lines=14,
+                interactive=False,
+                elem_id="orapo-round-log",
+            )
         timer = gr.Timer(POLL_S, active=False)
 
-        gr.Markdown("### Model versions")
-        versions_table = gr.Dataframe(headers=VERSION_COLUMNS, interactive=False, wrap=True, max_height=260,
-                                      column_widths=["8%", "12%", "9%", "7%", "7%", "9%", "10%", "24%", "14%"],
-                                      elem_id="orapo-versions-table")
-        with gr.Row(equal_height=True):
-            version_id = id_field("Version (roll back: empty = the served version's parent)", scale=2,
-                                  elem_id="orapo-version-id", placeholder="click a version in the table")
-            reason = gr.Textbox(label="Reason (kept in the audit log)", scale=3)
-            promote_btn = gr.Button("Promote", variant="primary", scale=1, elem_id="orapo-promote")
-            rollback_btn = gr.Button("Roll back", scale=1, elem_id="orapo-rollback")
-        f1_plot = gr.Plot(label="F1 per class", elem_id="orapo-plot-f1")
-        with gr.Row():
-            quality_plot = gr.Plot(label="Precision, recall, macro-F1", elem_id="orapo-plot-quality")
-            length_plot = gr.Plot(label="Report length", elem_id="orapo-plot-length")
+        versions = rounds_versions.build()
 
     live_outputs = [status, log, reward_plot, zero_plot, weight_plot, loss_plot, rounds_table, timer, cancel_btn]
-    version_outputs = [versions_table, f1_plot, quality_plot, length_plot]
     schedule_outputs = [cron, cron_on, threshold, threshold_on, schedule_md]
 
     def admin(request):
         return ctx.user(request, role="admin")
 
-    def chosen(value, what: str = "round") -> int | None:
-        """The id typed or picked in an id field; None when it is empty."""
-        return entered_id(value, what)
+    def chosen(value) -> int | None:
+        """The round id typed or picked in the round field; None when it is empty."""
+        return entered_id(value, "round")
 
     def names(actor) -> dict[int, str]:
         return {u.id: u.username for u in auth.list_users(ctx.database, actor)}
 
-    def rounds_view(actor):
-        return round_rows(ctx.rounds.service.list_rounds(limit=50), names(actor))
+    def live_view(actor, rid) -> Outputs:
+        details = None if chosen(rid) is None else ctx.rounds.service.round_details(chosen(rid), log_lines=40)
+        history = details.metrics_history if details is not None else []
+        active = (
+            details is not None and details.round.status in ACTIVE
+        )  # only a queued or running round can be cancelled
+        return {
+            status: round_html(details),
+            log: log_text(details) if details is not None else "",
+            reward_plot: round_charts.reward_figure(history),
+            zero_plot: round_charts.zero_reward_figure(history),
+            weight_plot: round_charts.dpo_weight_figure(history),
+            loss_plot: round_charts.losses_figure(history),
+            rounds_table: round_rows(ctx.rounds.service.list_rounds(limit=50), names(actor)),
+            timer: gr.Timer(active=active),
+            cancel_btn: gr.Button(interactive=active),
+        }
 
-    def versions_view():
-        versions = ctx.rounds.service.list_versions()
-        return [version_rows(versions), *round_charts.version_figures(versions)]
+    def waiting_line() -> Outputs:
+        """The schedule's lines, with how many signed corrections wait: a round that ends changes the number."""
+        return {schedule_md: schedule_markdown(schedule_status(ctx.database, ctx.rounds))}
 
-    def live_view(actor, rid):
-        rid = chosen(rid)
-        if rid is None:
-            return [round_html(None), "", *round_charts.live_figures([]), rounds_view(actor), gr.Timer(active=False),
-                    gr.Button(interactive=False)]
-        details = ctx.rounds.service.round_details(int(rid), log_lines=40)
-        active = details.round.status in ACTIVE
-        return [round_html(details), log_text(details),
-                *round_charts.live_figures(details.metrics_history), rounds_view(actor), gr.Timer(active=active),
-                gr.Button(interactive=active)]  # only a queued or running round can be cancelled
-
-    def schedule_view():
-        status = schedule_status(ctx.database, ctx.rounds)
-        s = status.settings
-        return [s.cron or "", s.schedule_enabled, s.corrections_threshold, s.threshold_enabled, schedule_markdown(status)]
+    def schedule_view() -> Outputs:
+        now = schedule_status(ctx.database, ctx.rounds)
+        s = now.settings
+        return {
+            cron: s.cron or "",
+            cron_on: s.schedule_enabled,
+            threshold: s.corrections_threshold,
+            threshold_on: s.threshold_enabled,
+            schedule_md: schedule_markdown(now),
+        }
 
     @in_page()
-    def overview(rid, request: gr.Request):
+    def overview(rid, request: gr.Request) -> Outputs:
         """Everything on the tab, fresh (on opening the tab and on Refresh)."""
         actor = admin(request)
-        return [*live_view(actor, rid), *versions_view(), *schedule_view()]
+        return {**live_view(actor, rid), **versions.view(ctx), **schedule_view()}
 
     @in_page()
-    def round_status(rid, request: gr.Request):
-        """The live view of one round; the version charts too once it has finished."""
-        actor = admin(request)
-        live = live_view(actor, rid)
+    def round_status(rid, request: gr.Request) -> Outputs:
+        """The live view of one round; the versions and the corrections-waiting line too once it has finished."""
+        live = live_view(admin(request), rid)
         finished = chosen(rid) is not None and ctx.rounds.service.get_round(chosen(rid)).status not in ACTIVE
-        return [*live, *(versions_view() if finished else [gr.skip()] * len(version_outputs))]
+        return {**live, **({**versions.view(ctx), **waiting_line()} if finished else {})}
 
     @in_page(status=result)
-    def start_round(recipe_name, overrides_text, request: gr.Request):
+    def start_round(recipe_name, overrides_text, request: gr.Request) -> Outputs:
         actor = admin(request)
-        record = ctx.rounds.service.start_round(trigger="manual", actor=actor, recipe=recipe_name or None,
-                                                settings=parse_overrides(overrides_text), wait=False)
-        return [record.id, f"Round **{record.id}** started: watch it below.", *live_view(actor, record.id)]
+        record = ctx.rounds.service.start_round(
+            trigger="manual",
+            actor=actor,
+            recipe=recipe_name or None,
+            settings=parse_overrides(overrides_text),
+            wait=False,
+        )
+        return {
+            round_id: record.id,
+            result: f"Round **{record.id}** started: watch it below.",
+            **live_view(actor, record.id),
+        }
 
     @in_page(status=result)
-    def cancel_round(rid, request: gr.Request):
+    def cancel_round(rid, request: gr.Request) -> Outputs:
         actor = admin(request)
         if chosen(rid) is None:
             raise OrapoError("no_round", "Choose the round to cancel (click it in the table).")
         record = ctx.rounds.service.cancel_round(chosen(rid), actor=actor)
-        return [f"Round **{record.id}** cancelled.", *live_view(actor, record.id)]
+        return {result: f"Round **{record.id}** cancelled.", **live_view(actor, record.id)}
 
     @in_page(status=result)
-    def save_schedule(cron_value, cron_enabled, threshold_value, threshold_enabled, request: gr.Request):
+    def save_schedule(cron_value, cron_enabled, threshold_value, threshold_enabled, request: gr.Request) -> Outputs:
         actor = admin(request)
         if threshold_value is not None and threshold_value < 1:  # checked here: Gradio's own bound check is a badge
-            raise OrapoError("invalid_threshold", "The new-corrections threshold is a number of corrections, 1 or more.")
-        set_schedule(ctx.database, actor=actor, scheduler=ctx.rounds, cron=(cron_value or "").strip() or None,
-                     schedule_enabled=bool(cron_enabled),
-                     corrections_threshold=int(threshold_value) if threshold_value else None,
-                     threshold_enabled=bool(threshold_enabled))
-        return ["Schedule saved.", *schedule_view()]
-
-    @in_page(status=result)
-    def promote(vid, why, request: gr.Request):
-        actor = admin(request)
-        if chosen(vid, "version") is None:
-            raise OrapoError("no_version", "Choose the version to promote (click it in the table).")
-        version = ctx.rounds.service.promote_version(chosen(vid, "version"), actor=actor,
-                                                     reason=(why or "").strip() or None)
-        return [f"Version **{version.id}** ({version.name}) now drafts the reports.", *versions_view()]
-
-    @in_page(status=result)
-    def rollback(vid, why, request: gr.Request):
-        actor = admin(request)
-        version = ctx.rounds.service.rollback(chosen(vid, "version"), actor=actor,
-                                              reason=(why or "").strip() or None)
-        return [f"Rolled back: version **{version.id}** ({version.name}) drafts the reports again.", *versions_view()]
+            raise OrapoError(
+                "invalid_threshold", "The new-corrections threshold is a number of corrections, 1 or more."
+            )
+        set_schedule(
+            ctx.database,
+            actor=actor,
+            scheduler=ctx.rounds,
+            cron=(cron_value or "").strip() or None,
+            schedule_enabled=bool(cron_enabled),
+            corrections_threshold=int(threshold_value) if threshold_value else None,
+            threshold_enabled=bool(threshold_enabled),
+        )
+        return {result: "Schedule saved.", **schedule_view()}
 
     @in_page()
     def pick_round(evt: gr.SelectData, request: gr.Request):
         admin(request)
         return int(evt.row_value[0])
 
-    @in_page()
-    def pick_version(evt: gr.SelectData, request: gr.Request):
-        admin(request)
-        return int(evt.row_value[0])
-
-    everything = [*live_outputs, *version_outputs, *schedule_outputs]
+    everything = [*live_outputs, *versions.outputs, *schedule_outputs]
     if tab is not None:
         tab.select(overview, inputs=round_id, outputs=everything, api_visibility="private")
     refresh_btn.click(overview, inputs=round_id, outputs=everything, api_name="rounds_overview")
-    start_btn.click(start_round, inputs=[recipe, overrides], outputs=[round_id, result, *live_outputs], api_name="start_round")
-    save_btn.click(save_schedule, inputs=[cron, cron_on, threshold, threshold_on], outputs=[result, *schedule_outputs],
-                   api_name="set_schedule")
-    watch_btn.click(round_status, inputs=round_id, outputs=[*live_outputs, *version_outputs], api_name="round_status")
-    timer.tick(round_status, inputs=round_id, outputs=[*live_outputs, *version_outputs], api_visibility="private",
-               show_progress="hidden")
+    start_btn.click(
+        start_round, inputs=[recipe, overrides], outputs=[round_id, result, *live_outputs], api_name="start_round"
+    )
+    save_btn.click(
+        save_schedule,
+        inputs=[cron, cron_on, threshold, threshold_on],
+        outputs=[result, *schedule_outputs],
+        api_name="set_schedule",
+    )
+    watched = [*live_outputs, *versions.outputs, schedule_md]
+    watch_btn.click(round_status, inputs=round_id, outputs=watched, api_name="round_status")
+    timer.tick(round_status, inputs=round_id, outputs=watched, api_visibility="private", show_progress="hidden")
     cancel_btn.click(cancel_round, inputs=round_id, outputs=[result, *live_outputs], api_name="cancel_round")
-    promote_btn.click(promote, inputs=[version_id, reason], outputs=[result, *version_outputs], api_name="promote_version")
-    rollback_btn.click(rollback, inputs=[version_id, reason], outputs=[result, *version_outputs], api_name="rollback_version")
     rounds_table.select(pick_round, outputs=round_id, api_visibility="private").then(
-        round_status, inputs=round_id, outputs=[*live_outputs, *version_outputs], api_visibility="private")
-    versions_table.select(pick_version, outputs=version_id, api_visibility="private")
-    return RoundsUI(round_id=round_id, version_id=version_id, timer=timer)
+        round_status, inputs=round_id, outputs=watched, api_visibility="private"
+    )
+    rounds_versions.wire(ctx, versions, result, also=waiting_line, also_outputs=[schedule_md])
+    return RoundsUI(round_id=round_id, version_id=versions.version_id, timer=timer)

@@ -1,7 +1,7 @@
 """The Read tab's image viewer: Cornerstone3D in the page, fed the study's full-bit-depth pixels.
 
 One `gr.HTML` component holds the viewer's markup (a toolbar, the viewport, a status line). Its value is the
-address of the open study's pixels (`app.viewer_routes`), or "" with no study; the template never changes,
+address of the pixels of the image shown (`app.study_image_routes`), or "" with no study; the template never changes,
 so Gradio never re-renders the markup under the viewer, and the script (`viewer/src/orapo-viewer.js`, built
 into `app/static/viewer/` by `make viewer`) loads the new image when the value changes. Window/level, zoom,
 pan, invert and the presets all run in the browser. If the script cannot be loaded or started, the page
@@ -12,18 +12,28 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.viewer_routes import pixels_url, script_url
+from app.study_image_routes import image_pixels_url
+from app.viewer_routes import script_url
 
-PRESET_BUTTONS = (("lung", "Lung"), ("mediastinum", "Mediastinum"), ("bone", "Bone"), ("default", "Default"),
-                  ("full", "Full"))
-HELP = ("Left drag: the chosen tool · middle drag: pan · right drag: window/level · wheel: zoom at the cursor. "
-        "Keys: 1-5 presets, i invert, f fit, 0 one image pixel per screen pixel, + / - zoom, "
-        "w / p / z tool, r reset.")
+PRESET_BUTTONS = (
+    ("lung", "Lung"),
+    ("mediastinum", "Mediastinum"),
+    ("bone", "Bone"),
+    ("default", "Default"),
+    ("full", "Full"),
+)
+HELP = (
+    "Left drag: the chosen tool · middle drag: pan · right drag: window/level · wheel: zoom at the cursor. "
+    "Keys: 1-5 presets, i invert, f fit, 0 one image pixel per screen pixel, + / - zoom, "
+    "w / p / z tool, r reset."
+)
 
 
 def _template() -> str:
-    presets = "".join(f'<button type="button" data-preset="{key}" title="{label} window ({i})">{label}</button>'
-                      for i, (key, label) in enumerate(PRESET_BUTTONS, start=1))
+    presets = "".join(
+        f'<button type="button" data-preset="{key}" title="{label} window ({i})">{label}</button>'
+        for i, (key, label) in enumerate(PRESET_BUTTONS, start=1)
+    )
     return f"""<div class="orapo-viewer" tabindex="0" data-state="empty" aria-label="Image viewer" title="{HELP}">
   <div class="orapo-viewer-bar" role="toolbar" aria-label="Viewer tools">
     <span class="orapo-viewer-group" aria-label="Left-button tool">
@@ -64,7 +74,8 @@ CSS = """
 .orapo-viewer-bar label { display: inline-flex; gap: 2px; align-items: center; margin: 0; }
 .orapo-viewer-bar input { width: 5em; font: inherit; font-size: 12px; padding: 0 3px; margin: 0; }
 .orapo-stage { position: relative; }
-.orapo-viewport { width: 100%; height: clamp(300px, calc(100vh - 370px), 760px); background: #000;
+.orapo-viewport { width: 100%; height: clamp(300px, calc(100vh - 370px - var(--orapo-above-viewer, 0px)), 760px);
+  background: #000;
   touch-action: none; user-select: none; }
 .orapo-viewport > img { width: 100%; height: 100%; object-fit: contain; }
 .orapo-viewer-status { position: absolute; left: 4px; bottom: 4px; padding: 0 4px; border-radius: 3px; font-size: 12px;
@@ -83,7 +94,7 @@ const fallback = (why) => {
   let preset = 'default';
   const show = () => {
     const src = props.value || '';
-    box.innerHTML = src ? `<img alt="Image, ${preset} window" src="${src.replace(/\\/pixels\\?.*$/, '/render.png')}?preset=${preset}">` : '';
+    box.innerHTML = src ? `<img alt="Image, ${preset} window" src="${src.replace(/\\/pixels(\\?.*)?$/, '/render.png')}?preset=${preset}">` : '';
     status.textContent = src ? `Server rendering (the viewer could not start): ${preset} window.` : 'No study open.';
   };
   root.querySelectorAll('[data-preset]').forEach((b) => b.addEventListener('click', () => { preset = b.dataset.preset; show(); }));
@@ -105,12 +116,19 @@ window.__orapoViewerScript
 
 def build() -> gr.HTML:
     """The viewer; an output of every handler that opens a study (its value: `value_for`)."""
-    return gr.HTML("", html_template=_template(), css_template=CSS,
-                   js_on_load=JS_ON_LOAD.replace("__SCRIPT__", script_url()),
-                   apply_default_css=False, elem_id="orapo-viewer", container=False, padding=False)
+    return gr.HTML(
+        "",
+        html_template=_template(),
+        css_template=CSS,
+        js_on_load=JS_ON_LOAD.replace("__SCRIPT__", script_url()),
+        apply_default_css=False,
+        elem_id="orapo-viewer",
+        container=False,
+        padding=False,
+    )
 
 
 def value_for(study_id: int, image) -> str:
-    """What the viewer shows for a study: the address of its first image's pixels."""
-    return pixels_url(study_id, image.id)
-
+    """What the viewer shows: the address of the pixels of one image of a study (any of its images: the first
+    when a study opens, the one whose thumbnail the reader clicks then)."""
+    return image_pixels_url(study_id, image.id)

@@ -224,10 +224,12 @@ class StudyRepository(Repository):
         uploaded_by: int | None = None,
         status: str | Sequence[str] | None = None,
         split: str | None = None,
+        patient_pseudonym: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[StudyOverview]:
-        """A worklist, newest first: each study with its images, latest draft and latest correction."""
+        """A worklist, newest first: each study with its images, latest draft and latest correction (`patient_pseudonym`:
+        one patient's studies, for the priors)."""
         statuses = [status] if isinstance(status, str) else list(status or [])
         for s in statuses:
             _check_status(s)
@@ -239,6 +241,8 @@ class StudyRepository(Repository):
                 query = query.where(Study.status.in_(statuses))
             if split is not None:
                 query = query.where(Study.split == split)
+            if patient_pseudonym is not None:
+                query = query.where(Study.patient_pseudonym == patient_pseudonym)
             studies = list(session.scalars(query))
             ids = [s.id for s in studies]
             if not ids:

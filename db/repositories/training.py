@@ -327,7 +327,7 @@ class ModelVersionRepository(Repository):
                 session.flush()
             except IntegrityError as exc:  # another promotion won the race (SQLite has no SELECT ... FOR UPDATE)
                 raise OrapoError("promote_conflict", "Another version was promoted at the same moment; reload and try again.") from exc
-            v.reason = reason
+            v.reason = _with_reason(v.reason, reason)
             if v.round_id is not None:
                 r = session.get(TrainingRound, v.round_id)
                 if r is not None and r.status == "succeeded":
@@ -342,7 +342,7 @@ class ModelVersionRepository(Repository):
             if v.status != "candidate":
                 raise OrapoError("invalid_transition", f"Model version {version_id} is {v.status}; only a candidate can be rejected.")
             v.status = "rejected"
-            v.reason = reason
+            v.reason = _with_reason(v.reason, reason)
             if v.round_id is not None:
                 r = session.get(TrainingRound, v.round_id)
                 if r is not None and r.status == "succeeded":
@@ -359,3 +359,11 @@ class ModelVersionRepository(Repository):
         if v is None:
             raise OrapoError("version_not_found", f"There is no model version with id {version_id}.")
         return v
+
+
+def _with_reason(before: str | None, reason: str | None) -> str | None:
+    """A version's reasons, oldest first: a promotion or rollback by hand adds its reason after the gate's, never
+    over it (the versions table used to lose the gate's text when an admin gave a reason)."""
+    if not reason or reason == before:
+        return before or reason
+    return f"{before} — then: {reason}" if before else reason

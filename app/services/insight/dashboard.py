@@ -17,12 +17,22 @@ signed report does not.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-from db.records import PAIR_SOURCES, STUDY_STATUSES, CorrectionRecord, DraftRecord, StudyOverview, UserRecord
+from app.services.reading.served import drafted_by
+from db.records import (
+    PAIR_SOURCES,
+    STUDY_STATUSES,
+    CorrectionRecord,
+    DraftRecord,
+    ModelVersionRecord,
+    StudyOverview,
+    UserRecord,
+)
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -98,10 +108,11 @@ def resolve_scope(user: UserRecord, scope: str | None) -> str:
     return scope
 
 
-def dashboard_data(db: Database, user: UserRecord, *, scope: str | None = None, bucket: str = "auto",
-                   top: int | None = None) -> DashboardData:
+def dashboard_data(
+    db: Database, user: UserRecord, *, scope: str | None = None, bucket: str = "auto", top: int | None = None
+) -> DashboardData:
     """The dashboard for `user`: everyone's numbers for an administrator, a radiologist's own otherwise."""
-    from db import DraftRepository, PairRepository, StudyRepository
+    from db import DraftRepository, ModelVersionRepository, PairRepository, StudyRepository
 
     scope = resolve_scope(user, scope)
     if bucket not in BUCKETS:
@@ -109,6 +120,7 @@ def dashboard_data(db: Database, user: UserRecord, *, scope: str | None = None, 
     overviews = StudyRepository(db).list(uploaded_by=None if scope == "everyone" else user.id, limit=2**31 - 1)
     study_ids = {o.study.id for o in overviews}
     drafts_repo = DraftRepository(db)
+    model_of = model_names(ModelVersionRepository(db).list())
 
     by_status = dict.fromkeys(STUDY_STATUSES, 0)
     drafts_by_model: Counter[str] = Counter()
@@ -117,7 +129,7 @@ def dashboard_data(db: Database, user: UserRecord, *, scope: str | None = None, 
     for o in overviews:
         by_status[o.study.status] = by_status.get(o.study.status, 0) + 1
         for d in drafts_repo.for_study(o.study.id) if o.latest_draft else []:
-            drafts_by_model[_model_label(d)] += 1
+            drafts_by_model[model_of(d)] += 1
         if o.latest_correction is not None:
             corrections += o.latest_correction.version  # versions are 1..n with no gaps
             latest.append(o)
@@ -155,9 +167,29 @@ def dashboard_data(db: Database, user: UserRecord, *, scope: str | None = None, 
     )
 
 
-def _model_label(draft: DraftRecord) -> str:
-    name = (draft.sampling or {}).get("model_version") or draft.model_name
-    return f"{name} (version {draft.model_version_id})" if draft.model_version_id else name
+def model_names(versions: list[ModelVersionRecord]) -> Callable[[DraftRecord], str]:
+    """One name per model for the drafts-per-model chart and the count of models that drafted.
+
+    A version's drafts go under its name in the versions table, "round-1 (version 3)", whatever name each draft
+    stored (drafts from before the drafter stored the version's name carry the base folder's, "starter"). The
+    folder that drafted before any round (the starter) is the same model as the version a round's first run
+    recorded it as (`base-starter`, no adapter): its earlier drafts go under that version, not under a second
+    name beside it.
+    """
+    named = {v.id: f"{v.name} (version {v.id})" for v in versions}
+    recorded = {
+        PurePath(v.base_model_path).name: named[v.id]
+        for v in sorted(versions, key=lambda v: v.id, reverse=True)  # the oldest wins a folder recorded twice
+        if v.adapter_path is None and (v.config or {}).get("registered_by_round") is not None
+    }
+
+    def name(draft: DraftRecord) -> str:
+        if draft.model_version_id is not None and draft.model_version_id in named:
+            return named[draft.model_version_id]
+        label = drafted_by(draft)
+        return label if draft.model_version_id is not None else recorded.get(label, label)
+
+    return name
 
 
 def _bucket_for(times: list[datetime], bucket: str) -> str:
@@ -192,8 +224,9 @@ def stated_findings(text: str) -> set[str]:
     return {k for k, v in label_report(text or "").items() if v in STATED and k not in NOT_A_FINDING}
 
 
-def _finding_errors(latest: list[StudyOverview],
-                    drafts_repo: DraftRepository) -> tuple[int, list[FindingRate], list[FindingRate]]:
+def _finding_errors(
+    latest: list[StudyOverview], drafts_repo: DraftRepository
+) -> tuple[int, list[FindingRate], list[FindingRate]]:
     in_report: Counter[str] = Counter()
     in_draft: Counter[str] = Counter()
     missed: Counter[str] = Counter()

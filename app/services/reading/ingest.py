@@ -19,8 +19,10 @@ the duplicates they are.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -52,9 +54,33 @@ class IngestOutcome:
     message: str | None = None
     # stored, never drafted: "Study 3 is a CT (Modality CT), not a chest radiograph: stored, not drafted."
     not_drafted: str | None = None
+    added: bool = False  # another image of a study already stored (a lateral after the frontal, say)
+    images: int | None = None  # the study's images now
+
+    def summary(self) -> str:
+        """The upload's line for the reader, in Markdown: "Stored **lat.dcm**: added to study 1 (now 3 images)"."""
+        name = markdown_name(self.file)
+        if not self.ok:
+            return f"Refused **{name}**: {self.message}"
+        count = f" (now {self.images} image{'s' if self.images != 1 else ''})" if self.images else ""
+        if self.duplicate:
+            where = f"already stored in study {self.study_id}{count}"
+        elif self.added:
+            where = f"added to study {self.study_id}{count}"
+        else:
+            where = f"study {self.study_id}, new" + (f"{count}" if self.images and self.images > 1 else "")
+        return f"Stored **{name}**: {where}" + (f". {self.not_drafted}" if self.not_drafted else "")
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if v not in (None, [], False) or k == "ok"})
+
+
+def markdown_name(name: str) -> str:
+    """A file name as it was uploaded, safe inside bold Markdown: `too_big.dcm` stays `too_big.dcm` on the page
+    (its underscore escaped, not replaced by "?"), HTML is shown as text, and control characters are dropped."""
+    name = re.sub(r"[\x00-\x1f\x7f]", "", str(name))[:200]
+    name = re.sub(r"([\\`*_\[\]|~])", r"\\\1", name)
+    return html.escape(name, quote=False) or "(no name)"
 
 
 def _stage(final: Path, data: bytes) -> Path:
@@ -156,7 +182,8 @@ def _look(db: Database, settings: Settings, upload: _Upload, user: UserRecord | 
     _restore_missing_files(settings, existing, upload)
     return study.id, IngestOutcome(file=upload.name, ok=True, study_id=study.id, image_id=existing.id,
                                    duplicate=True, warnings=list(upload.image.warnings),
-                                   not_drafted=_not_drafted(study.id, study.not_drafted))
+                                   not_drafted=_not_drafted(study.id, study.not_drafted),
+                                   images=len(studies.images(study.id)))
 
 
 def _restore_missing_files(settings: Settings, existing: ImageRecord, upload: _Upload) -> None:
@@ -191,7 +218,7 @@ def _store(db: Database, upload: _Upload, study_id: int | None, staged: list[tup
                 )
             else:
                 study = studies.get(study_id)
-            study_id, reason = study.id, study.not_drafted
+            added, study_id, reason = study_id is not None, study.id, study.not_drafted
             record = studies.add_image(
                 study_id, display_path=upload.display_rel.as_posix(), dicom_path=upload.dicom_rel.as_posix(),
                 width=int(image.display.shape[1]), height=int(image.display.shape[0]),
@@ -203,6 +230,7 @@ def _store(db: Database, upload: _Upload, study_id: int | None, staged: list[tup
                 details={"image_id": record.id, "format": image.source_format, "warnings": len(image.warnings),
                          **({"not_drafted": True} if reason else {})},
             )
+            count = len(studies.images(study_id))
             for tmp, final in staged:
                 os.replace(tmp, final)
                 moved.append(final)
@@ -211,7 +239,7 @@ def _store(db: Database, upload: _Upload, study_id: int | None, staged: list[tup
             final.unlink(missing_ok=True)
         raise
     return IngestOutcome(file=upload.name, ok=True, study_id=study_id, image_id=record.id, warnings=list(image.warnings),
-                         not_drafted=_not_drafted(study_id, reason))
+                         not_drafted=_not_drafted(study_id, reason), added=added, images=count)
 
 
 def _not_drafted(study_id: int, reason: str | None) -> str | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from db.database import Database
+    from db.records import DraftRecord
     from orapo_core.config import Settings
 
 
@@ -73,3 +74,11 @@ def stored_path(settings: Settings, path: Path) -> str:
         return Path(path).resolve().relative_to(settings.resolved_data_dir).as_posix()
     except ValueError:
         return str(Path(path).resolve())
+
+
+def drafted_by(draft: DraftRecord) -> str:
+    """Who wrote a draft, as the status line and the dashboard name it: the version served when it was drafted
+    ("round-1 (version 3)"), else the model folder ("starter"); never the base folder of a version (the status
+    used to say "Draft 11 by starter" after round-1 was promoted)."""
+    name = (draft.sampling or {}).get("model_version") or draft.model_name
+    return f"{name} (version {draft.model_version_id})" if draft.model_version_id else name

@@ -18,7 +18,7 @@ from orapo_core.errors import OrapoError
 from orapo_core.facts.metrics import EvalMetrics
 
 if TYPE_CHECKING:
-    from db import Database
+    from db import Database, ModelVersionRepository
     from db.records import ModelVersionRecord
     from db.repositories.base import Actor
     from orapo_core.config import Settings
@@ -43,33 +43,72 @@ def served_version(db: Database) -> ModelVersionRecord | None:
     return ModelVersionRepository(db).promoted()
 
 
-def promote_version(db: Database, version_id: int, *, actor: Actor = None, reason: str | None = None) -> ModelVersionRecord:
+def get_version(db: Database, version_id: int) -> ModelVersionRecord:
+    """One version (`version_not_found` when there is none with this id)."""
+    from db import ModelVersionRepository
+
+    return ModelVersionRepository(db).get(version_id)
+
+
+def rollback_target(
+    db: Database, version_id: int | None = None
+) -> tuple[ModelVersionRecord, ModelVersionRecord | None]:
+    """What `rollback` would serve, and the version it would replace, refused as `rollback` refuses: for the
+    page's confirmation, which names both before anything changes."""
+    from db import ModelVersionRepository
+
+    versions = ModelVersionRepository(db)
+    current = versions.promoted()
+    return _rollback_target(versions, current, version_id), current
+
+
+def _rollback_target(
+    versions: ModelVersionRepository, current: ModelVersionRecord | None, version_id: int | None
+) -> ModelVersionRecord:
+    if version_id is None:
+        if current is None or current.parent_id is None:
+            raise OrapoError("no_rollback_target", "The served model has no earlier version; name one to roll back to.")
+        version_id = current.parent_id
+    target = versions.get(version_id)
+    if target.status == "rejected":
+        raise OrapoError(
+            "version_rejected", f"Model version {version_id} was rejected by the gate; it cannot be served."
+        )
+    if current is not None and current.id == version_id:
+        raise OrapoError("already_served", f"Model version {version_id} is already the served model.")
+    return target
+
+
+def promote_version(
+    db: Database, version_id: int, *, actor: Actor = None, reason: str | None = None
+) -> ModelVersionRecord:
     from db import ModelVersionRepository
 
     return ModelVersionRepository(db).promote(version_id, reason=reason or "promoted by hand", actor=actor)
 
 
-def rollback(db: Database, version_id: int | None = None, *, actor: Actor = None,
-             reason: str | None = None) -> ModelVersionRecord:
+def rollback(
+    db: Database, version_id: int | None = None, *, actor: Actor = None, reason: str | None = None
+) -> ModelVersionRecord:
     """Serve an earlier version again (default: the served version's parent); one action, audited as `version.rollback`."""
     from db import AuditRepository, ModelVersionRepository
 
     with db.session() as session:
         versions = ModelVersionRepository(session)
         current = versions.promoted()
-        if version_id is None:
-            if current is None or current.parent_id is None:
-                raise OrapoError("no_rollback_target", "The served model has no earlier version; name one to roll back to.")
-            version_id = current.parent_id
-        target = versions.get(version_id)
-        if target.status == "rejected":
-            raise OrapoError("version_rejected", f"Model version {version_id} was rejected by the gate; it cannot be served.")
-        if current is not None and current.id == version_id:
-            raise OrapoError("already_served", f"Model version {version_id} is already the served model.")
+        version_id = _rollback_target(versions, current, version_id).id
         promoted = versions.promote(version_id, reason=reason or "rollback", actor=actor)
-        AuditRepository(session).append("version.rollback", actor=actor, object_type="model_version", object_id=version_id,
-                                        details={"from": current.id if current else None, "to": version_id,
-                                                 **({"reason": reason} if reason else {})})
+        AuditRepository(session).append(
+            "version.rollback",
+            actor=actor,
+            object_type="model_version",
+            object_id=version_id,
+            details={
+                "from": current.id if current else None,
+                "to": version_id,
+                **({"reason": reason} if reason else {}),
+            },
+        )
         return promoted
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import platform
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -161,12 +162,23 @@ def copy_shipped_starter(out_dir: str | Path, plan: WarmStartPlan | None = None,
     if card.get("architecture") != StarterArchitecture().to_dict():
         return None
     out = Path(out_dir).expanduser()
-    staging = out.with_name(out.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(shipped_dir, staging)
-    if out.exists():
-        shutil.rmtree(out)
-    staging.rename(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # A staging folder of its own: two first requests of a new data folder may copy at once (one used to fail
+    # with FileExistsError on a shared ".partial"); whichever finishes second keeps the first one's copy.
+    staging = Path(tempfile.mkdtemp(prefix=out.name + ".partial-", dir=out.parent))
+    try:
+        shutil.copytree(shipped_dir, staging, dirs_exist_ok=True)
+        if (out / "config.json").is_file():
+            return out  # another copy finished first
+        if out.exists():
+            shutil.rmtree(out)  # a half-written folder of an interrupted copy
+        try:
+            staging.rename(out)
+        except OSError:
+            if not (out / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return out
 
 
