@@ -25,12 +25,13 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/orapo serve
 
-# The linters, first in `make test`: ruff's checks (pycodestyle, pyflakes, import order, bugbear, pyupgrade) over
-# the checkout, then mypy over the engine and the services (orapo_core/, app/services/: every function annotated).
-# Configured in pyproject.toml ([tool.ruff], [tool.mypy]); each must report nothing. `make format-check` is ruff's
-# format check, not yet part of `lint`: the checkout is not formatted yet (issue 43; docs/pages/developer.md).
+# The linters, first in `make test`: ruff's checks (pycodestyle, pyflakes, import order, bugbear, pyupgrade) and
+# its format check over the checkout, then mypy over the engine and the services (orapo_core/, app/services/: every
+# function annotated). Configured in pyproject.toml ([tool.ruff], [tool.mypy]); each must report nothing.
+# `.venv/bin/ruff format .` formats the checkout (docs/pages/developer.md, Linters).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 format-check: $(STAMP)

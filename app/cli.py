@@ -49,7 +49,9 @@ def _load(name: str):
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="orapo", description="OraPO: chest X-ray report drafting, FactS and training rounds.")
+    parser = argparse.ArgumentParser(
+        prog="orapo", description="OraPO: chest X-ray report drafting, FactS and training rounds."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in SUBCOMMANDS.items():
         # Only the named subcommand's module is imported when one is given, so

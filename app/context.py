@@ -37,5 +37,6 @@ class AppContext:
     def user(self, request: gr.Request | None, *, role: str | None = None, allow_password_change: bool = False):
         from app.services.accounts.auth import signed_in
 
-        return signed_in(self.database, getattr(request, "username", None), role=role,
-                         allow_password_change=allow_password_change)
+        return signed_in(
+            self.database, getattr(request, "username", None), role=role, allow_password_change=allow_password_change
+        )

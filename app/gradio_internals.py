@@ -40,8 +40,14 @@ PINNED_GRADIO = "6.31.0"
 STARTUP_EVENTS_PATH = "/gradio_api/startup-events"  # launch() calls it, unauthenticated, to start the queue
 DEEP_LINK_PATH = "/gradio_api/deep_link"  # a snapshot of a tab's state by its session hash
 TOKEN_PATHS = frozenset({"/gradio_api/token", "/gradio_api/token/"})  # hands the HttpOnly session token to scripts
-UPLOAD_PATHS = frozenset({"/gradio_api/upload", "/gradio_api/component_server", "/gradio_api/component_server/",
-                          "/gradio_api/process_recording"})
+UPLOAD_PATHS = frozenset(
+    {
+        "/gradio_api/upload",
+        "/gradio_api/component_server",
+        "/gradio_api/component_server/",
+        "/gradio_api/process_recording",
+    }
+)
 
 _CONTEXT = "orapo_context"  # the attributes `attach_context` puts on the Blocks
 _WARM_MODEL = "orapo_warm_model"
@@ -193,5 +199,8 @@ def api_names_under(blocks, containers) -> set[str]:
             block = getattr(block, "parent", None)
         return False
 
-    return {str(fn.api_name) for fn in blocks.fns.values()
-            if fn.api_name and fn.targets and all(within(target[0]) for target in fn.targets)}
+    return {
+        str(fn.api_name)
+        for fn in blocks.fns.values()
+        if fn.api_name and fn.targets and all(within(target[0]) for target in fn.targets)
+    }

@@ -29,8 +29,11 @@ from orapo_core.errors import OrapoError, log_line
 
 log = logging.getLogger("orapo.app")
 SCRIPT_CALLERS = frozenset({"api", "mcp"})  # what gradio_client and Gradio's MCP bridge send in x-gradio-user
-UNEXPECTED = ("Unexpected error", "This action stopped on an unexpected error and may not have finished; what the "
-                                  "page shows is unchanged. Try again, and tell an administrator if it happens again.")
+UNEXPECTED = (
+    "Unexpected error",
+    "This action stopped on an unexpected error and may not have finished; what the "
+    "page shows is unchanged. Try again, and tell an administrator if it happens again.",
+)
 
 
 def title_of(exc: OrapoError) -> str:

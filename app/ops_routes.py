@@ -41,8 +41,11 @@ def routes(settings, database) -> list[Route]:
     async def metrics(request: Request) -> Response:
         username = request.scope.get(SESSION_USER)
         if not username or not await run_in_threadpool(is_admin, database, username):
-            return JSONResponse({"detail": {"error": "forbidden", "message": "The metrics are for administrators."}},
-                                status_code=403, headers=NO_STORE)
+            return JSONResponse(
+                {"detail": {"error": "forbidden", "message": "The metrics are for administrators."}},
+                status_code=403,
+                headers=NO_STORE,
+            )
         app_metrics = getattr(context(request), "metrics", None)
         if app_metrics is None:
             return JSONResponse({"detail": "Not found"}, status_code=404, headers=NO_STORE)

@@ -137,6 +137,7 @@ UPLOAD_FILTER = """
 def head(*, max_upload_mb: int, file_types: tuple[str, ...]) -> str:
     """What `gr.Blocks(head=...)` gets (the unsaved-changes guard is `EARLY_HEAD`, put in by the middleware); the
     drop zone's filter knows the upload limit and the accepted types."""
-    upload = (UPLOAD_FILTER.replace("__TYPES__", json.dumps([t.lower() for t in file_types]))
-              .replace("__MAX_BYTES__", str(int(max_upload_mb) * 1024 * 1024)))
+    upload = UPLOAD_FILTER.replace("__TYPES__", json.dumps([t.lower() for t in file_types])).replace(
+        "__MAX_BYTES__", str(int(max_upload_mb) * 1024 * 1024)
+    )
     return upload

@@ -26,22 +26,74 @@ DEFAULT_MAX_RESIDENT_MODELS = 2
 class WebSettings(Settings):
     """`Settings` plus what only the app and its database read (the env variable names are unchanged)."""
 
-    database_url: str | None = Field(default=None, description="Any SQLAlchemy URL, e.g. `postgresql+psycopg://user:pw@host/db` to scale out; default the SQLite file in the data folder.")
+    database_url: str | None = Field(
+        default=None,
+        description="Any SQLAlchemy URL, e.g. `postgresql+psycopg://user:pw@host/db` to scale out; default the SQLite file in the data folder.",
+    )
     host: str = Field(default="127.0.0.1", description="Address `orapo serve` binds to.")
     port: int = Field(default=7860, description="Port `orapo serve` listens on.")
-    max_upload_mb: int = Field(default=100, ge=1, description="An uploaded file larger than this many MiB is refused (`file_too_large`), by the page before it is sent and by the server.")
-    public_url: str | None = Field(default=None, description="The address users open the app at when a proxy serves it (e.g. https://orapo.example-hospital.org); a request that changes state must come from this origin. Unset: the host and port the request was sent to.")
-    session_idle_min: float = Field(default=30.0, gt=0, description="A session that made no request of its own (a click, an upload, a page load; not the page's heartbeat) for this many minutes ends: the next request signs it out.")
-    session_max_h: float = Field(default=12.0, gt=0, description="A session ends this many hours after its sign-in, however active.")
-    trusted_proxies: str = Field(default="", description="Comma-separated addresses of the reverse proxies whose X-Forwarded-For and X-Forwarded-Proto the server believes (e.g. 127.0.0.1 for nginx on the same host). Empty: none, so no caller can choose the address the sign-in limits count.")
-    max_upload_inflight_mb: int = Field(default=200, ge=1, description="The most MiB one user's uploads may hold in the upload cache before upload events store them; a larger upload is refused (upload_quota).")
-    upload_ttl_min: float = Field(default=10.0, gt=0, description="An upload that no upload event stored within this many minutes is deleted from the upload cache.")
-    secure_cookies: bool = Field(default=False, description="Mark the session cookie Secure and send HSTS; set it when a TLS proxy serves the app over HTTPS (a request that arrives as https, or with `X-Forwarded-Proto: https` from a proxy in ORAPO_TRUSTED_PROXIES, gets both anyway).")
-    leader_lease_s: float = Field(default=15.0, ge=1.0, description="Several servers on one database: the one holding the leader lease runs scheduled rounds, recovery and sweeps; another takes over at most this long plus a third of it after the leader dies (app.services.operations.leader).")
-    round_check_s: float = Field(default=60.0, gt=0, description="How often the leading server checks the corrections threshold, picks up schedule changes saved elsewhere and fails rounds whose server is gone.")
-    draft_wait_ms: float = Field(default=20.0, ge=0, le=5000, description="How long a draft asked while the model is idle waits for other readers' drafts to prefill with it (a draft asked while others decode joins them at the next step anyway).")
-    max_resident_models: int = Field(default=DEFAULT_MAX_RESIDENT_MODELS, ge=1, description="How many models (base + adapter) the web process keeps loaded: the served one and the most recently used others, so a rollback to the previous version drafts at once; the least recently used is unloaded once its drafts in flight finish. Versions on one base folder (the baseline and a round's LoRA candidate) share one copy of the base, each adapter loaded on it by name.")
-    metrics_port: int | None = Field(default=None, ge=1, le=65535, description="Also serve the Prometheus metrics on this port of 127.0.0.1 only (no session needed), for a Prometheus or an agent on the same host; unset: only at `/metrics`, for administrators signed in.")
+    max_upload_mb: int = Field(
+        default=100,
+        ge=1,
+        description="An uploaded file larger than this many MiB is refused (`file_too_large`), by the page before it is sent and by the server.",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="The address users open the app at when a proxy serves it (e.g. https://orapo.example-hospital.org); a request that changes state must come from this origin. Unset: the host and port the request was sent to.",
+    )
+    session_idle_min: float = Field(
+        default=30.0,
+        gt=0,
+        description="A session that made no request of its own (a click, an upload, a page load; not the page's heartbeat) for this many minutes ends: the next request signs it out.",
+    )
+    session_max_h: float = Field(
+        default=12.0, gt=0, description="A session ends this many hours after its sign-in, however active."
+    )
+    trusted_proxies: str = Field(
+        default="",
+        description="Comma-separated addresses of the reverse proxies whose X-Forwarded-For and X-Forwarded-Proto the server believes (e.g. 127.0.0.1 for nginx on the same host). Empty: none, so no caller can choose the address the sign-in limits count.",
+    )
+    max_upload_inflight_mb: int = Field(
+        default=200,
+        ge=1,
+        description="The most MiB one user's uploads may hold in the upload cache before upload events store them; a larger upload is refused (upload_quota).",
+    )
+    upload_ttl_min: float = Field(
+        default=10.0,
+        gt=0,
+        description="An upload that no upload event stored within this many minutes is deleted from the upload cache.",
+    )
+    secure_cookies: bool = Field(
+        default=False,
+        description="Mark the session cookie Secure and send HSTS; set it when a TLS proxy serves the app over HTTPS (a request that arrives as https, or with `X-Forwarded-Proto: https` from a proxy in ORAPO_TRUSTED_PROXIES, gets both anyway).",
+    )
+    leader_lease_s: float = Field(
+        default=15.0,
+        ge=1.0,
+        description="Several servers on one database: the one holding the leader lease runs scheduled rounds, recovery and sweeps; another takes over at most this long plus a third of it after the leader dies (app.services.operations.leader).",
+    )
+    round_check_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often the leading server checks the corrections threshold, picks up schedule changes saved elsewhere and fails rounds whose server is gone.",
+    )
+    draft_wait_ms: float = Field(
+        default=20.0,
+        ge=0,
+        le=5000,
+        description="How long a draft asked while the model is idle waits for other readers' drafts to prefill with it (a draft asked while others decode joins them at the next step anyway).",
+    )
+    max_resident_models: int = Field(
+        default=DEFAULT_MAX_RESIDENT_MODELS,
+        ge=1,
+        description="How many models (base + adapter) the web process keeps loaded: the served one and the most recently used others, so a rollback to the previous version drafts at once; the least recently used is unloaded once its drafts in flight finish. Versions on one base folder (the baseline and a round's LoRA candidate) share one copy of the base, each adapter loaded on it by name.",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Also serve the Prometheus metrics on this port of 127.0.0.1 only (no session needed), for a Prometheus or an agent on the same host; unset: only at `/metrics`, for administrators signed in.",
+    )
 
     @property
     def sqlalchemy_url(self) -> str:

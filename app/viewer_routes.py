@@ -25,8 +25,16 @@ from orapo_core.errors import OrapoError
 PREFIX = "/orapo/viewer"
 STATIC_DIR = Path(__file__).parent / "static" / "viewer"
 ASSETS = ("orapo-viewer.js", "THIRD_PARTY_LICENSES.txt")  # what `make viewer` writes; nothing else is served
-STATUS = {"forbidden": 403, "study_not_found": 404, "image_not_found": 404, "image_missing": 404,
-          "unknown_preset": 404, "not_signed_in": 401, "user_disabled": 403, "password_change_required": 403}
+STATUS = {
+    "forbidden": 403,
+    "study_not_found": 404,
+    "image_not_found": 404,
+    "image_missing": 404,
+    "unknown_preset": 404,
+    "not_signed_in": 401,
+    "user_disabled": 403,
+    "password_change_required": 403,
+}
 
 
 @lru_cache(maxsize=1)
@@ -53,8 +61,11 @@ def routes(settings, database) -> list[Route]:
     from app.services.reading import viewer
 
     def refused(exc: OrapoError) -> JSONResponse:
-        return JSONResponse({"detail": {"error": exc.code, "message": exc.message}},
-                            status_code=STATUS.get(exc.code, 400), headers={"Cache-Control": "no-store"})
+        return JSONResponse(
+            {"detail": {"error": exc.code, "message": exc.message}},
+            status_code=STATUS.get(exc.code, 400),
+            headers={"Cache-Control": "no-store"},
+        )
 
     def reader(request: Request):
         return signed_in(database, request.scope.get(SESSION_USER))
@@ -65,19 +76,23 @@ def routes(settings, database) -> list[Route]:
 
         def load():
             return viewer.viewer_image(database, settings, reader(request), request.path_params["study_id"], image_id)
+
         try:
             image = await run_in_threadpool(load)
         except OrapoError as exc:
             return refused(exc)
-        return Response(image.pixels, media_type="application/octet-stream",
-                        headers={"X-Orapo-Image": json.dumps(image.header, separators=(",", ":")),
-                                 "Cache-Control": "no-store"})
+        return Response(
+            image.pixels,
+            media_type="application/octet-stream",
+            headers={"X-Orapo-Image": json.dumps(image.header, separators=(",", ":")), "Cache-Control": "no-store"},
+        )
 
     async def fallback(request: Request) -> Response:
         preset = request.query_params.get("preset", "default")
 
         def render():
             return viewer.fallback_png(database, settings, reader(request), request.path_params["study_id"], preset)
+
         try:
             png = await run_in_threadpool(render)
         except OrapoError as exc:

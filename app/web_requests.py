@@ -106,8 +106,11 @@ def _origin_key(url: str) -> tuple[str, str, int] | None:
     scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
     if scheme not in _DEFAULT_PORTS or not host:
         return None
-    return ("https" if scheme == "wss" else "http" if scheme == "ws" else scheme, host,
-            port if port is not None else _DEFAULT_PORTS[scheme])
+    return (
+        "https" if scheme == "wss" else "http" if scheme == "ws" else scheme,
+        host,
+        port if port is not None else _DEFAULT_PORTS[scheme],
+    )
 
 
 def own_origin(origin: str, scope, public_url: str | None) -> bool:
@@ -273,8 +276,11 @@ def api_info_for(info, keep: Callable[[str], bool]):
     if not isinstance(info, dict):
         return info
     named = info.get("named_endpoints")
-    return {**info, "named_endpoints": {k: v for k, v in (named or {}).items() if keep(str(k))},
-            "unnamed_endpoints": {}}
+    return {
+        **info,
+        "named_endpoints": {k: v for k, v in (named or {}).items() if keep(str(k))},
+        "unnamed_endpoints": {},
+    }
 
 
 def with_api_info(send, keep: Callable[[str], bool]):

@@ -32,8 +32,9 @@ async def sign_in(scope, receive, send, ctx, secure: bool) -> None:
         await JSONResponse({"detail": "Sign-in is not available."}, status_code=503)(scope, receive, send)
         return
     if cross_site(scope):
-        await JSONResponse({"detail": "A sign-in posted from another site is refused."},
-                           status_code=403)(scope, receive, send)
+        await JSONResponse({"detail": "A sign-in posted from another site is refused."}, status_code=403)(
+            scope, receive, send
+        )
         return
     request = Request(scope, receive)
     if int(request.headers.get("content-length") or 0) > MAX_SIGN_IN_BODY:
@@ -51,8 +52,9 @@ async def sign_in(scope, receive, send, ctx, secure: bool) -> None:
     address = client_address(scope)
     result = await guard.sign_in(username, password, address)
     if result.outcome == "locked":
-        response: Response = JSONResponse({"detail": result.message}, status_code=429,
-                                          headers={"Retry-After": str(result.retry_after_s)})
+        response: Response = JSONResponse(
+            {"detail": result.message}, status_code=429, headers={"Retry-After": str(result.retry_after_s)}
+        )
     elif not result.ok:
         response = JSONResponse({"detail": "Incorrect credentials."}, status_code=400)
     else:
@@ -60,9 +62,11 @@ async def sign_in(scope, receive, send, ctx, secure: bool) -> None:
         gradio_internals.grant_token(app, token, result.username)
         response = JSONResponse({"success": True})
         secure_name, plain_name = gradio_internals.cookie_names(app)
-        response.set_cookie(secure_name if secure else plain_name, token, httponly=True, samesite="lax",
-                            secure=secure, path="/")
+        response.set_cookie(
+            secure_name if secure else plain_name, token, httponly=True, samesite="lax", secure=secure, path="/"
+        )
     await response(scope, receive, send)
+
 
 async def sign_out(scope, receive, send, ctx, database) -> None:
     """Answer `/logout`: only a request from the app's own page ends the sessions of its user."""
@@ -71,8 +75,9 @@ async def sign_out(scope, receive, send, ctx, database) -> None:
     # A link in the page (GET) must show that it came from the app itself; a POST must not come from elsewhere.
     allowed = same_origin(scope) if scope.get("method") in ("GET", "HEAD") else not cross_site(scope)
     if not allowed:
-        await JSONResponse({"detail": "A sign-out requested by another site is refused."},
-                           status_code=403)(scope, receive, send)
+        await JSONResponse({"detail": "A sign-out requested by another site is refused."}, status_code=403)(
+            scope, receive, send
+        )
         return
     app, book = scope.get("app"), getattr(ctx, "sessions", None)
     token = _token(scope)
@@ -89,6 +94,7 @@ async def sign_out(scope, receive, send, ctx, database) -> None:
         response.delete_cookie(name, path="/")
     await response(scope, receive, send)
 
+
 def _audit_sign_out(database, session, address: str, ended: int) -> None:
     from db import AuditRepository, UserRepository
     from orapo_core.errors import OrapoError
@@ -97,6 +103,10 @@ def _audit_sign_out(database, session, address: str, ended: int) -> None:
         actor: Any = UserRepository(database).get_by_username(session.username)
     except OrapoError:
         actor = session.username
-    AuditRepository(database).append("auth.sign_out", actor=actor, object_type="user",
-                                          object_id=getattr(actor, "id", None),
-                                          details={"address": address, "sessions_ended": ended})
+    AuditRepository(database).append(
+        "auth.sign_out",
+        actor=actor,
+        object_type="user",
+        object_id=getattr(actor, "id", None),
+        details={"address": address, "sessions_ended": ended},
+    )

@@ -53,14 +53,38 @@ DEFAULT_RECIPE = ROOT / "orapo_core" / "train" / "recipes" / "round-cpu.yaml"
 RARE_FINDINGS = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
 #: The numbers results.json keeps per run and averages per method: `EvalMetrics` keys, and the rare findings' own
 #: (`evaluate`). They are the keys of every recorded results.json, so they are written out here as stored.
-REPORTED = ("macro_f1_14", "macro_precision_14", "macro_recall_14", "micro_f1_14", "rare_f1", "rare_precision",
-            "rare_recall", "facts_reward_mean", "mean_report_length")
+REPORTED = (
+    "macro_f1_14",
+    "macro_precision_14",
+    "macro_recall_14",
+    "micro_f1_14",
+    "rare_f1",
+    "rare_precision",
+    "rare_recall",
+    "facts_reward_mean",
+    "mean_report_length",
+)
 PER_CLASS = "f1_per_class"  # results.json's per-class F1 of a run and of a method, `EvalMetrics.f1_per_class`
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
 # The recipe settings a reader of the results needs to know (the rest is in each run's orapo_recipe.json).
-RECIPE_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_completion_length",
-               "temperature", "learning_rate", "lr_scheduler_type", "use_peft", "lora_r", "lora_alpha",
-               "zero_reward_threshold", "dpo_weight_min", "dpo_weight_max", "dpo_beta", "beta", "max_steps")
+RECIPE_KEYS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_generations",
+    "max_completion_length",
+    "temperature",
+    "learning_rate",
+    "lr_scheduler_type",
+    "use_peft",
+    "lora_r",
+    "lora_alpha",
+    "zero_reward_threshold",
+    "dpo_weight_min",
+    "dpo_weight_max",
+    "dpo_beta",
+    "beta",
+    "max_steps",
+)
 
 
 @dataclass(frozen=True)
@@ -88,10 +112,22 @@ METHODS: dict[str, Method] = {
         # GRPO on the corrected pool OraPO (below) trains on, at the same budget: its round fits the same finding
         # checks from the same rows (train_round fits them whatever the oracle mode), so the two differ only by the
         # oracle term
-        Method("grpo_corrected", "GRPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "none", 1000,
-               corrections=True),
-        Method("orapo_corrected", "OraPO + FactS, drafts corrected as in rounds (1,000 studies)", "facts", "dpo", 1000,
-               corrections=True),
+        Method(
+            "grpo_corrected",
+            "GRPO + FactS, drafts corrected as in rounds (1,000 studies)",
+            "facts",
+            "none",
+            1000,
+            corrections=True,
+        ),
+        Method(
+            "orapo_corrected",
+            "OraPO + FactS, drafts corrected as in rounds (1,000 studies)",
+            "facts",
+            "dpo",
+            1000,
+            corrections=True,
+        ),
     )
 }
 
@@ -148,25 +184,40 @@ def quick_plan(plan: AblationPlan) -> AblationPlan:
     starter does not report, in the clinic's setting (the corrections of one missed finding), in about 15 minutes.
     With FactS's form guard on for both: without it GRPO alone games FactS with degenerate text
     (docs/pages/research/learning.md, "With the form guard")."""
-    return replace(plan, methods=("starter", "grpo_facts", "orapo_1000"), seeds=plan.seeds[:1], steps=150,
-                   checkpoints=2, n_eval=120, n_eval_curve=None, pool_studies=800, eval_max_new_tokens=112,
-                   prevalence=plan.prevalence or dict(QUICK_PREVALENCE),
-                   overrides={"max_completion_length": 80, "facts_form_guard": True, **plan.overrides})
+    return replace(
+        plan,
+        methods=("starter", "grpo_facts", "orapo_1000"),
+        seeds=plan.seeds[:1],
+        steps=150,
+        checkpoints=2,
+        n_eval=120,
+        n_eval_curve=None,
+        pool_studies=800,
+        eval_max_new_tokens=112,
+        prevalence=plan.prevalence or dict(QUICK_PREVALENCE),
+        overrides={"max_completion_length": 80, "facts_form_guard": True, **plan.overrides},
+    )
 
 
 # --------------------------------------------------------------------------- data
 
 
-def phantom_split(folder: Path, n: int, seed: int, size: int, conspicuity: str | None = None,
-                  prevalence: dict | None = None) -> tuple[Path, list]:
+def phantom_split(
+    folder: Path, n: int, seed: int, size: int, conspicuity: str | None = None, prevalence: dict | None = None
+) -> tuple[Path, list]:
     """`n` PhantomCXR studies from generator `seed` (written once, reused while seed, n, size, conspicuity and
     prevalence overrides match): CSV, records."""
     from orapo_core.data.phantom import write_dataset
     from orapo_core.train.dataset import load_training_records
 
     stamp = folder / "ablation_split.json"
-    wanted = {"n": n, "seed": seed, "size": size, **({"conspicuity": conspicuity} if conspicuity else {}),
-              **({"prevalence": dict(sorted(prevalence.items()))} if prevalence else {})}
+    wanted = {
+        "n": n,
+        "seed": seed,
+        "size": size,
+        **({"conspicuity": conspicuity} if conspicuity else {}),
+        **({"prevalence": dict(sorted(prevalence.items()))} if prevalence else {}),
+    }
     if not (stamp.is_file() and json.loads(stamp.read_text()) == wanted):
         write_dataset(folder, n, seed=seed, size=size, conspicuity=conspicuity, prevalence=prevalence or None)
         stamp.write_text(json.dumps(wanted))
@@ -178,8 +229,9 @@ def phantom_split(folder: Path, n: int, seed: int, size: int, conspicuity: str |
 CORRECTED_CSV = "corrected-by-starter.csv"  # beside the pool's own CSV, so its relative image paths still resolve
 
 
-def corrected_pool(pool_csv: Path, records: Sequence, drafter, *, threshold: float, batch: int = 32,
-                   max_new_tokens: int = 128) -> tuple[Path, dict]:
+def corrected_pool(
+    pool_csv: Path, records: Sequence, drafter, *, threshold: float, batch: int = 32, max_new_tokens: int = 128
+) -> tuple[Path, dict]:
     """The pool as the app's readers would leave it: every study drafted once, greedily, by the starting model, and
     each draft whose FactS against the study's labels is below `threshold` (the recipe's zero_reward_threshold,
     what a round counts as a failure) corrected to the reference report. The CSV is the pool's with the columns a
@@ -193,15 +245,23 @@ def corrected_pool(pool_csv: Path, records: Sequence, drafter, *, threshold: flo
 
     out = pool_csv.with_name(CORRECTED_CSV)
     stamp = out.with_suffix(".json")
-    wanted = {"model": str(drafter.loaded.model_dir), "threshold": threshold, "max_new_tokens": max_new_tokens,
-              "studies": len(records)}
+    wanted = {
+        "model": str(drafter.loaded.model_dir),
+        "threshold": threshold,
+        "max_new_tokens": max_new_tokens,
+        "studies": len(records),
+    }
     if out.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("wanted") == wanted:
         return out, json.loads(stamp.read_text())["summary"]
     result = evaluate_drafter(drafter, records, batch_size=batch, max_new_tokens=max_new_tokens)
     pairs = {}
     added = dict.fromkeys(RARE_FINDINGS, 0)
     for record, row in zip(records, result.predictions, strict=True):
-        if row["facts_score"] is not None and row["facts_score"] < threshold and row["draft"].strip() != record.report.strip():
+        if (
+            row["facts_score"] is not None
+            and row["facts_score"] < threshold
+            and row["draft"].strip() != record.report.strip()
+        ):
             pairs[record.study_id] = (record.report, row["draft"])
             chosen = label_report(record.report)
             for name in RARE_FINDINGS:
@@ -217,8 +277,12 @@ def corrected_pool(pool_csv: Path, records: Sequence, drafter, *, threshold: flo
         for row in rows:
             chosen, rejected = pairs.get(row["id"], ("", ""))
             writer.writerow({**row, "clinician_chosen": chosen, "clinician_rejected": rejected})
-    summary = {"studies": len(records), "corrected": len(pairs), "rare_findings_added": added,
-               "draft_seconds": result.metrics.seconds}
+    summary = {
+        "studies": len(records),
+        "corrected": len(pairs),
+        "rare_findings_added": added,
+        "draft_seconds": result.metrics.seconds,
+    }
     stamp.write_text(json.dumps({"wanted": wanted, "summary": summary}, indent=2))
     return out, summary
 
@@ -244,18 +308,26 @@ def evaluate(drafter, held_out: HeldOut, *, n: int | None = None, batch: int = 3
     from orapo_core.models.evaluate import evaluate_drafter
 
     n = len(held_out.records) if n is None else min(n, len(held_out.records))
-    result = evaluate_drafter(drafter, held_out.records[:n], images=held_out.images[:n], batch_size=batch,
-                              max_new_tokens=max_new_tokens)
+    result = evaluate_drafter(
+        drafter, held_out.records[:n], images=held_out.images[:n], batch_size=batch, max_new_tokens=max_new_tokens
+    )
     # the rare findings' macro values: over "all the observations given", here the four
-    rare = clinical_efficacy([p["labels"] for p in result.predictions], [p["reference"] for p in result.predictions],
-                             observations=RARE_FINDINGS)
-    return {**result.metrics.to_dict(),
-            "rare_f1": rare.macro_f1_14, "rare_precision": rare.macro_precision_14, "rare_recall": rare.macro_recall_14,
-            "example_draft": result.predictions[0]["draft"] if result.predictions else "",
-            # per study, which of the 14 the draft and the reference call positive: for paired comparisons
-            # (paired_delta)
-            "positives": [positives_of(p["labels"]) for p in result.predictions],
-            "reference_positives": [positives_of(p["reference"]) for p in result.predictions]}
+    rare = clinical_efficacy(
+        [p["labels"] for p in result.predictions],
+        [p["reference"] for p in result.predictions],
+        observations=RARE_FINDINGS,
+    )
+    return {
+        **result.metrics.to_dict(),
+        "rare_f1": rare.macro_f1_14,
+        "rare_precision": rare.macro_precision_14,
+        "rare_recall": rare.macro_recall_14,
+        "example_draft": result.predictions[0]["draft"] if result.predictions else "",
+        # per study, which of the 14 the draft and the reference call positive: for paired comparisons
+        # (paired_delta)
+        "positives": [positives_of(p["labels"]) for p in result.predictions],
+        "reference_positives": [positives_of(p["reference"]) for p in result.predictions],
+    }
 
 
 def positives_of(labels: dict) -> str:
@@ -299,8 +371,15 @@ def observation_columns(observations: Sequence[str]) -> list[int]:
     return [list(CHEXPERT_14).index(name) for name in observations]
 
 
-def paired_delta(runs: Sequence[Sequence[str]], baselines: Sequence[Sequence[str]], reference: Sequence[str], *,
-                 observations: Sequence[str] | None = None, resamples: int = 1000, seed: int = 0) -> dict:
+def paired_delta(
+    runs: Sequence[Sequence[str]],
+    baselines: Sequence[Sequence[str]],
+    reference: Sequence[str],
+    *,
+    observations: Sequence[str] | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict:
     """A method's macro-F1 minus a baseline's on the same held-out studies, each averaged over its seeds' runs, with
     a 95 % interval from resampling the studies (the same resample for every run of both): the held-out set's own
     noise, which the seed std does not show. `baselines` is the baseline's runs: the starting model's one, or
@@ -314,13 +393,20 @@ def paired_delta(runs: Sequence[Sequence[str]], baselines: Sequence[Sequence[str
     n = len(ref)
 
     def delta(index) -> float:
-        return (statistics.fmean(_macro_f1_of(p, ref, index, columns) for p in preds)
-                - statistics.fmean(_macro_f1_of(b, ref, index, columns) for b in bases))
+        return statistics.fmean(_macro_f1_of(p, ref, index, columns) for p in preds) - statistics.fmean(
+            _macro_f1_of(b, ref, index, columns) for b in bases
+        )
 
     rng = np.random.default_rng(seed)
     draws = sorted(delta(rng.integers(0, n, n)) for _ in range(resamples))
-    return {"delta": delta(np.arange(n)), "low": draws[int(0.025 * resamples)],
-            "high": draws[int(0.975 * resamples) - 1], "studies": n, "runs": len(runs), "baseline_runs": len(bases)}
+    return {
+        "delta": delta(np.arange(n)),
+        "low": draws[int(0.025 * resamples)],
+        "high": draws[int(0.975 * resamples) - 1],
+        "studies": n,
+        "runs": len(runs),
+        "baseline_runs": len(bases),
+    }
 
 
 def drafter_for(model, processor, model_dir: str | Path):
@@ -329,8 +415,16 @@ def drafter_for(model, processor, model_dir: str | Path):
     from orapo_core.models.loading import LoadedModel
 
     parameter = next(model.parameters())
-    return Drafter(LoadedModel(model=model, processor=processor, model_dir=Path(model_dir), adapter_dir=None,
-                               device=str(parameter.device), dtype=parameter.dtype))
+    return Drafter(
+        LoadedModel(
+            model=model,
+            processor=processor,
+            model_dir=Path(model_dir),
+            adapter_dir=None,
+            device=str(parameter.device),
+            dtype=parameter.dtype,
+        )
+    )
 
 
 def oracle_logp(model, processor, images: Sequence, oracles: Sequence[str], *, batch: int = 8) -> float:
@@ -350,8 +444,10 @@ def oracle_logp(model, processor, images: Sequence, oracles: Sequence[str], *, b
     try:
         for start in range(0, len(oracles), batch):
             pictures = [to_rgb_image(x) for x in images[start : start + batch]]
-            answers = [tokenizer(text, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
-                       for text in oracles[start : start + batch]]
+            answers = [
+                tokenizer(text, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+                for text in oracles[start : start + batch]
+            ]
             token, _, mask = answer_token_logps(model, processor, pictures, answers)
             values += ((token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()
     finally:
@@ -371,11 +467,18 @@ def method_recipe(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pa
     if plan.learning_rate is not None:
         settings["learning_rate"] = plan.learning_rate
     settings.update(
-        model_name_or_path=model_dir, train_csv=str(pool_csv), dataset_kind="phantom",
-        max_studies=method.train_studies, class_balanced=True, selection_seed=0,
+        model_name_or_path=model_dir,
+        train_csv=str(pool_csv),
+        dataset_kind="phantom",
+        max_studies=method.train_studies,
+        class_balanced=True,
+        selection_seed=0,
         reward_name=trained_reward(plan, method),
-        oracle_mode=method.oracle_mode, output_dir=str(run_dir),
-        save_strategy="no", logging_steps=1, report_to="none",
+        oracle_mode=method.oracle_mode,
+        output_dir=str(run_dir),
+        save_strategy="no",
+        logging_steps=1,
+        report_to="none",
     )
     if method.oracle_mode != "dpo":
         settings["use_clinician_pairs"] = False
@@ -395,8 +498,17 @@ def method_label(plan: AblationPlan, method: Method) -> str:
     return method.label if reward == method.reward_name else method.label.replace("FactS", f"`{reward}`")
 
 
-def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Path, pool_size: int, model_dir: str,
-                 held_out: HeldOut, log: Callable[[str], None] = print) -> dict:
+def train_method(
+    plan: AblationPlan,
+    method: Method,
+    seed: int,
+    *,
+    pool_csv: Path,
+    pool_size: int,
+    model_dir: str,
+    held_out: HeldOut,
+    log: Callable[[str], None] = print,
+) -> dict:
     """Train one method with one seed through `train_round`; evaluate at the plan's checkpoints; return its record."""
     import shutil
 
@@ -406,8 +518,9 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
 
     run_dir = Path(plan.out_dir) / "runs" / method.name / f"seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    script_args, training_args, model_args = method_recipe(plan, method, seed, pool_csv=pool_csv, model_dir=model_dir,
-                                                           run_dir=run_dir)
+    script_args, training_args, model_args = method_recipe(
+        plan, method, seed, pool_csv=pool_csv, model_dir=model_dir, run_dir=run_dir
+    )
     per_step = training_args.studies_per_step
     checkpoints = plan.checkpoint_steps()
     probe = held_out.records[: plan.probe_studies]
@@ -419,22 +532,34 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
 
     class Checkpoints(TrainerCallback):
         def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
-            likelihood.append({"step": 0, "oracle_logp": oracle_logp(model, processing_class, probe_images, probe_oracles)})
+            likelihood.append(
+                {"step": 0, "oracle_logp": oracle_logp(model, processing_class, probe_images, probe_oracles)}
+            )
 
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
             step = state.global_step
-            likelihood.append({"step": step, "oracle_logp": oracle_logp(model, processing_class, probe_images, probe_oracles)})
+            likelihood.append(
+                {"step": step, "oracle_logp": oracle_logp(model, processing_class, probe_images, probe_oracles)}
+            )
             if step not in checkpoints:
                 return
             last = step == plan.steps
             n = plan.n_eval if last else (plan.n_eval_curve or plan.n_eval)
-            metrics = evaluate(drafter_for(model, processing_class, model_dir), held_out, n=n, batch=plan.eval_batch,
-                               max_new_tokens=plan.eval_max_new_tokens)
-            curve.append({"step": step, "studies_seen": step * per_step, "n_eval": n,
-                          **{k: metrics.get(k) for k in REPORTED}})
+            metrics = evaluate(
+                drafter_for(model, processing_class, model_dir),
+                held_out,
+                n=n,
+                batch=plan.eval_batch,
+                max_new_tokens=plan.eval_max_new_tokens,
+            )
+            curve.append(
+                {"step": step, "studies_seen": step * per_step, "n_eval": n, **{k: metrics.get(k) for k in REPORTED}}
+            )
             scores = EvalMetrics.from_dict(metrics)
-            log(f"  {method.name} seed {seed} step {step}: macro-F1 {scores.macro_f1_14:.3f}, "
-                f"oracle log-prob {likelihood[-1]['oracle_logp']:.3f} (n={n}, {scores.seconds:.0f}s)")
+            log(
+                f"  {method.name} seed {seed} step {step}: macro-F1 {scores.macro_f1_14:.3f}, "
+                f"oracle log-prob {likelihood[-1]['oracle_logp']:.3f} (n={n}, {scores.seconds:.0f}s)"
+            )
             if last:
                 final.update(metrics)
                 trained["model"], trained["processor"] = model, processing_class
@@ -454,11 +579,16 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
             drafter = drafter_for(trained["model"], trained["processor"], model_dir)
             drafter.verifier = verifier
             unverified = {k: final.get(k) for k in REPORTED} | {PER_CLASS: EvalMetrics.from_dict(final).f1_per_class}
-            final.update(evaluate(drafter, held_out, n=plan.n_eval, batch=plan.eval_batch,
-                                  max_new_tokens=plan.eval_max_new_tokens))
-            log(f"  {method.name} seed {seed}, with the verifier: macro-F1 {EvalMetrics.from_dict(final).macro_f1_14:.3f}, "
+            final.update(
+                evaluate(
+                    drafter, held_out, n=plan.n_eval, batch=plan.eval_batch, max_new_tokens=plan.eval_max_new_tokens
+                )
+            )
+            log(
+                f"  {method.name} seed {seed}, with the verifier: macro-F1 {EvalMetrics.from_dict(final).macro_f1_14:.3f}, "
                 f"rare-finding F1 {final['rare_f1']:.3f} (without: {EvalMetrics.from_dict(unverified).macro_f1_14:.3f}, "
-                f"{unverified['rare_f1']:.3f})")
+                f"{unverified['rare_f1']:.3f})"
+            )
     trained.clear()
     if not plan.keep_weights:
         for pattern in WEIGHT_FILES:
@@ -466,19 +596,29 @@ def train_method(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Pat
                 path.unlink()
     steps = read_metrics(run_dir / "metrics.jsonl")
     step_times = [s["step_time"] for s in steps if s.get("step_time")]
-    return {"seed": seed, "train_studies": min(method.train_studies, pool_size), "studies_per_step": per_step,
-            "wall_seconds": wall, "metrics": final, "curve": curve, "oracle_logp": likelihood,
-            "step_seconds": statistics.median(step_times) if step_times else None,
-            "metrics_jsonl": str(run_dir / "metrics.jsonl"),
-            **({"metrics_without_verifier": unverified} if unverified is not None else {})}
+    return {
+        "seed": seed,
+        "train_studies": min(method.train_studies, pool_size),
+        "studies_per_step": per_step,
+        "wall_seconds": wall,
+        "metrics": final,
+        "curve": curve,
+        "oracle_logp": likelihood,
+        "step_seconds": statistics.median(step_times) if step_times else None,
+        "metrics_jsonl": str(run_dir / "metrics.jsonl"),
+        **({"metrics_without_verifier": unverified} if unverified is not None else {}),
+    }
 
 
 def read_metrics(path: Path) -> list[dict]:
     """The training steps of a run's metrics.jsonl (the lines that carry OraPO's per-step metrics)."""
     if not Path(path).is_file():
         return []
-    return [r for r in (json.loads(line) for line in Path(path).read_text().splitlines() if line.strip())
-            if "orapo/zero_reward_frac" in r]
+    return [
+        r
+        for r in (json.loads(line) for line in Path(path).read_text().splitlines() if line.strip())
+        if "orapo/zero_reward_frac" in r
+    ]
 
 
 # --------------------------------------------------------------------------- the whole ablation
@@ -533,36 +673,68 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
     data_dir = out / "data"
     # A method that asks for more studies than the pool holds trains on the whole pool (its record says how many).
     tag = "".join(f"-{k}{v:g}" for k, v in sorted(plan.prevalence.items()))
-    pool_csv, pool = phantom_split(data_dir / f"train-seed{plan.train_seed}-n{plan.pool_studies}{tag}", plan.pool_studies,
-                                   plan.train_seed, plan.image_size, plan.conspicuity, plan.prevalence)
-    _, held = phantom_split(data_dir / f"heldout-seed{plan.eval_seed}-n{plan.n_eval}{tag}", plan.n_eval, plan.eval_seed,
-                            plan.image_size, plan.conspicuity, plan.prevalence)
+    pool_csv, pool = phantom_split(
+        data_dir / f"train-seed{plan.train_seed}-n{plan.pool_studies}{tag}",
+        plan.pool_studies,
+        plan.train_seed,
+        plan.image_size,
+        plan.conspicuity,
+        plan.prevalence,
+    )
+    _, held = phantom_split(
+        data_dir / f"heldout-seed{plan.eval_seed}-n{plan.n_eval}{tag}",
+        plan.n_eval,
+        plan.eval_seed,
+        plan.image_size,
+        plan.conspicuity,
+        plan.prevalence,
+    )
     held_out = HeldOut(held)
-    log(f"data: {len(pool)} training-pool studies (seed {plan.train_seed}), {len(held)} held-out (seed {plan.eval_seed}), "
-        f"{time.perf_counter() - started:.0f}s")
+    log(
+        f"data: {len(pool)} training-pool studies (seed {plan.train_seed}), {len(held)} held-out (seed {plan.eval_seed}), "
+        f"{time.perf_counter() - started:.0f}s"
+    )
 
     drafter = Drafter.from_dir(model_dir)
     curve_n = plan.n_eval_curve or plan.n_eval
-    start_eval = {n: evaluate(drafter, held_out, n=n, batch=plan.eval_batch, max_new_tokens=plan.eval_max_new_tokens)
-                  for n in sorted({plan.n_eval, curve_n})}
+    start_eval = {
+        n: evaluate(drafter, held_out, n=n, batch=plan.eval_batch, max_new_tokens=plan.eval_max_new_tokens)
+        for n in sorted({plan.n_eval, curve_n})
+    }
     probe = held_out.records[: plan.probe_studies]
-    start_logp = oracle_logp(drafter.loaded.model, drafter.loaded.processor, held_out.images[: len(probe)],
-                             [r.report for r in probe])
+    start_logp = oracle_logp(
+        drafter.loaded.model, drafter.loaded.processor, held_out.images[: len(probe)], [r.report for r in probe]
+    )
     corrected = None
     if any(METHODS[m].corrections for m in plan.methods):
-        corrected = corrected_pool(pool_csv, pool, drafter, threshold=recipe_args["zero_reward_threshold"],
-                                   batch=plan.eval_batch, max_new_tokens=plan.eval_max_new_tokens)
-        log(f"corrections: the starting model's drafts of {corrected[1]['corrected']} of {len(pool)} pool studies "
+        corrected = corrected_pool(
+            pool_csv,
+            pool,
+            drafter,
+            threshold=recipe_args["zero_reward_threshold"],
+            batch=plan.eval_batch,
+            max_new_tokens=plan.eval_max_new_tokens,
+        )
+        log(
+            f"corrections: the starting model's drafts of {corrected[1]['corrected']} of {len(pool)} pool studies "
             f"corrected to the reference (rare findings added: {corrected[1]['rare_findings_added']}), "
-            f"{corrected[1]['draft_seconds']:.0f}s")
+            f"{corrected[1]['draft_seconds']:.0f}s"
+        )
     del drafter
     start_point = {"step": 0, "studies_seen": 0, "n_eval": curve_n, **{k: start_eval[curve_n].get(k) for k in REPORTED}}
     starter_scores = EvalMetrics.from_dict(start_eval[plan.n_eval])
-    log(f"starting model ({model_dir}): macro-F1 {starter_scores.macro_f1_14:.3f} on {plan.n_eval} held-out "
-        f"studies ({starter_scores.seconds:.0f}s)")
+    log(
+        f"starting model ({model_dir}): macro-F1 {starter_scores.macro_f1_14:.3f} on {plan.n_eval} held-out "
+        f"studies ({starter_scores.seconds:.0f}s)"
+    )
 
-    results: dict = {"plan": plan.to_dict(), "model": model_dir, "checkpoint_steps": plan.checkpoint_steps(),
-                     "recipe": {k: recipe_args[k] for k in RECIPE_KEYS if k in recipe_args}, "methods": {}}
+    results: dict = {
+        "plan": plan.to_dict(),
+        "model": model_dir,
+        "checkpoint_steps": plan.checkpoint_steps(),
+        "recipe": {k: recipe_args[k] for k in RECIPE_KEYS if k in recipe_args},
+        "methods": {},
+    }
     results["reference_positives"] = start_eval[plan.n_eval]["reference_positives"]
     results["starter_positives"] = start_eval[plan.n_eval]["positives"]
     if corrected is not None:
@@ -572,15 +744,24 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
         summary = {k: _mean_std([r["metrics"].get(k) for r in runs]) for k in REPORTED}
         per_class = [EvalMetrics.from_dict(r["metrics"]).f1_per_class for r in runs]
         results["methods"][name] = {
-            "label": method_label(plan, method), "reward": method.reward_name,
+            "label": method_label(plan, method),
+            "reward": method.reward_name,
             "oracle_mode": method.oracle_mode if method.reward_name else None,
             "train_studies": min(method.train_studies, len(pool)) if method.reward_name else 0,
-            "mean": {k: v[0] for k, v in summary.items()}, "std": {k: v[1] for k, v in summary.items()},
+            "mean": {k: v[0] for k, v in summary.items()},
+            "std": {k: v[1] for k, v in summary.items()},
             PER_CLASS: {c: _mean_std([p[c] for p in per_class])[0] for c in per_class[0]},
-            "runs": [{k: v for k, v in r.items() if k != "metrics"}
-                     | {"metrics": {k: r["metrics"][k] for k in (*REPORTED, PER_CLASS, "example_draft", "positives")
-                                  if k in r["metrics"]}}
-                     for r in runs],
+            "runs": [
+                {k: v for k, v in r.items() if k != "metrics"}
+                | {
+                    "metrics": {
+                        k: r["metrics"][k]
+                        for k in (*REPORTED, PER_CLASS, "example_draft", "positives")
+                        if k in r["metrics"]
+                    }
+                }
+                for r in runs
+            ],
         }
         trained = {k: v for k, v in results["methods"].items() if v["reward"] is not None}
         results["pooled_seed_std"] = {k: pooled_seed_std(trained, k) for k in REPORTED}
@@ -590,18 +771,39 @@ def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict
     for name in plan.methods:
         method = METHODS[name]
         if method.reward_name is None:
-            record_method(name, method, [{"seed": None, "wall_seconds": 0.0, "metrics": start_eval[plan.n_eval],
-                                          "curve": [start_point], "oracle_logp": [{"step": 0, "oracle_logp": start_logp}]}])
+            record_method(
+                name,
+                method,
+                [
+                    {
+                        "seed": None,
+                        "wall_seconds": 0.0,
+                        "metrics": start_eval[plan.n_eval],
+                        "curve": [start_point],
+                        "oracle_logp": [{"step": 0, "oracle_logp": start_logp}],
+                    }
+                ],
+            )
             continue
         runs = []
         for seed in plan.seeds:
             log(f"{name} (seed {seed}) ...")
-            record = train_method(plan, method, seed, pool_csv=corrected[0] if method.corrections else pool_csv,
-                                  pool_size=len(pool), model_dir=model_dir, held_out=held_out, log=log)
+            record = train_method(
+                plan,
+                method,
+                seed,
+                pool_csv=corrected[0] if method.corrections else pool_csv,
+                pool_size=len(pool),
+                model_dir=model_dir,
+                held_out=held_out,
+                log=log,
+            )
             record["curve"].insert(0, start_point)
             runs.append(record)
-            log(f"{name} seed {seed}: macro-F1 {EvalMetrics.from_dict(record['metrics']).macro_f1_14:.3f}, "
-                f"{record['wall_seconds']:.0f}s")
+            log(
+                f"{name} seed {seed}: macro-F1 {EvalMetrics.from_dict(record['metrics']).macro_f1_14:.3f}, "
+                f"{record['wall_seconds']:.0f}s"
+            )
             record_method(name, method, runs)
     return results
 
@@ -619,7 +821,9 @@ def merge_results(parts: Sequence[dict]) -> dict:
 
     def shared(part: dict) -> dict:
         return {k: v for k, v in part["plan"].items() if k not in ("methods", "out_dir", "seeds")} | {
-            "model": part.get("model"), "recipe": part.get("recipe")}
+            "model": part.get("model"),
+            "recipe": part.get("recipe"),
+        }
 
     first = shared(parts[0])
     merged = {k: v for k, v in parts[0].items() if k not in ("methods", "pooled_seed_std")}
@@ -627,26 +831,36 @@ def merge_results(parts: Sequence[dict]) -> dict:
     for part in parts:
         if shared(part) != first:
             differs = sorted(k for k in first if shared(part).get(k) != first[k])
-            raise OrapoError("ablation_mismatch", f"These runs do not share one plan (they differ in "
-                                                  f"{', '.join(differs)}); only runs of one plan can be merged.")
+            raise OrapoError(
+                "ablation_mismatch",
+                f"These runs do not share one plan (they differ in "
+                f"{', '.join(differs)}); only runs of one plan can be merged.",
+            )
         for name, row in part["methods"].items():
             if name in merged["methods"]:
                 had = {r["seed"] for r in merged["methods"][name]["runs"]}
                 if had & {r["seed"] for r in row["runs"]}:
-                    raise OrapoError("ablation_mismatch", f"Two of the runs trained {name} on the same seed; keep one "
-                                                          "of them.")
+                    raise OrapoError(
+                        "ablation_mismatch", f"Two of the runs trained {name} on the same seed; keep one of them."
+                    )
                 row = pooled_runs(merged["methods"][name], row)
             merged["methods"][name] = row
     seeds = sorted({r["seed"] for row in merged["methods"].values() for r in row["runs"] if r["seed"] is not None})
-    merged["plan"] = dict(parts[0]["plan"], methods=[m for m in METHODS if m in merged["methods"]],
-                          seeds=seeds or parts[0]["plan"].get("seeds"))
+    merged["plan"] = dict(
+        parts[0]["plan"],
+        methods=[m for m in METHODS if m in merged["methods"]],
+        seeds=seeds or parts[0]["plan"].get("seeds"),
+    )
     merged["methods"] = {m: merged["methods"][m] for m in METHODS if m in merged["methods"]}
     trained = {k: v for k, v in merged["methods"].items() if v["reward"] is not None}
     merged["pooled_seed_std"] = {k: pooled_seed_std(trained, k) for k in REPORTED}
     merged["wall_seconds"] = max(part.get("wall_seconds", 0.0) for part in parts)
     # A part that is itself a merge brings its own runs' commands, so merging again keeps every command.
-    merged["merged_from"] = [command for part in parts
-                             for command in part.get("merged_from") or [part.get("command", part["plan"].get("out_dir"))]]
+    merged["merged_from"] = [
+        command
+        for part in parts
+        for command in part.get("merged_from") or [part.get("command", part["plan"].get("out_dir"))]
+    ]
     corrections = next((part["corrections"] for part in parts if part.get("corrections")), None)
     if corrections is not None:  # the part that ran the corrected method, whichever it is
         merged["corrections"] = corrections
@@ -659,8 +873,12 @@ def pooled_runs(row: dict, other: dict) -> dict:
     summary = {k: _mean_std([r["metrics"].get(k) for r in runs]) for k in REPORTED}
     per_class = [EvalMetrics.from_dict(r["metrics"]).f1_per_class for r in runs]
     per_class = [p for p in per_class if p]
-    return row | {"runs": runs, "mean": {k: v[0] for k, v in summary.items()}, "std": {k: v[1] for k, v in summary.items()},
-                  PER_CLASS: {c: _mean_std([p[c] for p in per_class])[0] for c in per_class[0]} if per_class else {}}
+    return row | {
+        "runs": runs,
+        "mean": {k: v[0] for k, v in summary.items()},
+        "std": {k: v[1] for k, v in summary.items()},
+        PER_CLASS: {c: _mean_std([p[c] for p in per_class])[0] for c in per_class[0]} if per_class else {},
+    }
 
 
 def shared_recipe(plan: AblationPlan) -> tuple[dict, dict, dict]:
@@ -671,8 +889,11 @@ def shared_recipe(plan: AblationPlan) -> tuple[dict, dict, dict]:
     if plan.learning_rate is not None:
         settings["learning_rate"] = plan.learning_rate
     script_args, training_args, model_args = parse_ablation_recipe(plan.recipe, settings)
-    training = training_args.to_dict() | {"use_peft": model_args.use_peft, "lora_r": model_args.lora_r,
-                                          "lora_alpha": model_args.lora_alpha}
+    training = training_args.to_dict() | {
+        "use_peft": model_args.use_peft,
+        "lora_r": model_args.lora_r,
+        "lora_alpha": model_args.lora_alpha,
+    }
     return asdict(script_args), training, asdict(model_args)
 
 
@@ -684,23 +905,37 @@ def markdown_table(results: dict) -> str:
 
     plan, recipe = results["plan"], results.get("recipe", {})
     seeds = len(plan["seeds"])
-    per_step = OraPOConfig.studies_per_step_of(recipe.get("per_device_train_batch_size", 0),
-                                               recipe.get("gradient_accumulation_steps", 1),
-                                               recipe.get("num_generations", 1))
+    per_step = OraPOConfig.studies_per_step_of(
+        recipe.get("per_device_train_batch_size", 0),
+        recipe.get("gradient_accumulation_steps", 1),
+        recipe.get("num_generations", 1),
+    )
     lora = (f"LoRA r={recipe.get('lora_r')}" if recipe.get("use_peft") else "full fine-tuning") if recipe else ""
     lines = [
         f"Recipe: {Path(plan['recipe']).name} ({lora}, learning rate {recipe.get('learning_rate')}); "
         f"every trained method: {plan['steps']} optimizer steps x {per_step} studies x K={recipe.get('num_generations')} "
         f"rollouts, trained by `train_round`"
-        + (f", with {', '.join(f'{k}={v}' for k, v in plan['overrides'].items())} for every method"
-           if plan.get("overrides") else "")
-        + (f"; the FactS methods trained on the reward `{plan['reward']}` instead of FactS (a diagnostic, not the "
-           f"paper's table)" if plan.get("reward") else "") +
-        f". Held-out: {plan['n_eval']} PhantomCXR studies (seed {plan['eval_seed']}"
-        + ("" if plan["eval_seed"] == AblationPlan.eval_seed else ", a development set, not the evaluation set") + "), "
-        + (f"with PhantomCXR's prevalence set to {', '.join(f'{k} {v:g}' for k, v in plan['prevalence'].items())} "
-           f"in the pool and the held-out studies, " if plan.get("prevalence") else "") +
-        f"scored by `evaluate_drafter`; mean ± std over {seeds} seed(s).",
+        + (
+            f", with {', '.join(f'{k}={v}' for k, v in plan['overrides'].items())} for every method"
+            if plan.get("overrides")
+            else ""
+        )
+        + (
+            f"; the FactS methods trained on the reward `{plan['reward']}` instead of FactS (a diagnostic, not the "
+            f"paper's table)"
+            if plan.get("reward")
+            else ""
+        )
+        + f". Held-out: {plan['n_eval']} PhantomCXR studies (seed {plan['eval_seed']}"
+        + ("" if plan["eval_seed"] == AblationPlan.eval_seed else ", a development set, not the evaluation set")
+        + "), "
+        + (
+            f"with PhantomCXR's prevalence set to {', '.join(f'{k} {v:g}' for k, v in plan['prevalence'].items())} "
+            f"in the pool and the held-out studies, "
+            if plan.get("prevalence")
+            else ""
+        )
+        + f"scored by `evaluate_drafter`; mean ± std over {seeds} seed(s).",
         "",
         "| Method | Macro-F1 (14) | Precision | Recall | Rare-finding F1 | Rare precision | Rare recall | Micro-F1 (14) "
         "| FactS reward | Words |",
@@ -714,32 +949,54 @@ def markdown_table(results: dict) -> str:
                 return "–"
             return f"{m[key]:.{digits}f}" + (f" ± {s[key]:.{digits}f}" if len(row["runs"]) > 1 else "")
 
-        lines.append(f"| {row['label']} | {cell('macro_f1_14')} | {cell('macro_precision_14')} | {cell('macro_recall_14')} "
-                     f"| {cell('rare_f1')} | {cell('rare_precision')} | {cell('rare_recall')} | {cell('micro_f1_14')} "
-                     f"| {cell('facts_reward_mean')} | {cell('mean_report_length', 1)} |")
+        lines.append(
+            f"| {row['label']} | {cell('macro_f1_14')} | {cell('macro_precision_14')} | {cell('macro_recall_14')} "
+            f"| {cell('rare_f1')} | {cell('rare_precision')} | {cell('rare_recall')} | {cell('micro_f1_14')} "
+            f"| {cell('facts_reward_mean')} | {cell('mean_report_length', 1)} |"
+        )
     pooled = results.get("pooled_seed_std") or {}
     if any(v is not None for v in pooled.values()):
-        names = {"macro_f1_14": "macro-F1", "macro_precision_14": "precision", "macro_recall_14": "recall",
-                 "rare_f1": "rare-finding F1", "rare_precision": "rare precision", "rare_recall": "rare recall"}
+        names = {
+            "macro_f1_14": "macro-F1",
+            "macro_precision_14": "precision",
+            "macro_recall_14": "recall",
+            "rare_f1": "rare-finding F1",
+            "rare_precision": "rare precision",
+            "rare_recall": "rare recall",
+        }
         shown = ", ".join(f"{label} {pooled[k]:.3f}" for k, label in names.items() if pooled.get(k) is not None)
-        lines += ["", f"Pooled seed std over the trained methods (√ of the mean per-method variance): {shown}. "
-                      "A difference between two methods smaller than about twice this is seed noise."]
+        lines += [
+            "",
+            f"Pooled seed std over the trained methods (√ of the mean per-method variance): {shown}. "
+            "A difference between two methods smaller than about twice this is seed noise.",
+        ]
     else:
         lines += ["", "Pooled seed std: needs at least two seeds."]
     paired = paired_lines(results)
     if paired:
         lines += ["", *paired]
-    lines += ["", "Rare findings, F1 per class (mean over seeds):", "",
-              "| Method | " + " | ".join(RARE_FINDINGS) + " |", "|---|" + "---|" * len(RARE_FINDINGS)]
+    lines += [
+        "",
+        "Rare findings, F1 per class (mean over seeds):",
+        "",
+        "| Method | " + " | ".join(RARE_FINDINGS) + " |",
+        "|---|" + "---|" * len(RARE_FINDINGS),
+    ]
     for row in results["methods"].values():
-        lines.append(f"| {row['label']} | " + " | ".join(f"{row[PER_CLASS].get(c, float('nan')):.3f}"
-                                                       for c in RARE_FINDINGS) + " |")
+        lines.append(
+            f"| {row['label']} | "
+            + " | ".join(f"{row[PER_CLASS].get(c, float('nan')):.3f}" for c in RARE_FINDINGS)
+            + " |"
+        )
     corrections = results.get("corrections")
     if corrections:
         added = ", ".join(f"{k.lower()} {v}" for k, v in corrections["rare_findings_added"].items())
-        lines += ["", f"Corrections (the corrected method's pool): the starting model's drafts of "
-                      f"{corrections['corrected']} of {corrections['studies']} pool studies corrected to the reference; "
-                      f"they added {added}. Its final scores draft with the finding verifier its round fitted, if any."]
+        lines += [
+            "",
+            f"Corrections (the corrected method's pool): the starting model's drafts of "
+            f"{corrections['corrected']} of {corrections['studies']} pool studies corrected to the reference; "
+            f"they added {added}. Its final scores draft with the finding verifier its round fitted, if any.",
+        ]
     lines += ["", f"Wall time: {results.get('wall_seconds', 0) / 60:.1f} min."]
     return "\n".join(lines) + "\n"
 
@@ -753,8 +1010,11 @@ def paired_lines(results: dict, *, resamples: int = 1000) -> list[str]:
         return []
     trained = []
     for row in results["methods"].values():
-        runs = [r["metrics"]["positives"] for r in row["runs"]
-                if r["seed"] is not None and len(r["metrics"].get("positives") or ()) == len(reference)]
+        runs = [
+            r["metrics"]["positives"]
+            for r in row["runs"]
+            if r["seed"] is not None and len(r["metrics"].get("positives") or ()) == len(reference)
+        ]
         if runs:
             trained.append((row["label"], runs))
 
@@ -767,19 +1027,26 @@ def paired_lines(results: dict, *, resamples: int = 1000) -> list[str]:
 
     if not trained:
         return []
-    lines = [f"Minus the starting model's, on the same {len(reference)} held-out studies, averaged over the seeds, "
-             f"with a 95 % interval from resampling the studies ({resamples:,} resamples): the held-out set's noise, which the "
-             "seed std above does not include. An interval that holds 0 is no difference.", "",
-             "| Method | Δ macro-F1 vs starter | 95 % interval | Δ rare-finding F1 | 95 % interval | seeds |",
-             "|---|---|---|---|---|---|",
-             *(f"| {label} | {cells(runs, [starter])} | {len(runs)} |" for label, runs in trained)]
+    lines = [
+        f"Minus the starting model's, on the same {len(reference)} held-out studies, averaged over the seeds, "
+        f"with a 95 % interval from resampling the studies ({resamples:,} resamples): the held-out set's noise, which the "
+        "seed std above does not include. An interval that holds 0 is no difference.",
+        "",
+        "| Method | Δ macro-F1 vs starter | 95 % interval | Δ rare-finding F1 | 95 % interval | seeds |",
+        "|---|---|---|---|---|---|",
+        *(f"| {label} | {cells(runs, [starter])} | {len(runs)} |" for label, runs in trained),
+    ]
     pairs = [(trained[j], trained[i]) for i in range(len(trained)) for j in range(i)]
     if pairs:
-        lines += ["", "Between the trained methods, each minus one above it in the table, on the same studies (both "
-                      "sides averaged over their seeds, the same resamples):", "",
-                  "| Method | minus | Δ macro-F1 | 95 % interval | Δ rare-finding F1 | 95 % interval | seeds |",
-                  "|---|---|---|---|---|---|---|",
-                  *(f"| {b[0]} | {a[0]} | {cells(b[1], a[1])} | {len(b[1])} vs {len(a[1])} |" for a, b in pairs)]
+        lines += [
+            "",
+            "Between the trained methods, each minus one above it in the table, on the same studies (both "
+            "sides averaged over their seeds, the same resamples):",
+            "",
+            "| Method | minus | Δ macro-F1 | 95 % interval | Δ rare-finding F1 | 95 % interval | seeds |",
+            "|---|---|---|---|---|---|---|",
+            *(f"| {b[0]} | {a[0]} | {cells(b[1], a[1])} | {len(b[1])} vs {len(a[1])} |" for a, b in pairs),
+        ]
     return lines
 
 
@@ -811,8 +1078,13 @@ def write_outputs(results: dict, out: Path, *, include_plotlyjs: bool | str = Tr
     curves, zeros, likelihood = go.Figure(), go.Figure(), go.Figure()
     for row in results["methods"].values():
         runs = row["runs"]
-        steps, f1 = _by_step([[{"step": p["studies_seen"], "f1": EvalMetrics.from_dict(p).macro_f1_14} for p in r["curve"]]
-                              for r in runs], "f1")
+        steps, f1 = _by_step(
+            [
+                [{"step": p["studies_seen"], "f1": EvalMetrics.from_dict(p).macro_f1_14} for p in r["curve"]]
+                for r in runs
+            ],
+            "f1",
+        )
         curves.add_trace(go.Scatter(x=steps, y=f1, mode="lines+markers", name=row["label"]))
         if row["reward"] is None:
             continue
@@ -824,13 +1096,21 @@ def write_outputs(results: dict, out: Path, *, include_plotlyjs: bool | str = Tr
         likelihood.add_trace(go.Scatter(x=x, y=y, mode="lines", name=row["label"]))
     threshold = results.get("recipe", {}).get("zero_reward_threshold", 0.0)
     fails = "score 0" if not threshold else f"fail (FactS ≤ {threshold:g}, the recipe's zero_reward_threshold)"
-    curves.update_layout(title="Macro-F1 (14 observations, held-out PhantomCXR) against training studies seen",
-                         xaxis_title="training studies seen (steps x studies per step)", yaxis_title="macro-F1")
-    zeros.update_layout(title="Fraction of all-fail groups per step (mean over seeds, moving average of 5)",
-                        xaxis_title="optimizer step", yaxis_title=f"fraction of groups whose K rollouts all {fails}")
+    curves.update_layout(
+        title="Macro-F1 (14 observations, held-out PhantomCXR) against training studies seen",
+        xaxis_title="training studies seen (steps x studies per step)",
+        yaxis_title="macro-F1",
+    )
+    zeros.update_layout(
+        title="Fraction of all-fail groups per step (mean over seeds, moving average of 5)",
+        xaxis_title="optimizer step",
+        yaxis_title=f"fraction of groups whose K rollouts all {fails}",
+    )
     likelihood.update_layout(
         title="Log-likelihood of the oracle report under the policy (held-out probe, mean over seeds)",
-        xaxis_title="optimizer step", yaxis_title="mean per-token log-prob of the reference report")
+        xaxis_title="optimizer step",
+        yaxis_title="mean per-token log-prob of the reference report",
+    )
     curves.write_html(out / "macro_f1_vs_studies.html", include_plotlyjs=include_plotlyjs)
     zeros.write_html(out / "all_zero_groups.html", include_plotlyjs=include_plotlyjs)
     likelihood.write_html(out / "oracle_logp.html", include_plotlyjs=include_plotlyjs)

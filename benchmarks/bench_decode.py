@@ -64,11 +64,17 @@ def main() -> None:
     slider_ms = _median_ms(lambda: window(image.pixels, image.window_center - 2000, 12000), args.repeats)
     reference_ms = _median_ms(pydicom_pipeline, args.repeats)
 
-    print(f"command: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} {sys.executable} -m benchmarks.bench_decode {' '.join(sys.argv[1:])}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
-          f"affinity {len(os.sched_getaffinity(0))} core(s), Python {platform.python_version()}, numpy {np.__version__}, pydicom {pydicom.__version__}")
-    print(f"file: {args.file} {image.pixels.shape[1]}x{image.pixels.shape[0]}, {image.bits_stored}-bit, "
-          f"{image.meta['photometric_interpretation']}, {image.meta['transfer_syntax_name']}; median of {args.repeats}")
+    print(
+        f"command: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} {sys.executable} -m benchmarks.bench_decode {' '.join(sys.argv[1:])}"
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
+        f"affinity {len(os.sched_getaffinity(0))} core(s), Python {platform.python_version()}, numpy {np.__version__}, pydicom {pydicom.__version__}"
+    )
+    print(
+        f"file: {args.file} {image.pixels.shape[1]}x{image.pixels.shape[0]}, {image.bits_stored}-bit, "
+        f"{image.meta['photometric_interpretation']}, {image.meta['transfer_syntax_name']}; median of {args.repeats}"
+    )
     print(f"ingest_bytes (decode + window + de-identify): {ingest_ms:8.1f} ms   target <= 300 ms")
     print(f"window() slider re-render:                    {slider_ms:8.1f} ms")
     print(f"pydicom float64 modality+VOI for comparison:  {reference_ms:8.1f} ms")

@@ -33,8 +33,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
-POSITIVE = [f"FINDINGS: There is a {size} {side} pneumothorax" for size in ("moderate", "large")
-            for side in ("right", "left")]
+POSITIVE = [
+    f"FINDINGS: There is a {size} {side} pneumothorax" for size in ("moderate", "large") for side in ("right", "left")
+]
 NEGATIVE = ["FINDINGS: No pneumothorax", "FINDINGS: No pleural effusion or pneumothorax"]
 IMPRESSION = ["IMPRESSION: Moderate right pneumothorax", "IMPRESSION: Large left pneumothorax"]
 
@@ -47,15 +48,20 @@ def log_likelihoods(drafter, pictures, continuations, batch: int = 50) -> np.nda
     out = np.zeros((len(pictures), len(continuations)))
     for j, text in enumerate(continuations):
         for b in range(0, len(pictures), batch):
-            chunk = pictures[b:b + batch]
-            inputs = processor(text=[drafter.prompt_text + text] * len(chunk), images=chunk, return_tensors="pt",
-                               padding=True, padding_side="left")
+            chunk = pictures[b : b + batch]
+            inputs = processor(
+                text=[drafter.prompt_text + text] * len(chunk),
+                images=chunk,
+                return_tensors="pt",
+                padding=True,
+                padding_side="left",
+            )
             prompt = processor(text=[drafter.prompt_text], images=chunk[:1], return_tensors="pt")
             n = inputs["input_ids"].shape[1] - prompt["input_ids"].shape[1]
             with torch.inference_mode():
                 logits = model(**inputs).logits.float()
-            logp = logits[:, -n - 1:-1].log_softmax(-1)
-            out[b:b + len(chunk), j] = logp.gather(2, inputs["input_ids"][:, -n:, None])[..., 0].sum(1).numpy()
+            logp = logits[:, -n - 1 : -1].log_softmax(-1)
+            out[b : b + len(chunk), j] = logp.gather(2, inputs["input_ids"][:, -n:, None])[..., 0].sum(1).numpy()
     return out
 
 
@@ -69,9 +75,14 @@ def merged_tokens(drafter, pictures, batch: int = 50) -> np.ndarray:
     processor, model = drafter.loaded.processor, drafter.loaded.model
     out = []
     for b in range(0, len(pictures), batch):
-        chunk = pictures[b:b + batch]
-        inputs = processor(text=[drafter.prompt_text] * len(chunk), images=chunk, return_tensors="pt", padding=True,
-                           padding_side="left")
+        chunk = pictures[b : b + batch]
+        inputs = processor(
+            text=[drafter.prompt_text] * len(chunk),
+            images=chunk,
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+        )
         with torch.inference_mode(), capture_image_features(model, inputs, len(chunk)) as features:
             model(**inputs)
         out.append(np.array(features, dtype=np.float64))
@@ -117,8 +128,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ROOT / "assets" / "starter"))
     parser.add_argument("--n", type=int, default=150)
-    parser.add_argument("--exemplars", type=int, nargs="*", default=[],
-                        help="also score by image nearness to K signed studies with the finding (e.g. 5 10 20 40)")
+    parser.add_argument(
+        "--exemplars",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also score by image nearness to K signed studies with the finding (e.g. 5 10 20 40)",
+    )
     parser.add_argument("--skip-likelihood", action="store_true", help="only the image nearness scores")
     args = parser.parse_args()
     drafter = Drafter.from_dir(args.model)
@@ -128,14 +144,20 @@ def main() -> int:
     print(f"{args.n} studies with a moderate or large pneumothorax, {args.n} without; model {args.model}")
     if not args.skip_likelihood:
         pos, neg, imp = (logsumexp(log_likelihoods(drafter, pictures, c)) for c in (POSITIVE, NEGATIVE, IMPRESSION))
-        for name, score in (("positive statement", pos), ("negative statement (lower first)", -neg),
-                            ("positive minus negative", pos - neg), ("impression statement", imp),
-                            ("impression minus negative", imp - neg)):
+        for name, score in (
+            ("positive statement", pos),
+            ("negative statement (lower first)", -neg),
+            ("positive minus negative", pos - neg),
+            ("impression statement", imp),
+            ("impression minus negative", imp - neg),
+        ):
             print(f"  AUC {auc(score, labels):.3f}  {name}")
     if args.exemplars:
+
         def features(studies):
-            return merged_tokens(drafter, [drafter.prepare(Image.fromarray(np.round(s.image * 255).astype(np.uint8)))
-                                           for s in studies])
+            return merged_tokens(
+                drafter, [drafter.prepare(Image.fromarray(np.round(s.image * 255).astype(np.uint8))) for s in studies]
+            )
 
         unread = features(studies)
         positives_all = features(draw(max(args.exemplars), 73, "pneumothorax", True, 256))
@@ -143,7 +165,9 @@ def main() -> int:
         print(f"image nearness (merged visual tokens, {unread.shape[1]} features), 100 signed studies without it:")
         for k in args.exemplars:
             centroid, neighbour = nearness_scores(unread, positives_all[:k], negatives)
-            print(f"  K={k:>3}: AUC {auc(centroid, labels):.3f} nearest centroid, {auc(neighbour, labels):.3f} nearest neighbour")
+            print(
+                f"  K={k:>3}: AUC {auc(centroid, labels):.3f} nearest centroid, {auc(neighbour, labels):.3f} nearest neighbour"
+            )
     return 0
 
 

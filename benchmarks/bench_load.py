@@ -54,8 +54,11 @@ def served_model(arg: str | None, tiny: bool, workdir: Path) -> tuple[Path, str]
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     try:
@@ -63,8 +66,10 @@ def machine() -> str:
     except AttributeError:
         cores = os.cpu_count()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
-    return (f"{platform.platform()}, Python {platform.python_version()}, {cpu}, {cores} usable of {os.cpu_count()} "
-            f"CPUs, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {load}")
+    return (
+        f"{platform.platform()}, Python {platform.python_version()}, {cpu}, {cores} usable of {os.cpu_count()} "
+        f"CPUs, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, load average {load}"
+    )
 
 
 def main() -> None:
@@ -84,8 +89,15 @@ def main() -> None:
     from tests.support.app import launched_app, phantom_png
     from tests.support.readers import check_stored_once, corrected_text, make_readers, run_readers, summarize
 
-    command = shlex.join([f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}", sys.executable,
-                          "-m", "benchmarks.bench_load", *sys.argv[1:]])
+    command = shlex.join(
+        [
+            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')}",
+            sys.executable,
+            "-m",
+            "benchmarks.bench_load",
+            *sys.argv[1:],
+        ]
+    )
     print(f"command: {command}")
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="orapo-bench-load-") as tmp:
@@ -108,21 +120,28 @@ def main() -> None:
                 image = phantom_png(workdir / f"alone-{i}.png", seed=i + 1, size=args.size)
                 warm += run_readers(url, accounts[:1], [image], [corrected_text(10**6 + i)])
             alone = [x.upload_to_draft_s for x in warm[1:] if x.upload_to_draft_s is not None]
-            print(f"one reader alone (not counted): upload->draft {', '.join(f'{t:.2f}' for t in alone)} s "
-                  f"(first, cold: {warm[0].upload_to_draft_s or float('nan'):.2f} s); readers at once decode "
-                  f"in one running batch", flush=True)
+            print(
+                f"one reader alone (not counted): upload->draft {', '.join(f'{t:.2f}' for t in alone)} s "
+                f"(first, cold: {warm[0].upload_to_draft_s or float('nan'):.2f} s); readers at once decode "
+                f"in one running batch",
+                flush=True,
+            )
             for r in range(args.rounds):
-                images = [phantom_png(workdir / f"cxr-{r}-{i}.png", seed=10_000 * (r + 1) + i, size=args.size)
-                          for i in range(args.readers)]
+                images = [
+                    phantom_png(workdir / f"cxr-{r}-{i}.png", seed=10_000 * (r + 1) + i, size=args.size)
+                    for i in range(args.readers)
+                ]
                 texts = [corrected_text(r * args.readers + i) for i in range(args.readers)]
                 began = time.perf_counter()
                 batch = run_readers(url, accounts, images, texts)
                 walls.append(time.perf_counter() - began)
                 results += batch
                 ok = sorted((x for x in batch if x.error is None), key=lambda x: x.upload_to_draft_s)
-                print(f"round {r + 1}: {len(ok)}/{len(batch)} ok, wall {walls[-1]:.1f} s, upload->draft (of which upload) "
-                      + (" ".join(f"{x.upload_to_draft_s:.1f}({x.upload_s:.1f})" for x in ok) + " s" if ok else "n/a"),
-                      flush=True)
+                print(
+                    f"round {r + 1}: {len(ok)}/{len(batch)} ok, wall {walls[-1]:.1f} s, upload->draft (of which upload) "
+                    + (" ".join(f"{x.upload_to_draft_s:.1f}({x.upload_s:.1f})" for x in ok) + " s" if ok else "n/a"),
+                    flush=True,
+                )
         errors = [f"{x.username}: {x.error}" for x in warm + results if x.error]
         stored = "not checked (errors)"
         if not errors:
@@ -132,14 +151,20 @@ def main() -> None:
             except AssertionError as exc:
                 stored = f"FAILED: {exc}"
         times = [x.upload_to_draft_s for x in results if x.upload_to_draft_s is not None]
-        print(f"\n{args.readers} readers x {args.rounds} rounds with {model_dir.name} ({which}), images {args.size} px:")
+        print(
+            f"\n{args.readers} readers x {args.rounds} rounds with {model_dir.name} ({which}), images {args.size} px:"
+        )
         if times:
             median, p95 = summarize(times)
-            print(f"  upload->draft: median {median:.2f} s, p95 {p95:.2f} s, max {max(times):.2f} s over {len(times)} drafts"
-                  f" (goal: median <= 3 s)")
+            print(
+                f"  upload->draft: median {median:.2f} s, p95 {p95:.2f} s, max {max(times):.2f} s over {len(times)} drafts"
+                f" (goal: median <= 3 s)"
+            )
             full = [x.total_s for x in results if x.total_s is not None]
-            print(f"  upload->signed: median {statistics.median(full):.2f} s; upload alone: median "
-                  f"{statistics.median(x.upload_s for x in results if x.upload_s is not None):.2f} s")
+            print(
+                f"  upload->signed: median {statistics.median(full):.2f} s; upload alone: median "
+                f"{statistics.median(x.upload_s for x in results if x.upload_s is not None):.2f} s"
+            )
         print(f"  wall per round: {', '.join(f'{w:.1f}' for w in walls)} s; total {sum(walls):.1f} s")
         print(f"  errors: {len(errors)}" + "".join(f"\n    {e}" for e in errors))
         print(f"  storage: {stored}")

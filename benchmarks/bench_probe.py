@@ -42,12 +42,14 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
         j = i
         while j + 1 < len(scores) and sorted_scores[j + 1] == sorted_scores[i]:
             j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2.0 + 1.0
+        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
         i = j + 1
     return float((ranks[pos].sum() - pos.sum() * (pos.sum() + 1) / 2.0) / (pos.sum() * neg.sum()))
 
 
-def ridge_probe_auc(features: np.ndarray, targets: np.ndarray, n_train: int, alphas=(1e-2, 1e-1, 1.0, 10.0, 100.0)) -> list[float]:
+def ridge_probe_auc(
+    features: np.ndarray, targets: np.ndarray, n_train: int, alphas=(1e-2, 1e-1, 1.0, 10.0, 100.0)
+) -> list[float]:
     """Held-out AUC per target column of a ridge probe; alpha chosen per column on a slice of the train split."""
     x = features.astype(np.float64)
     mean, std = x[:n_train].mean(0), x[:n_train].std(0) + 1e-6
@@ -113,7 +115,7 @@ def collect(model_dir: str, n: int, seed: int, prevalence: float, batch: int = 3
 
     with torch.no_grad():
         for start in range(0, n, batch):
-            chunk = images[start:start + batch]
+            chunk = images[start : start + batch]
             pictures = [Image.fromarray(a).convert("RGB") for a in chunk]
             inputs = processor(text=[prompt] * len(chunk), images=pictures, return_tensors="pt", padding=True)
             captured["patches"].clear(), captured["merged"].clear()
@@ -121,8 +123,11 @@ def collect(model_dir: str, n: int, seed: int, prevalence: float, batch: int = 3
             feats["pixels"].append(np.stack([a.reshape(-1) for a in chunk]).astype(np.float32))
             feats["patches"].append(captured["patches"][0].reshape(len(chunk), -1).numpy())
             feats["merged"].append(captured["merged"][0].reshape(len(chunk), -1).numpy())
-            last = inputs["attention_mask"].sum(1) - 1 if processor.tokenizer.padding_side == "right" else \
-                torch.full((len(chunk),), inputs["input_ids"].shape[1] - 1)
+            last = (
+                inputs["attention_mask"].sum(1) - 1
+                if processor.tokenizer.padding_side == "right"
+                else torch.full((len(chunk),), inputs["input_ids"].shape[1] - 1)
+            )
             feats["prompt"].append(out.hidden_states[-1][torch.arange(len(chunk)), last].numpy())
     h1.remove()
     return {k: np.concatenate(v) for k, v in feats.items()}, targets, side
@@ -146,21 +151,38 @@ def main(argv: list[str] | None = None) -> int:
     feats, targets, side = collect(args.model, args.n, args.seed, args.prevalence, conspicuity=args.conspicuity)
     n_train = int(args.n * args.train_frac)
     table = {name: ridge_probe_auc(x, targets, n_train) for name, x in feats.items()}
-    print(f"# linear-probe AUC, {args.n} studies ({n_train} train / {args.n - n_train} held out), {side} px, "
-          f"prevalence {args.prevalence}, model {args.model}")
+    print(
+        f"# linear-probe AUC, {args.n} studies ({n_train} train / {args.n - n_train} held out), {side} px, "
+        f"prevalence {args.prevalence}, model {args.model}"
+    )
     print(f"{'finding':28s} " + " ".join(f"{k:>8s}" for k in table))
     for j, kind in enumerate(FINDING_KINDS):
         print(f"{kind:28s} " + " ".join(f"{table[k][j]:8.3f}" for k in table))
     goal = [kind for j, kind in enumerate(FINDING_KINDS) if table["pixels"][j] >= 0.95]
     misses = [kind for j, kind in enumerate(FINDING_KINDS) if table["pixels"][j] >= 0.95 and table["merged"][j] < 0.90]
-    print(f"goal (merged >= 0.90 where pixels >= 0.95): {len(goal) - len(misses)}/{len(goal)} met"
-          + (f"; missed: {', '.join(misses)}" if misses else ""))
-    print(f"({time.perf_counter() - started:.0f} s) command: .venv/bin/python -m benchmarks.bench_probe "
-          + " ".join(argv if argv is not None else sys.argv[1:]))
+    print(
+        f"goal (merged >= 0.90 where pixels >= 0.95): {len(goal) - len(misses)}/{len(goal)} met"
+        + (f"; missed: {', '.join(misses)}" if misses else "")
+    )
+    print(
+        f"({time.perf_counter() - started:.0f} s) command: .venv/bin/python -m benchmarks.bench_probe "
+        + " ".join(argv if argv is not None else sys.argv[1:])
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"findings": list(FINDING_KINDS), "auc": table, "n": args.n,
-                                               "side": side, "model": args.model, "goal_met": not misses,
-                                               "goal_missed": misses}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "findings": list(FINDING_KINDS),
+                    "auc": table,
+                    "n": args.n,
+                    "side": side,
+                    "model": args.model,
+                    "goal_met": not misses,
+                    "goal_missed": misses,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

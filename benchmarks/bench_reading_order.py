@@ -54,8 +54,12 @@ from pathlib import Path
 
 import numpy as np
 
-RARE = {"pneumothorax": "Pneumothorax", "fracture": "Fracture", "lung_lesion": "Lung Lesion",
-        "pleural_other": "Pleural Other"}
+RARE = {
+    "pneumothorax": "Pneumothorax",
+    "fracture": "Fracture",
+    "lung_lesion": "Lung Lesion",
+    "pleural_other": "Pleural Other",
+}
 
 
 def draft_pool(args, base: Path) -> dict[int, object]:
@@ -128,16 +132,21 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
                 study_id = reading_order.ordered(database, unread, "useful")[0].study.id
             reading_order.note_opened(database, rad, study_id, "oldest" if order == "random" else "useful")
             draft = studies.overview(study_id).latest_draft
-            reports.save_report(database, rad, study_id, draft.id if draft else None, report_of(by_id[study_id]),
-                                sign=True)
+            reports.save_report(
+                database, rad, study_id, draft.id if draft else None, report_of(by_id[study_id]), sign=True
+            )
             read.append(study_id)
             if every and len(read) % every == 0:
                 curve.append({"corrections": len(read), **rare_read()})
     finally:
         reading_order.finding_resemblance, reading_order.image_atypicality = originals
     database.engine.dispose()
-    out = {"order": order, "corrections": budget, "rare_studies_read": rare_read(),
-           "any_rare_read": sum(any(f.kind in RARE for f in by_id[s].findings) for s in read)}
+    out = {
+        "order": order,
+        "corrections": budget,
+        "rare_studies_read": rare_read(),
+        "any_rare_read": sum(any(f.kind in RARE for f in by_id[s].findings) for s in read),
+    }
     if every:
         out["curve"] = curve
     return out
@@ -157,13 +166,19 @@ def run_round(arm: Path) -> dict:
     started = time.perf_counter()
     finished = RoundService(database, settings).start_round(wait=True, actor=admin)
     version = next((v for v in ModelVersionRepository(database).list() if v.round_id == finished.id), None)
-    out = {"status": finished.status, "error": finished.error, "minutes": round((time.perf_counter() - started) / 60, 1),
-           "version_status": version.status if version else None,
-           "gate": ((finished.metrics or {}).get("gate") or {}).get("reason"),
-           "steps": ((finished.metrics or {}).get("train") or {}).get("step")}
+    out = {
+        "status": finished.status,
+        "error": finished.error,
+        "minutes": round((time.perf_counter() - started) / 60, 1),
+        "version_status": version.status if version else None,
+        "gate": ((finished.metrics or {}).get("gate") or {}).get("reason"),
+        "steps": ((finished.metrics or {}).get("train") or {}).get("step"),
+    }
     if version is not None:
-        out["model"] = (str(resolve_path(settings, version.base_model_path)),
-                        str(resolve_path(settings, version.adapter_path)) if version.adapter_path else None)
+        out["model"] = (
+            str(resolve_path(settings, version.base_model_path)),
+            str(resolve_path(settings, version.adapter_path)) if version.adapter_path else None,
+        )
     return out
 
 
@@ -179,8 +194,9 @@ def test_set(args) -> tuple[list, list]:
             kinds.append({f.kind for f in study.findings} & set(RARE))
     i = 0
     while sum(not k for k in kinds) < args.negatives:
-        study = generate_study(np.random.default_rng([args.seed + 999, i]), size=args.size,
-                               prevalence={kind: 0.0 for kind in RARE})
+        study = generate_study(
+            np.random.default_rng([args.seed + 999, i]), size=args.size, prevalence={kind: 0.0 for kind in RARE}
+        )
         i += 1
         studies.append(study)
         kinds.append(set())
@@ -199,10 +215,12 @@ def score(model: tuple[str, str | None], studies, kinds, folder: Path) -> dict:
         positives = [i for i, k in enumerate(kinds) if kind in k]
         recall[kind] = sum(kind in said[i] for i in positives) / len(positives)
     negatives = [i for i, k in enumerate(kinds) if not k]
-    return {"rare_recall": round(float(np.mean(list(recall.values()))), 4),
-            "recall": {k: round(v, 4) for k, v in recall.items()},
-            "rare_false_positive_rate": round(sum(bool(said[i]) for i in negatives) / len(negatives), 4),
-            **result.metrics.headline()}
+    return {
+        "rare_recall": round(float(np.mean(list(recall.values()))), 4),
+        "recall": {k: round(v, 4) for k, v in recall.items()},
+        "rare_false_positive_rate": round(sum(bool(said[i]) for i in negatives) / len(negatives), 4),
+        **result.metrics.headline(),
+    }
 
 
 def reading_only(args, root: Path, by_id: dict, report: dict, started: float) -> int:
@@ -214,9 +232,11 @@ def reading_only(args, root: Path, by_id: dict, report: dict, started: float) ->
         report["arms"][order] = read_in_order(arm, order, args.budget, by_id, args.seed, every=args.every)
         report["arms"][order]["seconds"] = round(time.perf_counter() - t0, 1)
         shutil.rmtree(arm, ignore_errors=True)
-        print(f"{order}: {json.dumps(report['arms'][order]['rare_studies_read'])} "
-              f"({report['arms'][order]['any_rare_read']} with any rare finding) in {args.budget} corrections",
-              flush=True)
+        print(
+            f"{order}: {json.dumps(report['arms'][order]['rare_studies_read'])} "
+            f"({report['arms'][order]['any_rare_read']} with any rare finding) in {args.budget} corrections",
+            flush=True,
+        )
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1, default=str))
     arms = report["arms"]
@@ -230,8 +250,10 @@ def reading_only(args, root: Path, by_id: dict, report: dict, started: float) ->
             p = arms[o]["curve"][i]
             cells.append(f"{sum(p[k] for k in RARE):>4} (" + "/".join(str(p[k]) for k in RARE) + ")")
         print(f"{point['corrections']:>11} " + " ".join(f"{c:>28}" for c in cells))
-    print("(per order: the four summed, a study with two counted twice; then pneumothorax/fracture/lung lesion/"
-          "pleural other)")
+    print(
+        "(per order: the four summed, a study with two counted twice; then pneumothorax/fracture/lung lesion/"
+        "pleural other)"
+    )
     if all(at_half.values()):
         random_final = arms["random"]["rare_studies_read"]
         for o in ("useful", "useful-no-atypical", "useful-words"):
@@ -255,18 +277,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--data-dir", default=None, help="a fresh folder for the clinic and its copies")
     parser.add_argument("--json", default=None)
-    parser.add_argument("--reading-only", action="store_true",
-                        help="no rounds: how many rare-finding studies each order shows the reader (see above)")
+    parser.add_argument(
+        "--reading-only",
+        action="store_true",
+        help="no rounds: how many rare-finding studies each order shows the reader (see above)",
+    )
     parser.add_argument("--every", type=int, default=25, help="with --reading-only: a point every N corrections")
-    parser.add_argument("--arms", default=None,
-                        help="comma-separated ORDER-CORRECTIONS arms to run (default: random-B,useful-B/2,useful-B), "
-                             "so that arms can run in separate processes, one per core")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
-                        help="combine the arms of runs with the same pool, seed and budget into one report (--json)")
-    parser.add_argument("--rescore", action="store_true",
-                        help="in an existing --data-dir with the same --seed and --arms: fit each arm's round verifier "
-                             "again as a round now fits it, and score the arm's candidate again on the same test "
-                             "studies (no drafting of the pool, no new round)")
+    parser.add_argument(
+        "--arms",
+        default=None,
+        help="comma-separated ORDER-CORRECTIONS arms to run (default: random-B,useful-B/2,useful-B), "
+        "so that arms can run in separate processes, one per core",
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="combine the arms of runs with the same pool, seed and budget into one report (--json)",
+    )
+    parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="in an existing --data-dir with the same --seed and --arms: fit each arm's round verifier "
+        "again as a round now fits it, and score the arm's candidate again on the same test "
+        "studies (no drafting of the pool, no new round)",
+    )
     args = parser.parse_args(argv)
     if args.merge:
         return merge(args)
@@ -277,14 +313,20 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.data_dir or tempfile.mkdtemp(prefix="orapo-order-"))
     root.mkdir(parents=True, exist_ok=True)
-    report = {"command": "python -m benchmarks.bench_reading_order " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "pool": args.pool, "budget": args.budget, "arms": {}}
+    report = {
+        "command": "python -m benchmarks.bench_reading_order " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "pool": args.pool,
+        "budget": args.budget,
+        "arms": {},
+    }
     started = time.perf_counter()
     by_id = draft_pool(args, root / "clinic")
     report["pool_seconds"] = round(time.perf_counter() - started, 1)
     report["pool_rare"] = {kind: sum(any(f.kind == kind for f in s.findings) for s in by_id.values()) for kind in RARE}
-    print(f"pool: {args.pool} studies drafted in {report['pool_seconds']} s; rare findings in it: {report['pool_rare']}",
-          flush=True)
+    print(
+        f"pool: {args.pool} studies drafted in {report['pool_seconds']} s; rare findings in it: {report['pool_rare']}",
+        flush=True,
+    )
 
     if args.reading_only:
         return reading_only(args, root, by_id, report, started)
@@ -294,8 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     starter = ensure_starter(root / "clinic" / "models" / "starter", show_progress=False)
     report["starter"] = score((str(starter), None), studies, kinds, root / "test")
     print(f"starter: {report['starter']}", flush=True)
-    arms = [(order, int(n)) for order, n in (a.rsplit("-", 1) for a in args.arms.split(","))] if args.arms else \
-        [("random", args.budget), ("useful", args.budget // 2), ("useful", args.budget)]
+    arms = (
+        [(order, int(n)) for order, n in (a.rsplit("-", 1) for a in args.arms.split(","))]
+        if args.arms
+        else [("random", args.budget), ("useful", args.budget // 2), ("useful", args.budget)]
+    )
     for order, budget in arms:
         name = f"{order}-{budget}"
         arm = root / name
@@ -336,8 +381,10 @@ def rescore(args) -> int:
         version = next(v for v in ModelVersionRepository(open_database(settings)).list() if v.round_id == 1)
         base, adapter = resolve_path(settings, version.base_model_path), resolve_path(settings, version.adapter_path)
         verifier = fit_version_verifier(settings, 1, base, adapter)
-        report["arms"][name] = {"verifier": verifier, "outcome": score((str(base), str(adapter)), studies, kinds,
-                                                                      root / "test")}
+        report["arms"][name] = {
+            "verifier": verifier,
+            "outcome": score((str(base), str(adapter)), studies, kinds, root / "test"),
+        }
         print(f"{name}: {json.dumps(report['arms'][name], default=str)}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
@@ -366,13 +413,17 @@ def goal(report: dict, budget: int) -> None:
     if random_final is not None and half is not None:
         if random_final == 0:  # 0 >= 0 would read as "met": there was nothing to reach
             report["goal_informed_half_reaches_random"] = None
-            print("goal: undecided: the random order's round learned no rare finding (rare-finding recall 0), so "
-                  "there is no figure for the informed order to reach")
+            print(
+                "goal: undecided: the random order's round learned no rare finding (rare-finding recall 0), so "
+                "there is no figure for the informed order to reach"
+            )
         else:
             report["goal_informed_half_reaches_random"] = half >= random_final
-            print(f"goal: useful order with {budget // 2} corrections reaches the random order's rare-finding "
-                  f"recall with {budget} ({half:.3f} vs {random_final:.3f}): "
-                  f"{'met' if half >= random_final else 'MISSED'}")
+            print(
+                f"goal: useful order with {budget // 2} corrections reaches the random order's rare-finding "
+                f"recall with {budget} ({half:.3f} vs {random_final:.3f}): "
+                f"{'met' if half >= random_final else 'MISSED'}"
+            )
 
 
 if __name__ == "__main__":

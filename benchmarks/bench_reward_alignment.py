@@ -130,7 +130,9 @@ def macro_f1(counts: list[list[float]]) -> float:
     return macro_f1_from_counts(*zip(*counts, strict=True))
 
 
-def per_study_counts(sample_labels: list[dict], reference: dict, sample_weights: list[float], names) -> list[list[float]]:
+def per_study_counts(
+    sample_labels: list[dict], reference: dict, sample_weights: list[float], names
+) -> list[list[float]]:
     from orapo_core.facts.metrics import is_positive
 
     out = []
@@ -160,9 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(ROOT / "assets" / "starter"))
     parser.add_argument("--studies", type=int, default=600)
-    parser.add_argument("--k", type=int, default=8, help="samples per study (the recipe's K is 4; more gives a steadier estimate)")
+    parser.add_argument(
+        "--k", type=int, default=8, help="samples per study (the recipe's K is 4; more gives a steadier estimate)"
+    )
     parser.add_argument("--pool-seed", type=int, default=101)
-    parser.add_argument("--data-dir", default=None, help="where the pool's films are written (default: a temporary folder)")
+    parser.add_argument(
+        "--data-dir", default=None, help="where the pool's films are written (default: a temporary folder)"
+    )
     parser.add_argument("--bootstrap", type=int, default=400)
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
@@ -191,9 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     names = list(CHEXPERT_14)
     samples, greedy = [], []
     for start in range(0, len(records), 16):
-        chunk = records[start:start + 16]
-        drafts = drafter.draft_many([load_study_image(r.image_paths[0]) for r in chunk], samples=opts.k,
-                                    max_new_tokens=max_new, temperature=temperature, top_p=top_p, seed=start)
+        chunk = records[start : start + 16]
+        drafts = drafter.draft_many(
+            [load_study_image(r.image_paths[0]) for r in chunk],
+            samples=opts.k,
+            max_new_tokens=max_new,
+            temperature=temperature,
+            top_p=top_p,
+            seed=start,
+        )
         for d in drafts:
             samples.append(list(d.samples))
             greedy.append(d.text)
@@ -205,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     def table_for(reward_rows: list[list[float]]) -> dict:
         per_eta = {}
         for eta in ETAS:
-            per_eta[eta] = [per_study_counts(sample_labels[i], references[i], weights(reward_rows[i], eta), names)
-                            for i in range(len(records))]
+            per_eta[eta] = [
+                per_study_counts(sample_labels[i], references[i], weights(reward_rows[i], eta), names)
+                for i in range(len(records))
+            ]
         everyone = list(range(len(records)))
         base = macro_f1(summed(per_eta[0.0], everyone))
         rng = random.Random(0)
@@ -223,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                 total = summed(per_eta[eta], everyone)
                 zero = summed(per_eta[0.0], everyone)
                 out["per_class_delta_f1_best_of_k"] = {
-                    n: macro_f1([total[c]]) - macro_f1([zero[c]]) for c, n in enumerate(names)}
+                    n: macro_f1([total[c]]) - macro_f1([zero[c]]) for c, n in enumerate(names)
+                }
                 out["per_class_f1_samples"] = {n: macro_f1([zero[c]]) for c, n in enumerate(names)}
         return out
 
@@ -231,36 +246,56 @@ def main(argv: list[str] | None = None) -> int:
     for name, reward in rewards_to_compare().items():
         rows = []
         for record, group in zip(records, samples, strict=True):
-            values = reward(group, labels=[json.dumps(record.labels)] * len(group),
-                            reference_report=[record.report] * len(group))
+            values = reward(
+                group, labels=[json.dumps(record.labels)] * len(group), reference_report=[record.report] * len(group)
+            )
             rows.append([0.0 if v is None else float(v) for v in values])
         results[name] = table_for(rows)
-        print(f"{name}: " + ", ".join(f"{k} {v:+.4f}" for k, v in results[name].items() if k.startswith("delta")), flush=True)
+        print(
+            f"{name}: " + ", ".join(f"{k} {v:+.4f}" for k, v in results[name].items() if k.startswith("delta")),
+            flush=True,
+        )
 
     # the label-only reward closest to macro-F1: each sample's own F1 over the 14 against its study's labels
     results["per-study F1 over the 14 (a label-only reward)"] = table_for(
-        [[study_f1(lab, references[i], names) for lab in sample_labels[i]] for i in range(len(records))])
-    greedy_counts = [per_study_counts([label_report(greedy[i])], references[i], [1.0], names) for i in range(len(records))]
+        [[study_f1(lab, references[i], names) for lab in sample_labels[i]] for i in range(len(records))]
+    )
+    greedy_counts = [
+        per_study_counts([label_report(greedy[i])], references[i], [1.0], names) for i in range(len(records))
+    ]
     # what the samples hold for the greedy draft itself: the greedy draft, replaced by the best sample wherever the
     # recipe's FactS ranks that sample above it (SCST's target), and how often that happens
     recipe_reward = next(iter(rewards_to_compare().values()))
     better, replaced = [], 0
     for i, record in enumerate(records):
         group = [greedy[i], *samples[i]]
-        values = [0.0 if v is None else float(v) for v in recipe_reward(
-            group, labels=[json.dumps(record.labels)] * len(group), reference_report=[record.report] * len(group))]
+        values = [
+            0.0 if v is None else float(v)
+            for v in recipe_reward(
+                group, labels=[json.dumps(record.labels)] * len(group), reference_report=[record.report] * len(group)
+            )
+        ]
         best = max(range(len(group)), key=lambda j: (values[j], j == 0))
         replaced += best != 0
         better.append(per_study_counts([label_report(group[best])], references[i], [1.0], names))
     out = {
         "command": "OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_reward_alignment " + " ".join(sys.argv[1:]),
-        "model": opts.model, "studies": len(records), "k": opts.k, "pool_seed": opts.pool_seed,
-        "temperature": temperature, "top_p": top_p, "max_new_tokens": max_new,
+        "model": opts.model,
+        "studies": len(records),
+        "k": opts.k,
+        "pool_seed": opts.pool_seed,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": max_new,
         "greedy_macro_f1": macro_f1(summed(greedy_counts, list(range(len(records))))),
         "greedy_or_better_sample_macro_f1": macro_f1(summed(better, list(range(len(records))))),
-        "greedy_per_class_f1": {n: macro_f1([c]) for n, c in zip(names, summed(greedy_counts, list(range(len(records)))), strict=True)},
+        "greedy_per_class_f1": {
+            n: macro_f1([c]) for n, c in zip(names, summed(greedy_counts, list(range(len(records)))), strict=True)
+        },
         "share_of_studies_a_sample_beats_greedy": replaced / len(records),
-        "rewards": results, "draft_seconds": draft_s, "wall_seconds": time.perf_counter() - started,
+        "rewards": results,
+        "draft_seconds": draft_s,
+        "wall_seconds": time.perf_counter() - started,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}",
     }
     print(json.dumps(out, indent=1))

@@ -45,9 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     twin = grpo_twin_dir(data_dir, args.round)
     if (twin / "adapter_config.json").is_file():
         models["grpo"] = twin
-    result = {"command": command("bench_round_drafts_alone", argv), "round": args.round, "checks": False,
-              **{name: outcome(base, adapter, positives, negatives, args.finding, test_dir(data_dir), checks=False)
-                 for name, adapter in models.items()}}
+    result = {
+        "command": command("bench_round_drafts_alone", argv),
+        "round": args.round,
+        "checks": False,
+        **{
+            name: outcome(base, adapter, positives, negatives, args.finding, test_dir(data_dir), checks=False)
+            for name, adapter in models.items()
+        },
+    }
     return finish_tool(result, models, args.json)
 
 

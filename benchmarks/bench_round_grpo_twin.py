@@ -33,8 +33,9 @@ from orapo_core.facts.metrics import EvalMetrics
 
 
 def make_parser() -> argparse.ArgumentParser:
-    return make_tool_parser(__doc__, "the OraPO round whose rows, recipe and steps GRPO trains on (default 1, the "
-                                     "story's one round)")
+    return make_tool_parser(
+        __doc__, "the OraPO round whose rows, recipe and steps GRPO trains on (default 1, the story's one round)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,20 +55,41 @@ def main(argv: list[str] | None = None) -> int:
     version = round_version(database, record.id)
     base = resolve_path(settings, version.base_model_path)
     out = grpo_twin_dir(data_dir, record.id)
-    overrides = {**record.config.get("overrides", {}), "model_name_or_path": base, "train_csv": str(folder / "train.csv"),
-                 "output_dir": str(out), "oracle_mode": "none", "use_clinician_pairs": False}
+    overrides = {
+        **record.config.get("overrides", {}),
+        "model_name_or_path": base,
+        "train_csv": str(folder / "train.csv"),
+        "output_dir": str(out),
+        "oracle_mode": "none",
+        "use_clinician_pairs": False,
+    }
     started = time.perf_counter()
     # `orapo train` with the ablation's oracle modes (the product trains only OraPO's): orapo_core.experimental
-    subprocess.run([sys.executable, "-m", "orapo_core.experimental.ablation", "--config", record.config["recipe"],
-                    *override_argv(overrides)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orapo_core.experimental.ablation",
+            "--config",
+            record.config["recipe"],
+            *override_argv(overrides),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     seconds = time.perf_counter() - started
     positives, negatives = test_studies(args)
-    result = {"grpo": outcome(base, out, positives, negatives, args.finding, test_dir(data_dir)),
-              "grpo_seconds": round(seconds, 1), "oraPO_round": record.id,
-              "command": command("bench_round_grpo_twin", argv)}
+    result = {
+        "grpo": outcome(base, out, positives, negatives, args.finding, test_dir(data_dir)),
+        "grpo_seconds": round(seconds, 1),
+        "oraPO_round": record.id,
+        "command": command("bench_round_grpo_twin", argv),
+    }
     r = result["grpo"]
-    print(f"GRPO, same rows and steps as round {record.id}: recall {r['recall']:.3f}, false-positive rate "
-          f"{r['false_positive_rate']:.3f}, macro-F1(14) {EvalMetrics.from_dict(r).macro_f1_14:.3f} ({seconds / 60:.1f} min training)")
+    print(
+        f"GRPO, same rows and steps as round {record.id}: recall {r['recall']:.3f}, false-positive rate "
+        f"{r['false_positive_rate']:.3f}, macro-F1(14) {EvalMetrics.from_dict(r).macro_f1_14:.3f} ({seconds / 60:.1f} min training)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return 0

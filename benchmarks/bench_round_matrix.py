@@ -46,8 +46,13 @@ MAX_FPR, MAX_GROUP_FPR, MIN_RECALL, MIN_ADDED_RECALL, MAX_MINUTES = 0.05, 0.10, 
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", nargs="+", required=True, metavar="FINDING:SEED",
-                        help=f"the matrix's cells; findings: {', '.join(sorted(LABEL))}")
+    parser.add_argument(
+        "--cells",
+        nargs="+",
+        required=True,
+        metavar="FINDING:SEED",
+        help=f"the matrix's cells; findings: {', '.join(sorted(LABEL))}",
+    )
     parser.add_argument("--out", required=True, help="results folder (matrix.json, matrix.md, cells/)")
     parser.add_argument("--work", default=None, help="where the cells' data folders go (default: a temporary folder)")
     parser.add_argument("--parallel", type=int, default=1, help="cells run at once (each on one thread)")
@@ -70,16 +75,23 @@ def run_cell(finding: str, seed: int, cells: Path, work: Path, sets: list[str], 
     data = work / name
     env = dict(os.environ, OMP_NUM_THREADS="1")
     common = ["--finding", finding, "--seed", str(seed), "--data-dir", str(data)]
-    steps = (("bench_round_story", "story", [a for s in sets for a in ("--set", s)]),
-             ("bench_round_drafts_alone", "alone", []),
-             ("bench_round_rescore", "checks", ["--fit-verifier", "--gate"]))
+    steps = (
+        ("bench_round_story", "story", [a for s in sets for a in ("--set", s)]),
+        ("bench_round_drafts_alone", "alone", []),
+        ("bench_round_rescore", "checks", ["--fit-verifier", "--gate"]),
+    )
     found = {}
     for module, step, extra in steps:
         out = cells / f"{name}.{step}.json"
         if not (reuse and out.is_file()):
             with open(cells / f"{name}.{step}.log", "w") as log:
-                done = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *common, *extra, "--json", str(out)],
-                                      stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+                done = subprocess.run(
+                    [sys.executable, "-m", f"benchmarks.{module}", *common, *extra, "--json", str(out)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    check=False,
+                )
             if done.returncode != 0 or not out.is_file():
                 return {"finding": finding, "seed": seed, "error": f"{module} exited {done.returncode}; see its log"}
         found[step] = json.loads(out.read_text())
@@ -100,11 +112,16 @@ def rates(scores: dict) -> dict:
     from orapo_core.facts.metrics import EvalMetrics
 
     worst = worst_group(scores)
-    return {"recall": scores["recall"], "said": round(scores["recall"] * scores["n_positive"]),
-            "n_positive": scores["n_positive"], "fpr": scores["false_positive_rate"],
-            "false_positives": round(scores["false_positive_rate"] * scores["n_negative"]),
-            "n_negative": scores["n_negative"], "worst_group": list(worst) if worst else None,
-            "macro_f1": EvalMetrics.from_dict(scores).macro_f1_14}
+    return {
+        "recall": scores["recall"],
+        "said": round(scores["recall"] * scores["n_positive"]),
+        "n_positive": scores["n_positive"],
+        "fpr": scores["false_positive_rate"],
+        "false_positives": round(scores["false_positive_rate"] * scores["n_negative"]),
+        "n_negative": scores["n_negative"],
+        "worst_group": list(worst) if worst else None,
+        "macro_f1": EvalMetrics.from_dict(scores).macro_f1_14,
+    }
 
 
 def within_limits(r: dict) -> bool:
@@ -118,20 +135,33 @@ def summarise(finding: str, seed: int, story: dict, alone: dict, checks: dict | 
     from benchmarks.round_story_common import shown
 
     at = story.get("draft_min_agreement") or 0
-    cell = {"finding": finding, "seed": seed, "story_command": story.get("command"), "alone_command": alone.get("command"),
-            "checks_command": (checks or {}).get("command"),
-            "round": story.get("round", {}), "before_alone": rates(alone["before"])}
+    cell = {
+        "finding": finding,
+        "seed": seed,
+        "story_command": story.get("command"),
+        "alone_command": alone.get("command"),
+        "checks_command": (checks or {}).get("command"),
+        "round": story.get("round", {}),
+        "before_alone": rates(alone["before"]),
+    }
     if "candidate" not in alone:
         cell["error"] = "the round made no candidate"
         return cell
     cell["alone"] = rates(alone["candidate"])
-    cell["with_checks"] = rates(checks["candidate"] if checks and "candidate" in checks else shown(story["candidate"], at))
+    cell["with_checks"] = rates(
+        checks["candidate"] if checks and "candidate" in checks else shown(story["candidate"], at)
+    )
     cell["with_round_checks"] = rates(shown(story["candidate"], at))
     gate = (checks or {}).get("gate")
     if gate:
-        cell["gate_now"] = {"own": gate["own_verdict"], "test_set": gate["test_verdict"], "agree": gate["agree"],
-                            "own_reason": gate["own"]["reason"], "test_reason": gate["test_set"]["reason"],
-                            "heldout": gate.get("heldout")}
+        cell["gate_now"] = {
+            "own": gate["own_verdict"],
+            "test_set": gate["test_verdict"],
+            "agree": gate["agree"],
+            "own_reason": gate["own"]["reason"],
+            "test_reason": gate["test_set"]["reason"],
+            "heldout": gate.get("heldout"),
+        }
     a, c, b = cell["alone"], cell["with_checks"], cell["before_alone"]
     minutes = (story.get("round", {}).get("seconds") or 0) / 60
     cell["goals"] = {
@@ -139,8 +169,9 @@ def summarise(finding: str, seed: int, story: dict, alone: dict, checks: dict | 
         "alone: false positives within limits": within_limits(a),
         "alone: macro-F1 not lower": a["macro_f1"] >= b["macro_f1"],
         # by the gate of this checkout (judged again on the round's own held-out set) where it was, else the round's
-        "promoted": (gate["own_verdict"] == "promote" if gate else
-                     story.get("round", {}).get("version_status") == "promoted"),
+        "promoted": (
+            gate["own_verdict"] == "promote" if gate else story.get("round", {}).get("version_status") == "promoted"
+        ),
         "round <= 30 min": minutes <= MAX_MINUTES,
         "checks add >= 0.1 recall within limits": c["recall"] - a["recall"] >= MIN_ADDED_RECALL and within_limits(c),
     }
@@ -152,13 +183,18 @@ def fmt(r: dict | None) -> str:
         return "–"
     worst = r["worst_group"]
     group = f"; worst group {worst[0]} {worst[1]}/{worst[2]}" if worst else ""
-    return (f"{r['recall']:.3f} ({r['said']}/{r['n_positive']}) / {100 * r['fpr']:.1f} % "
-            f"({r['false_positives']}/{r['n_negative']}{group}) / {r['macro_f1']:.3f}")
+    return (
+        f"{r['recall']:.3f} ({r['said']}/{r['n_positive']}) / {100 * r['fpr']:.1f} % "
+        f"({r['false_positives']}/{r['n_negative']}{group}) / {r['macro_f1']:.3f}"
+    )
 
 
 def table(cells: list[dict]) -> str:
-    lines = ["| finding | clinic | round | served, alone | **candidate, alone** | candidate with its checks | "
-             "gate now: own set / 325 test studies | goals missed |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| finding | clinic | round | served, alone | **candidate, alone** | candidate with its checks | "
+        "gate now: own set / 325 test studies | goals missed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for c in cells:
         rnd = c.get("round") or {}
         gate = (rnd.get("gate") or "").replace("|", "/")
@@ -166,14 +202,21 @@ def table(cells: list[dict]) -> str:
         missed = ", ".join(k for k, v in (c.get("goals") or {}).items() if not v) or ("none" if c.get("goals") else "–")
         now = c.get("gate_now")
         gate_now = f"{now['own']} / {now['test_set']}" if now else "–"
-        lines.append(f"| {c['finding']} | {c['seed']} | {c.get('error') or said} | {fmt(c.get('before_alone'))} | "
-                     f"**{fmt(c.get('alone'))}** | {fmt(c.get('with_checks'))} | {gate_now} | {missed} |")
+        lines.append(
+            f"| {c['finding']} | {c['seed']} | {c.get('error') or said} | {fmt(c.get('before_alone'))} | "
+            f"**{fmt(c.get('alone'))}** | {fmt(c.get('with_checks'))} | {gate_now} | {missed} |"
+        )
     judged = [c["gate_now"]["agree"] for c in cells if c.get("gate_now")]
     if judged:
-        lines += ["", f"The gate's verdict on its own held-out set agrees with its verdict on the 325 test studies in "
-                      f"{sum(judged)} of {len(judged)} rounds."]
-    return "\n".join(lines) + ("\n\nEach model cell: recall (said/with) / false positives (called/without; the worst "
-                               f"group of at least {MIN_GROUP} films) / macro-F1 (14).\n")
+        lines += [
+            "",
+            f"The gate's verdict on its own held-out set agrees with its verdict on the 325 test studies in "
+            f"{sum(judged)} of {len(judged)} rounds.",
+        ]
+    return "\n".join(lines) + (
+        "\n\nEach model cell: recall (said/with) / false positives (called/without; the worst "
+        f"group of at least {MIN_GROUP} films) / macro-F1 (14).\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,8 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         results = list(pool.map(lambda fs: run_cell(*fs, out / "cells", work, args.set, args.reuse), cells))
-    report = {"command": command("bench_round_matrix", argv), "settings": args.set, "cells": results,
-              "minutes": round((time.perf_counter() - started) / 60, 1)}
+    report = {
+        "command": command("bench_round_matrix", argv),
+        "settings": args.set,
+        "cells": results,
+        "minutes": round((time.perf_counter() - started) / 60, 1),
+    }
     (out / "matrix.json").write_text(json.dumps(report, indent=1, default=str))
     text = f"# Round matrix\n\n`{report['command']}`\n\n" + table(results)
     (out / "matrix.md").write_text(text)

@@ -41,25 +41,43 @@ from benchmarks.round_story_common import (
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = make_tool_parser(__doc__, "the round whose candidate and starting model are scored again (default 1, "
-                                       "the story's one round)")
-    parser.add_argument("--fit-verifier", action="store_true",
-                        help="first fit the finding verifier of that round's version as a round with "
-                             "finding_verifier on does (orapo_core.models.verifier.fit_round_verifier, on the round's "
-                             "own train.csv; --set finding_verifier_add_max_fpr=0 fits it without its additions), "
-                             "save it beside the version's adapter, then score")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="with --fit-verifier: the round setting finding_verifier_add_max_fpr to fit with")
-    parser.add_argument("--state-probes", action="store_true",
-                        help="also how well a linear probe tells the test films with the finding from those without, "
-                             "from each model's merged visual token and from its text model's last prompt state "
-                             "(where the report begins), beside the drafts' own d'")
-    parser.add_argument("--gate", action="store_true",
-                        help="also judge the round again with this checkout's gate, on the round's own held-out set "
-                             "and on the test studies, and say whether the two verdicts agree")
-    parser.add_argument("--agreement", action="store_true",
-                        help="also score both models' drafts at operating points of sample agreement (the app's 4 "
-                             "samples; a finding's sentence kept where at least 1-4 of them assert it too)")
+    parser = make_tool_parser(
+        __doc__, "the round whose candidate and starting model are scored again (default 1, the story's one round)"
+    )
+    parser.add_argument(
+        "--fit-verifier",
+        action="store_true",
+        help="first fit the finding verifier of that round's version as a round with "
+        "finding_verifier on does (orapo_core.models.verifier.fit_round_verifier, on the round's "
+        "own train.csv; --set finding_verifier_add_max_fpr=0 fits it without its additions), "
+        "save it beside the version's adapter, then score",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --fit-verifier: the round setting finding_verifier_add_max_fpr to fit with",
+    )
+    parser.add_argument(
+        "--state-probes",
+        action="store_true",
+        help="also how well a linear probe tells the test films with the finding from those without, "
+        "from each model's merged visual token and from its text model's last prompt state "
+        "(where the report begins), beside the drafts' own d'",
+    )
+    parser.add_argument(
+        "--gate",
+        action="store_true",
+        help="also judge the round again with this checkout's gate, on the round's own held-out set "
+        "and on the test studies, and say whether the two verdicts agree",
+    )
+    parser.add_argument(
+        "--agreement",
+        action="store_true",
+        help="also score both models' drafts at operating points of sample agreement (the app's 4 "
+        "samples; a finding's sentence kept where at least 1-4 of them assert it too)",
+    )
     return parser
 
 
@@ -97,8 +115,11 @@ def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, sp
             order = np.random.default_rng(r).permutation(len(truth))
             aucs.append(ridge_probe_auc(x[order], truth[order][:, None], int(0.6 * len(truth)))[0])
         mean = float(np.mean(aucs))
-        out[what] = {"auc": round(mean, 4), "auc_std": round(float(np.std(aucs)), 4),
-                     "d_prime": round(2 ** 0.5 * NormalDist().inv_cdf(min(mean, 1 - 1e-6)), 3)}
+        out[what] = {
+            "auc": round(mean, 4),
+            "auc_std": round(float(np.std(aucs)), 4),
+            "d_prime": round(2**0.5 * NormalDist().inv_cdf(min(mean, 1 - 1e-6)), 3),
+        }
     return out
 
 
@@ -131,16 +152,25 @@ def judge_again(settings, database, round_id: int, base, adapter, test_rows: dic
     changes = changes_of_round(settings.rounds_dir / str(round_id) / "train.csv")
     heldout = round_heldout(database, settings, policy, changes)
     path = heldout.write(settings.rounds_dir / str(round_id) / "gate-again" / "heldout.json")
-    evaluation = evaluate_models(EvaluationSpec(path, Weights(Path(base)), Weights(Path(base), Path(adapter)),
-                                                min_agreement=settings.draft_min_agreement))
+    evaluation = evaluate_models(
+        EvaluationSpec(
+            path, Weights(Path(base)), Weights(Path(base), Path(adapter)), min_agreement=settings.draft_min_agreement
+        )
+    )
     own = decide(evaluation.candidate.predictions, evaluation.served.predictions, policy.gate, changes=changes)
     test = decide(test_rows["candidate"], test_rows["before"], policy.gate, changes=changes)
     for name, d in (("own held-out set", own), ("test set", test)):
         print(f"gate on the {name}: {d.verdict}: {d.reason}")
     summary = heldout.summary()
-    return {"changes": changes, "heldout": {"n": summary.n, "sources": summary.sources, "topped_up_for": summary.topped_up_for},
-            "own": own.to_dict(), "test_set": test.to_dict(), "own_verdict": own.verdict, "test_verdict": test.verdict,
-            "agree": own.verdict == test.verdict}
+    return {
+        "changes": changes,
+        "heldout": {"n": summary.n, "sources": summary.sources, "topped_up_for": summary.topped_up_for},
+        "own": own.to_dict(),
+        "test_set": test.to_dict(),
+        "own_verdict": own.verdict,
+        "test_verdict": test.verdict,
+        "agree": own.verdict == test.verdict,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,21 +189,31 @@ def main(argv: list[str] | None = None) -> int:
     positives, negatives = test_studies(args)
     films = test_dir(data_dir)
     models = {"before": None, "candidate": resolve_path(settings, version.adapter_path)}
-    result = {"command": command("bench_round_rescore", argv), "round": args.round, "checks": True,
-              **{name: outcome(base, adapter, positives, negatives, args.finding, films, agreement=args.agreement,
-                               rows=args.gate)
-                 for name, adapter in models.items()}}
+    result = {
+        "command": command("bench_round_rescore", argv),
+        "round": args.round,
+        "checks": True,
+        **{
+            name: outcome(
+                base, adapter, positives, negatives, args.finding, films, agreement=args.agreement, rows=args.gate
+            )
+            for name, adapter in models.items()
+        },
+    }
     if args.gate:
         rows = {name: result[name].pop("rows") for name in models}
         result["gate"] = judge_again(settings, database, args.round, base, models["candidate"], rows)
     if args.state_probes:
-        pictures = [r.image_paths[0] for r in phantom_test_records(positives, films, "pos")
-                    + phantom_test_records(negatives, films, "neg")]
+        pictures = [
+            r.image_paths[0]
+            for r in phantom_test_records(positives, films, "pos") + phantom_test_records(negatives, films, "neg")
+        ]
         truth = np.array([1.0] * len(positives) + [0.0] * len(negatives))
         for name, adapter in models.items():
             result[name]["state_probes"] = state_separability(base, adapter, pictures, truth)
-            result[name]["state_probes"]["drafts_d_prime"] = d_prime(result[name]["recall"],
-                                                                     result[name]["false_positive_rate"])
+            result[name]["state_probes"]["drafts_d_prime"] = d_prime(
+                result[name]["recall"], result[name]["false_positive_rate"]
+            )
             print(f"{name:10s} probe AUC, finding vs not: {result[name]['state_probes']}")
     return finish_tool(result, models, args.json)
 

@@ -57,11 +57,19 @@ def make_parser() -> argparse.ArgumentParser:
     add_test_set_arguments(parser)
     parser.add_argument("--n", type=int, default=168, help="studies corrected in the clinic (about 10%% held out)")
     parser.add_argument("--data-dir", default=None, help="fresh data folder (default: a temporary one)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="round settings (default: none, the point is the defaults)")
-    parser.add_argument("--agreement", action="store_true",
-                        help="also score both models' drafts at operating points of sample agreement (the app's 4 "
-                             "samples; a finding's sentence kept where at least 1-4 of them assert it too)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="round settings (default: none, the point is the defaults)",
+    )
+    parser.add_argument(
+        "--agreement",
+        action="store_true",
+        help="also score both models' drafts at operating points of sample agreement (the app's 4 "
+        "samples; a finding's sentence kept where at least 1-4 of them assert it too)",
+    )
     parser.add_argument("--json", default=None)
     return parser
 
@@ -90,9 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     users = UserRepository(database)
     rad = users.create("rita", "rita-password-1")
     admin = users.create("boss", "boss-password-1", role="admin")
-    report = {"command": command("bench_round_story", argv),
-              "finding": args.finding, "data_dir": str(data_dir),
-              "draft_min_agreement": settings.draft_min_agreement}  # the operating point the app drafts at
+    report = {
+        "command": command("bench_round_story", argv),
+        "finding": args.finding,
+        "data_dir": str(data_dir),
+        "draft_min_agreement": settings.draft_min_agreement,
+    }  # the operating point the app drafts at
     shown_at = settings.draft_min_agreement
     if shown_at and shown_at not in AGREEMENT:
         raise SystemExit(f"ORAPO_DRAFT_MIN_AGREEMENT={shown_at} is not one of the operating points {AGREEMENT}")
@@ -112,10 +123,17 @@ def main(argv: list[str] | None = None) -> int:
         said_before += label_report(draft.text).get(LABEL[args.finding]) in (1, -1)
         saved = reports.save_report(database, rad, got.study_id, draft.id, report_of(study), sign=True)
         split[drafting.open_study(database, rad, saved.study_id).study.split] += 1
-    report["clinic"] = {"studies": args.n, "drafts_with_finding": said_before, **split,
-                        "seconds": round(time.perf_counter() - started, 1)}
-    print(f"clinic: {args.n} studies uploaded, drafted ({said_before} drafts called {args.finding}), corrected and "
-          f"signed ({split['train']} train / {split['holdout']} held out) in {report['clinic']['seconds']} s", flush=True)
+    report["clinic"] = {
+        "studies": args.n,
+        "drafts_with_finding": said_before,
+        **split,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    print(
+        f"clinic: {args.n} studies uploaded, drafted ({said_before} drafts called {args.finding}), corrected and "
+        f"signed ({split['train']} train / {split['holdout']} held out) in {report['clinic']['seconds']} s",
+        flush=True,
+    )
 
     before = served_model(database, settings)
     service = RoundService(database, settings)
@@ -124,34 +142,55 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - started
     version = next((v for v in ModelVersionRepository(database).list() if v.round_id == finished.id), None)
     gate = (finished.metrics or {}).get("gate") or {}
-    report["round"] = {"id": finished.id, "status": finished.status, "error": finished.error,
-                       "version_status": version.status if version else None, "gate": gate.get("reason"),
-                       "seconds": round(wall, 1), "train": (finished.metrics or {}).get("train", {}),
-                       "selection": {k: (len(v) if isinstance(v, list) else v)
-                                     for k, v in ((finished.metrics or {}).get("selection") or {}).items()}}
-    print(f"round {finished.id}: {finished.status}, version {version.status if version else None} in {wall / 60:.1f} min; "
-          f"gate: {gate.get('reason') or finished.error}", flush=True)
+    report["round"] = {
+        "id": finished.id,
+        "status": finished.status,
+        "error": finished.error,
+        "version_status": version.status if version else None,
+        "gate": gate.get("reason"),
+        "seconds": round(wall, 1),
+        "train": (finished.metrics or {}).get("train", {}),
+        "selection": {
+            k: (len(v) if isinstance(v, list) else v)
+            for k, v in ((finished.metrics or {}).get("selection") or {}).items()
+        },
+    }
+    print(
+        f"round {finished.id}: {finished.status}, version {version.status if version else None} in {wall / 60:.1f} min; "
+        f"gate: {gate.get('reason') or finished.error}",
+        flush=True,
+    )
 
     positives, negatives = test_studies(args)
     films = test_dir(data_dir)
-    report["before"] = outcome(before.model_dir, before.adapter_dir, positives, negatives, args.finding, films,
-                               agreement=args.agreement)
+    report["before"] = outcome(
+        before.model_dir, before.adapter_dir, positives, negatives, args.finding, films, agreement=args.agreement
+    )
     if version is not None:
         from app.services.reading.served import resolve_path
 
-        report["candidate"] = outcome(resolve_path(settings, version.base_model_path),
-                                      resolve_path(settings, version.adapter_path), positives, negatives, args.finding,
-                                      films, agreement=args.agreement)
+        report["candidate"] = outcome(
+            resolve_path(settings, version.base_model_path),
+            resolve_path(settings, version.adapter_path),
+            positives,
+            negatives,
+            args.finding,
+            films,
+            agreement=args.agreement,
+        )
     for name in ("before", "candidate"):
         if name in report:
             print_outcome(name, report[name], args.finding)
     if "candidate" in report:
         # the goals are read from the drafts the app shows: at its operating point, the greedy ones at 0
         c, b = (shown(report["candidate"], shown_at), shown(report["before"], shown_at))
-        report["goals"] = {"promoted": version.status == "promoted", "recall>=0.6": c["recall"] >= 0.6,
-                           "fpr<=0.05": c["false_positive_rate"] <= 0.05,
-                           "macro_f1_not_lower": EvalMetrics.from_dict(c).macro_f1_14 >= EvalMetrics.from_dict(b).macro_f1_14,
-                           "round<=30min": wall <= 1800}
+        report["goals"] = {
+            "promoted": version.status == "promoted",
+            "recall>=0.6": c["recall"] >= 0.6,
+            "fpr<=0.05": c["false_positive_rate"] <= 0.05,
+            "macro_f1_not_lower": EvalMetrics.from_dict(c).macro_f1_14 >= EvalMetrics.from_dict(b).macro_f1_14,
+            "round<=30min": wall <= 1800,
+        }
         print("goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in report["goals"].items()))
     print(f"command: {report['command']}")
     if args.json:

@@ -58,13 +58,21 @@ def read_reports(loaded, images, reports, *, batch: int = 8):
     loaded.model.eval()
     for start in range(0, len(reports), batch):
         pictures = [to_rgb_image(x) for x in images[start : start + batch]]
-        encoded = [tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-                   for text in reports[start : start + batch]]
+        encoded = [
+            tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            for text in reports[start : start + batch]
+        ]
         token, best, _ = answer_token_logps(loaded.model, loaded.processor, pictures, [e["input_ids"] for e in encoded])
         for i, e in enumerate(encoded):
             n = len(e["input_ids"])
-            out.append({"ids": e["input_ids"], "spans": e["offset_mapping"], "logp": token[i, :n].tolist(),
-                        "argmax": best[i, :n].tolist()})
+            out.append(
+                {
+                    "ids": e["input_ids"],
+                    "spans": e["offset_mapping"],
+                    "logp": token[i, :n].tolist(),
+                    "argmax": best[i, :n].tolist(),
+                }
+            )
     return out
 
 
@@ -101,11 +109,14 @@ def measure(loaded, records, images, drafts, finding: str, tokenizer) -> dict:
         if read["argmax"][first] == read["ids"][first]:
             first_wins += 1
         else:
-            preferred[tokenizer.decode([read["argmax"][first]]).strip() or repr(tokenizer.decode([read["argmax"][first]]))] += 1
+            preferred[
+                tokenizer.decode([read["argmax"][first]]).strip() or repr(tokenizer.decode([read["argmax"][first]]))
+            ] += 1
     said = lambda i: label_report(drafts[i]).get(finding) in (1, -1)  # noqa: E731
     n = len(first_lp)
     return {
-        "studies_with": len(positives), "sentences_read": n,
+        "studies_with": len(positives),
+        "sentences_read": n,
         "sentence_logp": statistics.fmean(sentence_lp) if sentence_lp else None,
         "other_sentences_logp": statistics.fmean(other_lp) if other_lp else None,
         "first_token_logp": statistics.fmean(first_lp) if first_lp else None,
@@ -140,8 +151,9 @@ def state_probe_auc(loaded, records, images, *, folds: int = 5) -> dict:
     out = {}
     for name, text in STATE_CONTEXTS.items():
         states = prompt_states(loaded.model, loaded.processor, prompt + text, pictures)
-        out[name] = {f: fit_check(states, [r.labels.get(f) == 1 for r in records], f, folds=folds).cross_fitted_auc
-                     for f in RARE}
+        out[name] = {
+            f: fit_check(states, [r.labels.get(f) == 1 for r in records], f, folds=folds).cross_fitted_auc for f in RARE
+        }
     return out
 
 
@@ -153,11 +165,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=202, help="PhantomCXR generator seed of the held-out studies")
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--prevalence", nargs="+", default=[], metavar="FINDING=P")
-    parser.add_argument("--data", default=str(ROOT / "benchmarks" / "out" / "sentence-logp"), help="where the studies go")
+    parser.add_argument(
+        "--data", default=str(ROOT / "benchmarks" / "out" / "sentence-logp"), help="where the studies go"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=112)
-    parser.add_argument("--state-probe-n", type=int, default=0,
-                        help="also probe the text model's state for each rare finding on this many more held-out "
-                             "studies (seed + 1), at the prompt and after fixed report text (default: 0, off)")
+    parser.add_argument(
+        "--state-probe-n",
+        type=int,
+        default=0,
+        help="also probe the text model's state for each rare finding on this many more held-out "
+        "studies (seed + 1), at the prompt and after fixed report text (default: 0, off)",
+    )
     parser.add_argument("--json", help="write the results here")
     opts = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -171,32 +189,50 @@ def main(argv: list[str] | None = None) -> int:
     prevalence = {k: float(v) for k, v in (p.split("=", 1) for p in opts.prevalence)}
     started = time.perf_counter()
     tag = "".join(f"-{k}{v:g}" for k, v in sorted(prevalence.items()))
-    _, records = phantom_split(Path(opts.data) / f"seed{opts.seed}-n{opts.n}{tag}", opts.n, opts.seed, opts.size,
-                               prevalence=prevalence or None)
+    _, records = phantom_split(
+        Path(opts.data) / f"seed{opts.seed}-n{opts.n}{tag}", opts.n, opts.seed, opts.size, prevalence=prevalence or None
+    )
     held = HeldOut(records)
     drafter = Drafter.from_dir(opts.model, opts.adapter)
-    result = evaluate_drafter(drafter, held.records, images=held.images, batch_size=32, max_new_tokens=opts.max_new_tokens)
+    result = evaluate_drafter(
+        drafter, held.records, images=held.images, batch_size=32, max_new_tokens=opts.max_new_tokens
+    )
     drafts = [p["draft"] for p in result.predictions]
     tokenizer = drafter.loaded.processor.tokenizer
-    out = {"model": opts.model, "adapter": opts.adapter, "n": opts.n, "seed": opts.seed, "prevalence": prevalence,
-           **result.metrics.headline(),
-           "findings": {f: measure(drafter.loaded, held.records, held.images, drafts, f, tokenizer) for f in RARE}}
+    out = {
+        "model": opts.model,
+        "adapter": opts.adapter,
+        "n": opts.n,
+        "seed": opts.seed,
+        "prevalence": prevalence,
+        **result.metrics.headline(),
+        "findings": {f: measure(drafter.loaded, held.records, held.images, drafts, f, tokenizer) for f in RARE},
+    }
     if opts.state_probe_n:
-        _, probe_records = phantom_split(Path(opts.data) / f"seed{opts.seed + 1}-n{opts.state_probe_n}{tag}",
-                                         opts.state_probe_n, opts.seed + 1, opts.size, prevalence=prevalence or None)
+        _, probe_records = phantom_split(
+            Path(opts.data) / f"seed{opts.seed + 1}-n{opts.state_probe_n}{tag}",
+            opts.state_probe_n,
+            opts.seed + 1,
+            opts.size,
+            prevalence=prevalence or None,
+        )
         probe = HeldOut(probe_records)
         out["state_probe_auc"] = state_probe_auc(drafter.loaded, probe.records, probe.images)
     out["seconds"] = time.perf_counter() - started
-    print("| finding | with it | sentence log-prob (others) | first token log-prob | first token is greedy | "
-          "least likely token | whole sentence greedy | preferred instead | draft recall | draft FPR |")
+    print(
+        "| finding | with it | sentence log-prob (others) | first token log-prob | first token is greedy | "
+        "least likely token | whole sentence greedy | preferred instead | draft recall | draft FPR |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for f, m in out["findings"].items():
         fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
-        print(f"| {f} | {m['studies_with']} | {fmt(m['sentence_logp'])} ({fmt(m['other_sentences_logp'])}) | "
-              f"{fmt(m['first_token_logp'])} | {fmt(m['first_token_is_greedy'])} | {fmt(m['worst_token_logp'])} | "
-              f"{fmt(m['whole_sentence_is_greedy'])} | "
-              f"{', '.join(f'{t} {c}' for t, c in m['preferred_instead'][:3])} | {fmt(m['draft_recall'])} | "
-              f"{fmt(m['draft_false_positive_rate'])} |")
+        print(
+            f"| {f} | {m['studies_with']} | {fmt(m['sentence_logp'])} ({fmt(m['other_sentences_logp'])}) | "
+            f"{fmt(m['first_token_logp'])} | {fmt(m['first_token_is_greedy'])} | {fmt(m['worst_token_logp'])} | "
+            f"{fmt(m['whole_sentence_is_greedy'])} | "
+            f"{', '.join(f'{t} {c}' for t, c in m['preferred_instead'][:3])} | {fmt(m['draft_recall'])} | "
+            f"{fmt(m['draft_false_positive_rate'])} |"
+        )
     if opts.state_probe_n:
         print(f"\nState probe (cross-fitted AUC, {opts.state_probe_n} studies):\n| state | " + " | ".join(RARE) + " |")
         print("|---|" + "---|" * len(RARE))

@@ -62,10 +62,13 @@ def serve(data_dir: str, port: int, mode: str) -> None:
     settings = Settings(data_dir=Path(data_dir), deid_secret="bench")
     db = open_database(settings)
     lifted = dict(account_limit="1000000 per 15 minutes", address_limit="1000000 per 15 minutes")
-    guard = {"standard": None, "unthrottled": SignInGuard(db, **lifted), "event-loop": OnTheEventLoop(db, **lifted)}[mode]
+    guard = {"standard": None, "unthrottled": SignInGuard(db, **lifted), "event-loop": OnTheEventLoop(db, **lifted)}[
+        mode
+    ]
     demo = build_app(settings=settings, database=db, signin=guard)
-    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                   prevent_thread_lock=True, **launch_options(settings, db))
+    demo.queue(default_concurrency_limit=4).launch(
+        server_name="127.0.0.1", server_port=port, quiet=True, prevent_thread_lock=True, **launch_options(settings, db)
+    )
     print("ready", flush=True)
     sys.stdin.read()
     demo.close()
@@ -120,13 +123,16 @@ def measure(url: str, seconds: float, guessers: int, one_account: bool = False, 
     with tempfile.TemporaryDirectory() as tmp:
         png = Path(tmp) / "view.png"
         Image.new("L", (256, 256), 90).save(png)
-        cached = reader.post("/gradio_api/upload", files={"files": ("view.png", png.read_bytes(), "image/png")}).json()[0]
+        cached = reader.post("/gradio_api/upload", files={"files": ("view.png", png.read_bytes(), "image/png")}).json()[
+            0
+        ]
     paths = [f"/gradio_api/file={cached}", "/config"]
     read(reader, paths, time.time() + 1.0)  # warm-up
     results: multiprocessing.Queue = multiprocessing.Queue()
     stop_at = time.time() + seconds
-    procs = [multiprocessing.Process(target=guess, args=(url, i, stop_at, results, one_account))
-             for i in range(guessers)]
+    procs = [
+        multiprocessing.Process(target=guess, args=(url, i, stop_at, results, one_account)) for i in range(guessers)
+    ]
     for p in procs:
         p.start()
     time.sleep(0.5 if guessers else 0)  # the guessers are under way before the first timed request
@@ -156,9 +162,14 @@ class Server:
         self.port = free_port()
         # X-Forwarded-For is believed from 127.0.0.1 only because this says so (as for a local proxy)
         env = {**os.environ, "ORAPO_TRUSTED_PROXIES": "127.0.0.1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_signin", "--serve", str(data_dir),
-                                      str(self.port), mode], cwd=ROOT,  # the checkout, where `benchmarks` imports from
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.bench_signin", "--serve", str(data_dir), str(self.port), mode],
+            cwd=ROOT,  # the checkout, where `benchmarks` imports from
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         line = self.proc.stdout.readline()
         if line.strip() != "ready":
             self.proc.kill()
@@ -175,13 +186,19 @@ class Server:
 
 def report(label: str, latencies: dict[str, list[float]], totals: dict[int, int]) -> float:
     every = [x for values in latencies.values() for x in values]
-    per = ", ".join(f"{'image' if 'file=' in p else p} median {statistics.median(v):.1f} ms (n={len(v)})"
-                    for p, v in latencies.items() if v)
+    per = ", ".join(
+        f"{'image' if 'file=' in p else p} median {statistics.median(v):.1f} ms (n={len(v)})"
+        for p, v in latencies.items()
+        if v
+    )
     guesses = ""
     if totals:
-        guesses = (f"; guesses: {sum(totals.values())} ({totals.get(400, 0)} checked and refused, "
-                   f"{totals.get(429, 0)} refused by a lockout without hashing"
-                   + "".join(f", {n} answered {s}" for s, n in totals.items() if s not in (400, 429)) + ")")
+        guesses = (
+            f"; guesses: {sum(totals.values())} ({totals.get(400, 0)} checked and refused, "
+            f"{totals.get(429, 0)} refused by a lockout without hashing"
+            + "".join(f", {n} answered {s}" for s, n in totals.items() if s not in (400, 429))
+            + ")"
+        )
     median = statistics.median(every)
     p95 = statistics.quantiles(every, n=20)[-1] if len(every) > 1 else every[0]
     print(f"{label}: reader median {median:.1f} ms, p95 {p95:.1f} ms [{per}]{guesses}", flush=True)
@@ -193,8 +210,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each of the four measurements")
     parser.add_argument("--serve", nargs=3, metavar=("DATA_DIR", "PORT", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    for key, value in (("GRADIO_ANALYTICS_ENABLED", "False"), ("HF_HUB_OFFLINE", "1"),
-                       ("HF_HUB_DISABLE_TELEMETRY", "1")):
+    for key, value in (
+        ("GRADIO_ANALYTICS_ENABLED", "False"),
+        ("HF_HUB_OFFLINE", "1"),
+        ("HF_HUB_DISABLE_TELEMETRY", "1"),
+    ):
         os.environ.setdefault(key, value)
     if args.serve:
         serve(args.serve[0], int(args.serve[1]), args.serve[2])
@@ -204,10 +224,15 @@ def main() -> None:
     from db import UserRepository
     from orapo_core.config import Settings
 
-    print(f"command: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} "
-          f"{shlex.join([Path(sys.executable).name, '-m', 'benchmarks.bench_signin', *sys.argv[1:]])}")
-    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    print(
+        f"command: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} "
+        f"{shlex.join([Path(sys.executable).name, '-m', 'benchmarks.bench_signin', *sys.argv[1:]])}"
+    )
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        flush=True,
+    )
     medians, alone, guessed = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("standard", "unthrottled", "event-loop"):
@@ -220,22 +245,34 @@ def main() -> None:
             try:
                 if mode == "standard":
                     report("1. reader alone", *measure(server.url, args.seconds, 0, signing=alone))
-                    medians.append(report(f"2. reader + {GUESSERS} guessers after one account, standard limits",
-                                          *measure(server.url, args.seconds, GUESSERS, one_account=True)))
+                    medians.append(
+                        report(
+                            f"2. reader + {GUESSERS} guessers after one account, standard limits",
+                            *measure(server.url, args.seconds, GUESSERS, one_account=True),
+                        )
+                    )
                 elif mode == "unthrottled":
-                    medians.append(report(f"3. reader + {GUESSERS} guessers, no limits (every guess hashed)",
-                                          *measure(server.url, args.seconds, GUESSERS, signing=guessed)))
+                    medians.append(
+                        report(
+                            f"3. reader + {GUESSERS} guessers, no limits (every guess hashed)",
+                            *measure(server.url, args.seconds, GUESSERS, signing=guessed),
+                        )
+                    )
                 else:
-                    report("4. as 3, hashing on the event loop (Gradio's own /login)",
-                           *measure(server.url, args.seconds, GUESSERS))
+                    report(
+                        "4. as 3, hashing on the event loop (Gradio's own /login)",
+                        *measure(server.url, args.seconds, GUESSERS),
+                    )
             finally:
                 server.close()
     verdict = "met" if max(medians) < GOAL_MS else "NOT met"
     print(f"goal (reader median under {GOAL_MS:.0f} ms in 2 and 3): {verdict}")
     ratio = statistics.median(guessed) / statistics.median(alone)
-    print(f"colleague's sign-in: median {statistics.median(alone):.0f} ms alone (n={len(alone)}), "
-          f"{statistics.median(guessed):.0f} ms with {GUESSERS} guessers hashing (n={len(guessed)}), {ratio:.2f} x; "
-          f"goal under 1.5 x: {'met' if ratio < 1.5 else 'NOT met'}")
+    print(
+        f"colleague's sign-in: median {statistics.median(alone):.0f} ms alone (n={len(alone)}), "
+        f"{statistics.median(guessed):.0f} ms with {GUESSERS} guessers hashing (n={len(guessed)}), {ratio:.2f} x; "
+        f"goal under 1.5 x: {'met' if ratio < 1.5 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,7 @@ import time
 from pathlib import Path
 
 RARE = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
-COMMON = ("Cardiomegaly", "Pleural Effusion", "Edema", "Consolidation", "Lung Opacity", "Support Devices",
-          "No Finding")
+COMMON = ("Cardiomegaly", "Pleural Effusion", "Edema", "Consolidation", "Lung Opacity", "Support Devices", "No Finding")
 
 
 def _model_dir(arg: str | None) -> Path:
@@ -71,13 +70,15 @@ def greedy_drafts(loaded, images, batch: int = 25, max_new_tokens: int = 160) ->
     processor, prompt = loaded.processor, render_prompt(loaded.processor)
     texts = []
     for start in range(0, len(images), batch):
-        pictures = [to_rgb_image(img) for img in images[start:start + batch]]
+        pictures = [to_rgb_image(img) for img in images[start : start + batch]]
         inputs = processor(text=[prompt] * len(pictures), images=pictures, return_tensors="pt")
         with torch.inference_mode():
-            ids = loaded.model.generate(**inputs, do_sample=False, max_new_tokens=max_new_tokens,
-                                        pad_token_id=processor.tokenizer.pad_token_id)
-        texts += [t.strip() for t in processor.batch_decode(ids[:, inputs["input_ids"].shape[1]:],
-                                                            skip_special_tokens=True)]
+            ids = loaded.model.generate(
+                **inputs, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=processor.tokenizer.pad_token_id
+            )
+        texts += [
+            t.strip() for t in processor.batch_decode(ids[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        ]
     return texts
 
 
@@ -95,8 +96,11 @@ def efficacy(loaded, n: int, seed: int):
     reference = [label_report(report_text(s.report_findings, s.report_impression)) for s in studies]
     metrics = clinical_efficacy(predicted, reference, texts=drafts)
     per_class = metrics.f1_per_class
-    return metrics, {"rare_macro_f1": sum(per_class[o] for o in RARE) / len(RARE),
-                     "common_macro_f1": sum(per_class[o] for o in COMMON) / len(COMMON), "example_draft": drafts[0]}
+    return metrics, {
+        "rare_macro_f1": sum(per_class[o] for o in RARE) / len(RARE),
+        "common_macro_f1": sum(per_class[o] for o in COMMON) / len(COMMON),
+        "example_draft": drafts[0],
+    }
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -114,15 +118,35 @@ def make_parser() -> argparse.ArgumentParser:
     build.add_argument("--steps", type=int, default=None, metavar="N", help="report training steps")
     build.add_argument("--minutes", type=float, default=None, metavar="M", help="cap on the whole build")
     build.add_argument("--image-side", type=int, default=None, metavar="PX", help="input side in pixels (96)")
-    build.add_argument("--patch-size", type=int, default=None, metavar="PX",
-                       help="vision patch side (half the image side: one visual token; a quarter: four)")
-    build.add_argument("--vision-n-train", type=int, default=None, metavar="N",
-                       help="films for the vision warm-up, every finding at 0.3 (2000)")
+    build.add_argument(
+        "--patch-size",
+        type=int,
+        default=None,
+        metavar="PX",
+        help="vision patch side (half the image side: one visual token; a quarter: four)",
+    )
+    build.add_argument(
+        "--vision-n-train",
+        type=int,
+        default=None,
+        metavar="N",
+        help="films for the vision warm-up, every finding at 0.3 (2000)",
+    )
     build.add_argument("--vision-steps", type=int, default=None, metavar="N", help="vision warm-up steps (1000)")
-    build.add_argument("--perception-batch", type=int, default=None, metavar="N",
-                       help="films read through the prompt at each report step (0: off, the shipped build)")
-    build.add_argument("--rare-fraction", type=float, default=None, metavar="F",
-                       help="the rare findings' share of their PhantomCXR prevalence in the report studies (0.25)")
+    build.add_argument(
+        "--perception-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="films read through the prompt at each report step (0: off, the shipped build)",
+    )
+    build.add_argument(
+        "--rare-fraction",
+        type=float,
+        default=None,
+        metavar="F",
+        help="the rare findings' share of their PhantomCXR prevalence in the report studies (0.25)",
+    )
     return parser
 
 
@@ -131,10 +155,18 @@ def rebuild(args: argparse.Namespace) -> Path:
     from orapo_core.experimental.starter import starter_variant
     from orapo_core.models.starter import build_starter
 
-    plan, arch = starter_variant(seed=args.seed, rare_fraction=args.rare_fraction, image_side=args.image_side,
-                                 patch_size=args.patch_size, n_train=args.n_train, steps=args.steps,
-                                 max_minutes=args.minutes, vision_n_train=args.vision_n_train,
-                                 vision_steps=args.vision_steps, perception_batch=args.perception_batch)
+    plan, arch = starter_variant(
+        seed=args.seed,
+        rare_fraction=args.rare_fraction,
+        image_side=args.image_side,
+        patch_size=args.patch_size,
+        n_train=args.n_train,
+        steps=args.steps,
+        max_minutes=args.minutes,
+        vision_n_train=args.vision_n_train,
+        vision_steps=args.vision_steps,
+        perception_batch=args.perception_batch,
+    )
     return build_starter(args.rebuild, plan, arch, show_progress=False)
 
 
@@ -154,10 +186,21 @@ def main(argv: list[str] | None = None) -> None:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     torch.set_num_threads(2)
-    print("command:", " ".join([os.path.basename(sys.executable), "-m", "benchmarks.bench_starter",
-                                *(sys.argv[1:] if argv is None else argv)]))
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
-          f"torch threads {torch.get_num_threads()}, torch {torch.__version__}")
+    print(
+        "command:",
+        " ".join(
+            [
+                os.path.basename(sys.executable),
+                "-m",
+                "benchmarks.bench_starter",
+                *(sys.argv[1:] if argv is None else argv),
+            ]
+        ),
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
+        f"torch threads {torch.get_num_threads()}, torch {torch.__version__}"
+    )
     if args.rebuild:
         start = time.perf_counter()
         model_dir = rebuild(args)
@@ -170,36 +213,48 @@ def main(argv: list[str] | None = None) -> None:
     card = read_card(model_dir) or {}
     print(f"model: {model_dir}")
     if card:
-        print(f"build (card): {card['build_seconds']} s total, {card['data_seconds']} s data, "
-              f"{card['steps_done']} steps ({card['stopped_by']}), {card['train_seconds']} s training")
+        print(
+            f"build (card): {card['build_seconds']} s total, {card['data_seconds']} s data, "
+            f"{card['steps_done']} steps ({card['stopped_by']}), {card['train_seconds']} s training"
+        )
 
     rss_before = _peak_rss_mb()
     drafter = Drafter.from_dir(model_dir)
     params = sum(p.numel() for p in drafter.loaded.model.parameters())
     weights_mb = sum(f.stat().st_size for f in model_dir.glob("*.safetensors")) / 2**20
-    print(f"parameters: {params / 1e6:.2f} M, weights on disk {weights_mb:.1f} MiB, "
-          f"peak RSS after load {_peak_rss_mb():.0f} MiB (before {rss_before:.0f} MiB)")
+    print(
+        f"parameters: {params / 1e6:.2f} M, weights on disk {weights_mb:.1f} MiB, "
+        f"peak RSS after load {_peak_rss_mb():.0f} MiB (before {rss_before:.0f} MiB)"
+    )
 
     studies = [s for _, s in iter_studies(args.repeats + 1, seed=args.eval_seed + 1, size=512)]
     drafter.draft(studies[0].image, samples=4)  # warm-up
     greedy = latency(drafter, studies[1:], samples=0)
     k4 = latency(drafter, studies[1:], samples=4)
-    print(f"draft latency, median of {args.repeats}: greedy {greedy:.2f} s, greedy + K=4 samples {k4:.2f} s "
-          f"(peak RSS {_peak_rss_mb():.0f} MiB)")
+    print(
+        f"draft latency, median of {args.repeats}: greedy {greedy:.2f} s, greedy + K=4 samples {k4:.2f} s "
+        f"(peak RSS {_peak_rss_mb():.0f} MiB)"
+    )
 
     if not args.skip_efficacy:
         start = time.perf_counter()
         m, result = efficacy(drafter.loaded, args.n_eval, args.eval_seed)
-        print(f"clinical efficacy on {args.n_eval} held-out phantoms (seed {args.eval_seed}, "
-              f"{time.perf_counter() - start:.0f} s):")
-        print(f"  macro P/R/F1 (14): {m.macro_precision_14:.3f} / {m.macro_recall_14:.3f} / "
-              f"{m.macro_f1_14:.3f}; micro F1 (14) {m.micro_f1_14:.3f}")
-        print(f"  macro F1 common {result['common_macro_f1']:.3f}; rare ({', '.join(RARE)}) "
-              f"{result['rare_macro_f1']:.3f}")
-        print("  per class F1 (support): " + json.dumps(
-            {k: f"{v:.2f} ({m.support_per_class[k]})" for k, v in m.f1_per_class.items()}))
-        print(f"  mean draft length {m.mean_report_length:.1f} words; first draft: "
-              f"{result['example_draft']!r}")
+        print(
+            f"clinical efficacy on {args.n_eval} held-out phantoms (seed {args.eval_seed}, "
+            f"{time.perf_counter() - start:.0f} s):"
+        )
+        print(
+            f"  macro P/R/F1 (14): {m.macro_precision_14:.3f} / {m.macro_recall_14:.3f} / "
+            f"{m.macro_f1_14:.3f}; micro F1 (14) {m.micro_f1_14:.3f}"
+        )
+        print(
+            f"  macro F1 common {result['common_macro_f1']:.3f}; rare ({', '.join(RARE)}) {result['rare_macro_f1']:.3f}"
+        )
+        print(
+            "  per class F1 (support): "
+            + json.dumps({k: f"{v:.2f} ({m.support_per_class[k]})" for k, v in m.f1_per_class.items()})
+        )
+        print(f"  mean draft length {m.mean_report_length:.1f} words; first draft: {result['example_draft']!r}")
 
 
 if __name__ == "__main__":

@@ -54,10 +54,20 @@ def make_trainer(kind: str, model_dir: Path, dataset, args: dict, out: Path):
     model, processor = policy.model, policy.processor
     reward = make_facts_reward()
     if kind == "grpo":
-        return GRPOTrainer(model=model, reward_funcs=reward, args=GRPOConfig(output_dir=str(out), **args),
-                           train_dataset=dataset, processing_class=processor)
-    return OraPOTrainer(model=model, reward_funcs=reward, args=OraPOConfig(output_dir=str(out), oracle_mode="dpo", **args),
-                        train_dataset=dataset, processing_class=processor)
+        return GRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=GRPOConfig(output_dir=str(out), **args),
+            train_dataset=dataset,
+            processing_class=processor,
+        )
+    return OraPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=OraPOConfig(output_dir=str(out), oracle_mode="dpo", **args),
+        train_dataset=dataset,
+        processing_class=processor,
+    )
 
 
 def timed_run(trainer) -> tuple[list[float], list[float], dict]:
@@ -93,8 +103,12 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=4, help="rollouts per study (num_generations)")
     parser.add_argument("--max-completion-length", type=int, default=96)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (1 by default: on a shared 2-core box OpenMP's spinning threads are far slower)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1 by default: on a shared 2-core box OpenMP's spinning threads are far slower)",
+    )
     parser.add_argument("--json", help="write the numbers here too")
     opts = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(opts.threads)
@@ -116,10 +130,23 @@ def main() -> int:
     write_dataset(work / "phantom", 64, seed=303, size=224)
     dataset = build_training_dataset(load_training_records(work / "phantom"))
     args = dict(
-        use_cpu=True, bf16=False, gradient_checkpointing=False, per_device_train_batch_size=opts.prompts * opts.k,
-        num_generations=opts.k, max_completion_length=opts.max_completion_length, temperature=1.0,
-        max_steps=opts.steps, learning_rate=5e-5, lr_scheduler_type="constant", beta=0.0, loss_type="grpo",
-        logging_steps=1, save_strategy="no", report_to="none", seed=opts.seed, dataloader_num_workers=0,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=opts.prompts * opts.k,
+        num_generations=opts.k,
+        max_completion_length=opts.max_completion_length,
+        temperature=1.0,
+        max_steps=opts.steps,
+        learning_rate=5e-5,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        loss_type="grpo",
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=opts.seed,
+        dataloader_num_workers=0,
         disable_tqdm=True,
     )
     measured: dict[str, list[float]] = {"grpo": [], "orapo": []}
@@ -131,32 +158,47 @@ def main() -> int:
     for i, kind in enumerate(order):
         trainer = make_trainer(kind, model_dir, dataset, args, work / f"{kind}-{i}")
         times, cpu_times, extra = timed_run(trainer)
-        measured[kind] += times[opts.warmup:]
-        measured_cpu[kind] += cpu_times[opts.warmup:]
+        measured[kind] += times[opts.warmup :]
+        measured_cpu[kind] += cpu_times[opts.warmup :]
         extras[kind].append(extra)
-        print(f"run {i + 1}/{len(order)} {kind:5s}: steps {', '.join(f'{t:.2f}' for t in times)} s "
-              f"(CPU {', '.join(f'{t:.2f}' for t in cpu_times)} s)  {json.dumps(extra)}")
+        print(
+            f"run {i + 1}/{len(order)} {kind:5s}: steps {', '.join(f'{t:.2f}' for t in times)} s "
+            f"(CPU {', '.join(f'{t:.2f}' for t in cpu_times)} s)  {json.dumps(extra)}"
+        )
         del trainer
 
     grpo, orapo = statistics.median(measured["grpo"]), statistics.median(measured["orapo"])
     grpo_cpu, orapo_cpu = statistics.median(measured_cpu["grpo"]), statistics.median(measured_cpu["orapo"])
     result = {
         "command": " ".join([os.path.relpath(sys.executable), "-m", "benchmarks.bench_step_time", *sys.argv[1:]]),
-        "model": str(model_dir), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch threads "
-        f"{torch.get_num_threads()}", "settings": {k: args[k] for k in ("per_device_train_batch_size", "num_generations",
-                                                                          "max_completion_length", "max_steps")},
-        "grpo_median_s": grpo, "orapo_median_s": orapo, "ratio": orapo / grpo,
-        "grpo_cpu_median_s": grpo_cpu, "orapo_cpu_median_s": orapo_cpu, "cpu_ratio": orapo_cpu / grpo_cpu,
-        "grpo_steps_s": measured["grpo"], "orapo_steps_s": measured["orapo"],
-        "grpo_steps_cpu_s": measured_cpu["grpo"], "orapo_steps_cpu_s": measured_cpu["orapo"], "runs": extras,
+        "model": str(model_dir),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch threads {torch.get_num_threads()}",
+        "settings": {
+            k: args[k] for k in ("per_device_train_batch_size", "num_generations", "max_completion_length", "max_steps")
+        },
+        "grpo_median_s": grpo,
+        "orapo_median_s": orapo,
+        "ratio": orapo / grpo,
+        "grpo_cpu_median_s": grpo_cpu,
+        "orapo_cpu_median_s": orapo_cpu,
+        "cpu_ratio": orapo_cpu / grpo_cpu,
+        "grpo_steps_s": measured["grpo"],
+        "orapo_steps_s": measured["orapo"],
+        "grpo_steps_cpu_s": measured_cpu["grpo"],
+        "orapo_steps_cpu_s": measured_cpu["orapo"],
+        "runs": extras,
     }
     print(f"\ncommand: {result['command']}")
-    print(f"model: {model_dir}; {result['machine']}; batch {opts.prompts} studies x K={opts.k}, "
-          f"max_completion_length {opts.max_completion_length}; {len(measured['grpo'])} timed steps each "
-          f"({opts.rounds} runs x ({opts.steps} - {opts.warmup} warm-up))")
+    print(
+        f"model: {model_dir}; {result['machine']}; batch {opts.prompts} studies x K={opts.k}, "
+        f"max_completion_length {opts.max_completion_length}; {len(measured['grpo'])} timed steps each "
+        f"({opts.rounds} runs x ({opts.steps} - {opts.warmup} warm-up))"
+    )
     print(f"median step time: TRL GRPOTrainer {grpo:.3f} s, OraPOTrainer {orapo:.3f} s, ratio {orapo / grpo:.2f}x")
-    print(f"median step CPU time: TRL GRPOTrainer {grpo_cpu:.3f} s, OraPOTrainer {orapo_cpu:.3f} s, "
-          f"ratio {orapo_cpu / grpo_cpu:.2f}x")
+    print(
+        f"median step CPU time: TRL GRPOTrainer {grpo_cpu:.3f} s, OraPOTrainer {orapo_cpu:.3f} s, "
+        f"ratio {orapo_cpu / grpo_cpu:.2f}x"
+    )
     if opts.json:
         Path(opts.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -48,14 +48,23 @@ def main() -> None:
     from tests.support.servers import ServeProcess
 
     print(f"command: OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_takeover {shlex.join(sys.argv[1:])}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     bound = args.lease_s + args.lease_s / 3
-    with tempfile.TemporaryDirectory(prefix="orapo-takeover-") as tmp, empty_database("postgres", Path(tmp)) as database:
+    with (
+        tempfile.TemporaryDirectory(prefix="orapo-takeover-") as tmp,
+        empty_database("postgres", Path(tmp)) as database,
+    ):
         database.upgrade()
         root = Path(tmp)
-        env = {"ORAPO_DATA_DIR": str(root / "data"), "ORAPO_DATABASE_URL": database.url,
-               "ORAPO_DEID_SECRET": "bench-secret", "ORAPO_LEADER_LEASE_S": str(args.lease_s)}
+        env = {
+            "ORAPO_DATA_DIR": str(root / "data"),
+            "ORAPO_DATABASE_URL": database.url,
+            "ORAPO_DEID_SECRET": "bench-secret",
+            "ORAPO_LEADER_LEASE_S": str(args.lease_s),
+        }
         servers = [ServeProcess(root, f"server-{k}-0", env).launch() for k in range(2)]
         takeovers = []
         try:
@@ -80,8 +89,10 @@ def main() -> None:
         finally:
             for server in servers:
                 server.close()
-    print(f"\nlease {args.lease_s:g} s, {len(takeovers)} runs: median takeover {statistics.median(takeovers):.2f} s "
-          f"(min {min(takeovers):.2f}, max {max(takeovers):.2f}); stated bound {bound:.1f} s")
+    print(
+        f"\nlease {args.lease_s:g} s, {len(takeovers)} runs: median takeover {statistics.median(takeovers):.2f} s "
+        f"(min {min(takeovers):.2f}, max {max(takeovers):.2f}); stated bound {bound:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -46,10 +46,25 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL_CHEST_DICOM = ("RG1_UNCI.dcm",)
 #: One file per distinct non-chest image of pydicom's own samples and pydicom-data.
 NON_CHEST = (
-    "CT_small.dcm", "MR_small.dcm", "693_UNCI.dcm", "MR2_UNCI.dcm", "emri_small.dcm",
-    "MR-SIEMENS-DICOM-WithOverlays.dcm", "J2K_pixelrep_mismatch.dcm", "bad_sequence.dcm", "explicit_VR-UN.dcm",
-    "eCT_Supplemental.dcm", "US1_UNCI.dcm", "OBXXXX1A.dcm", "gdcm-US-ALOKA-16.dcm", "examples_palette.dcm",
-    "examples_rgb_color.dcm", "color-px.dcm", "JPEG2000_UNC.dcm", "RG3_UNCI.dcm", "OT-PAL-8-face.dcm",
+    "CT_small.dcm",
+    "MR_small.dcm",
+    "693_UNCI.dcm",
+    "MR2_UNCI.dcm",
+    "emri_small.dcm",
+    "MR-SIEMENS-DICOM-WithOverlays.dcm",
+    "J2K_pixelrep_mismatch.dcm",
+    "bad_sequence.dcm",
+    "explicit_VR-UN.dcm",
+    "eCT_Supplemental.dcm",
+    "US1_UNCI.dcm",
+    "OBXXXX1A.dcm",
+    "gdcm-US-ALOKA-16.dcm",
+    "examples_palette.dcm",
+    "examples_rgb_color.dcm",
+    "color-px.dcm",
+    "JPEG2000_UNC.dcm",
+    "RG3_UNCI.dcm",
+    "OT-PAL-8-face.dcm",
 )
 PHANTOM_STREAM = 2  # (unfamiliar.SEED, 2, i): neither the calibration's streams (0, 1) nor the starter's seed
 
@@ -120,8 +135,10 @@ def main() -> int:
         print(f"{shown} has no calibration: computing one (a minute or more)")
         with tempfile.TemporaryDirectory() as cache:
             calibration = unfamiliar.build_calibration(drafter.loaded, Path(cache))
-    print(f"model {shown}; threshold {calibration.threshold:.3f} (99th percentile of "
-          f"{(calibration.meta or {}).get('n_heldout')} held-out PhantomCXR films), far {calibration.far_threshold:.3f}")
+    print(
+        f"model {shown}; threshold {calibration.threshold:.3f} (99th percentile of "
+        f"{(calibration.meta or {}).get('n_heldout')} held-out PhantomCXR films), far {calibration.far_threshold:.3f}"
+    )
 
     groups: dict[str, list[dict]] = {"phantom": [], "real_chest": [], "non_chest": []}
     missing = []
@@ -138,8 +155,14 @@ def main() -> int:
         missing.append(f"pydicom-data ({len(NON_CHEST) - len(others)} non-chest samples)")
     for group, paths in (("real_chest", real + jpegs), ("non_chest", others)):
         for name, image in load_files(paths):
-            groups[group].append({"name": name, "format": image.source_format, "meta": image.meta,
-                                  "picture": drafter.prepare(image.pixels)})
+            groups[group].append(
+                {
+                    "name": name,
+                    "format": image.source_format,
+                    "meta": image.meta,
+                    "picture": drafter.prepare(image.pixels),
+                }
+            )
     for note in missing:
         print(f"  not installed, skipped: {note}")
 
@@ -150,44 +173,71 @@ def main() -> int:
         for row, distance in zip(rows, calibration.distances(features), strict=True):
             score = unfamiliar.FilmScore(float(distance), calibration.threshold, calibration.far_threshold)
             as_png = {**row["meta"], "modality": None, "body_part": None}
-            row.update(score.to_dict(), ratio=round(score.ratio, 3),
-                       rule=out_of_scope(row["meta"], row["format"]) if row["meta"] else None,
-                       as_png=out_of_scope(as_png, "png") or (far_reason(score.ratio) if score.far else None))
+            row.update(
+                score.to_dict(),
+                ratio=round(score.ratio, 3),
+                rule=out_of_scope(row["meta"], row["format"]) if row["meta"] else None,
+                as_png=out_of_scope(as_png, "png") or (far_reason(score.ratio) if score.far else None),
+            )
             row.pop("meta")
 
     scores = {g: [r["distance"] for r in rows] for g, rows in groups.items()}
-    aucs = {"phantom_vs_real_chest": auc(scores["phantom"], scores["real_chest"]),
-            "phantom_vs_non_chest": auc(scores["phantom"], scores["non_chest"]),
-            "real_chest_vs_non_chest": auc(scores["real_chest"], scores["non_chest"])}
+    aucs = {
+        "phantom_vs_real_chest": auc(scores["phantom"], scores["real_chest"]),
+        "phantom_vs_non_chest": auc(scores["phantom"], scores["non_chest"]),
+        "real_chest_vs_non_chest": auc(scores["real_chest"], scores["non_chest"]),
+    }
     summary = {}
-    print(f"{'group':<11} {'n':>4} {'flagged':>8} {'far':>6} {'median ratio':>13} {'not drafted: DICOM':>19} "
-          f"{'as PNG':>7}")
+    print(
+        f"{'group':<11} {'n':>4} {'flagged':>8} {'far':>6} {'median ratio':>13} {'not drafted: DICOM':>19} "
+        f"{'as PNG':>7}"
+    )
     for group, rows in groups.items():
         n = len(rows)
         summary[group] = {
-            "n": n, "flagged": sum(r["unfamiliar"] for r in rows), "far": sum(r["far"] for r in rows),
+            "n": n,
+            "flagged": sum(r["unfamiliar"] for r in rows),
+            "far": sum(r["far"] for r in rows),
             "median_ratio": float(np.median([r["ratio"] for r in rows])) if rows else None,
             "not_drafted_by_header_or_pixels": sum(r["rule"] is not None for r in rows),
-            "not_drafted_as_png": sum(r["as_png"] is not None for r in rows)}
+            "not_drafted_as_png": sum(r["as_png"] is not None for r in rows),
+        }
         s = summary[group]
         median = f"{s['median_ratio']:.2f}" if s["median_ratio"] is not None else "-"
-        print(f"{group:<11} {n:>4} {s['flagged']:>8} {s['far']:>6} {median:>13} "
-              f"{s['not_drafted_by_header_or_pixels']:>19} {s['not_drafted_as_png']:>7}")
+        print(
+            f"{group:<11} {n:>4} {s['flagged']:>8} {s['far']:>6} {median:>13} "
+            f"{s['not_drafted_by_header_or_pixels']:>19} {s['not_drafted_as_png']:>7}"
+        )
     for name, value in aucs.items():
         print(f"AUC {name:<24} {'n/a' if value is None else f'{value:.3f}'}")
     seconds = round(time.perf_counter() - started, 1)
     print(f"({seconds} s)")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({
-            "command": "python -m benchmarks.bench_unfamiliar " + (f"--model {args.model} " if args.model else "")
-                       + f"--n-phantom {args.n_phantom}",
-            "model": str(shown), "calibrated_now": calibrated_now, "calibration": calibration.meta,
-            "threshold": calibration.threshold, "far_threshold": calibration.far_threshold,
-            "shrinkage": calibration.shrinkage, "auc": aucs, "groups": summary, "missing": missing,
-            "images": {g: rows for g, rows in groups.items() if g != "phantom"},
-            "phantom_distances": [round(x, 4) for x in scores["phantom"]], "seconds": seconds,
-        }, indent=2, default=str) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "command": "python -m benchmarks.bench_unfamiliar "
+                    + (f"--model {args.model} " if args.model else "")
+                    + f"--n-phantom {args.n_phantom}",
+                    "model": str(shown),
+                    "calibrated_now": calibrated_now,
+                    "calibration": calibration.meta,
+                    "threshold": calibration.threshold,
+                    "far_threshold": calibration.far_threshold,
+                    "shrinkage": calibration.shrinkage,
+                    "auc": aucs,
+                    "groups": summary,
+                    "missing": missing,
+                    "images": {g: rows for g, rows in groups.items() if g != "phantom"},
+                    "phantom_distances": [round(x, 4) for x in scores["phantom"]],
+                    "seconds": seconds,
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
     return 0
 
 

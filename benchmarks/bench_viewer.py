@@ -37,8 +37,15 @@ import time
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]  # as tests/support/browser.py
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]  # as tests/support/browser.py
 WAIT_MS = 60_000
 FIRST_FRAME_GOAL_MS = 1000.0
 FPS_GOAL = 30.0
@@ -77,8 +84,9 @@ def served(data_dir: Path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     demo = build_app(settings=settings, database=db)
-    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                   prevent_thread_lock=True, **launch_options(settings, db))
+    demo.queue(default_concurrency_limit=4).launch(
+        server_name="127.0.0.1", server_port=port, quiet=True, prevent_thread_lock=True, **launch_options(settings, db)
+    )
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -133,9 +141,14 @@ def drag(page, seconds: float) -> dict:
     state = page.evaluate(STATE)
     frames = [f for f in state["frames"] if began <= f <= ended]
     gaps = [b - a for a, b in zip(frames, frames[1:])]
-    return {"frames": len(frames), "moves": moves, "fps": (len(frames) - 1) / ((frames[-1] - frames[0]) / 1000),
-            "median_ms": statistics.median(gaps), "p95_ms": sorted(gaps)[int(0.95 * (len(gaps) - 1))],
-            "cpu": state["cpu"]}
+    return {
+        "frames": len(frames),
+        "moves": moves,
+        "fps": (len(frames) - 1) / ((frames[-1] - frames[0]) / 1000),
+        "median_ms": statistics.median(gaps),
+        "p95_ms": sorted(gaps)[int(0.95 * (len(gaps) - 1))],
+        "cpu": state["cpu"],
+    }
 
 
 def measure(browser, url: str, render: str | None, runs: int, seconds: float) -> dict:
@@ -173,8 +186,14 @@ def main() -> None:
 
     command = "OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_viewer " + shlex.join(sys.argv[1:])
     version = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.strip()
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     print(f"command: {command}")
     print(f"machine: {cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {version}, headless")
     results = {}
@@ -183,20 +202,28 @@ def main() -> None:
         for name, render in (("auto (CPU path)", None), ("GPU path, SwiftShader", "gpu")):
             results[name] = measure(browser, url, render, args.runs, args.drag_seconds)
         browser.close()
-    print(f"\nRG1_UNCI.dcm, 1841 x 1955, 15-bit; page 1440 x 900; {args.runs} openings, 3 drags of "
-          f"{args.drag_seconds:g} s per path (medians)")
-    print(f"{'rendering':24} {'first frame':>12} {'pixels GET':>11} {'address->frame':>15} {'drag frame':>11} "
-          f"{'p95':>7} {'fps':>6}")
+    print(
+        f"\nRG1_UNCI.dcm, 1841 x 1955, 15-bit; page 1440 x 900; {args.runs} openings, 3 drags of "
+        f"{args.drag_seconds:g} s per path (medians)"
+    )
+    print(
+        f"{'rendering':24} {'first frame':>12} {'pixels GET':>11} {'address->frame':>15} {'drag frame':>11} "
+        f"{'p95':>7} {'fps':>6}"
+    )
     for name, r in results.items():
         opens, drags = r["opens"], r["drags"]
-        print(f"{name:24} {median(opens, 'firstFrame'):9.0f} ms {median(opens, 'fetch'):8.0f} ms "
-              f"{median(opens, 'viewer'):12.0f} ms {median(drags, 'median_ms'):8.1f} ms "
-              f"{median(drags, 'p95_ms'):4.0f} ms {median(drags, 'fps'):6.1f}")
+        print(
+            f"{name:24} {median(opens, 'firstFrame'):9.0f} ms {median(opens, 'fetch'):8.0f} ms "
+            f"{median(opens, 'viewer'):12.0f} ms {median(drags, 'median_ms'):8.1f} ms "
+            f"{median(drags, 'p95_ms'):4.0f} ms {median(drags, 'fps'):6.1f}"
+        )
     auto = results["auto (CPU path)"]
     first, fps = median(auto["opens"], "firstFrame"), median(auto["drags"], "fps")
-    print(f"\ngoals (the path the viewer picks here): first frame {first:.0f} ms <= {FIRST_FRAME_GOAL_MS:.0f} ms: "
-          f"{'met' if first <= FIRST_FRAME_GOAL_MS else 'NOT met'}; dragging {fps:.1f} frames/s >= {FPS_GOAL:.0f}: "
-          f"{'met' if fps >= FPS_GOAL else 'NOT met'}")
+    print(
+        f"\ngoals (the path the viewer picks here): first frame {first:.0f} ms <= {FIRST_FRAME_GOAL_MS:.0f} ms: "
+        f"{'met' if first <= FIRST_FRAME_GOAL_MS else 'NOT met'}; dragging {fps:.1f} frames/s >= {FPS_GOAL:.0f}: "
+        f"{'met' if fps >= FPS_GOAL else 'NOT met'}"
+    )
     print(f"pixels transferred per opening: {auto['opens'][0]['bytes'] / 1e6:.1f} MB (uint16, uncompressed)")
 
 

@@ -43,7 +43,7 @@ def merged_tokens(warm_start, images: np.ndarray, batch: int = 64) -> np.ndarray
     out = []
     with torch.no_grad():
         for start in range(0, len(images), batch):
-            pictures = [Image.fromarray(a).convert("RGB") for a in images[start:start + batch]]
+            pictures = [Image.fromarray(a).convert("RGB") for a in images[start : start + batch]]
             vision = warm_start.processor.image_processor(images=pictures, return_tensors="pt")
             warm_start.visual.clear()
             visual(vision["pixel_values"], grid_thw=vision["image_grid_thw"])
@@ -77,13 +77,32 @@ def main(argv: list[str] | None = None) -> int:
 
     kinds = list(FINDING_KINDS)
     plan = WarmStartPlan(seed=args.seed, threads=1)
-    plan = replace(plan, **{k: v for k, v in {"vision_n_train": args.vision_n_train, "vision_steps": args.vision_steps,
-                                              "vision_batch": args.vision_batch,
-                                              "vision_pretrain_lr": args.vision_lr}.items() if v is not None})
+    plan = replace(
+        plan,
+        **{
+            k: v
+            for k, v in {
+                "vision_n_train": args.vision_n_train,
+                "vision_steps": args.vision_steps,
+                "vision_batch": args.vision_batch,
+                "vision_pretrain_lr": args.vision_lr,
+            }.items()
+            if v is not None
+        },
+    )
     arch = StarterArchitecture()
-    arch = replace(arch, **{k: v for k, v in {"vision_depth": args.vision_depth,
-                                              "vision_embed_dim": args.vision_embed_dim,
-                                              "image_side": args.image_side}.items() if v is not None})
+    arch = replace(
+        arch,
+        **{
+            k: v
+            for k, v in {
+                "vision_depth": args.vision_depth,
+                "vision_embed_dim": args.vision_embed_dim,
+                "image_side": args.image_side,
+            }.items()
+            if v is not None
+        },
+    )
     arch = replace(arch, patch_size=args.patch_size or arch.image_side // 2)
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -93,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     processor = build_processor(arch, tokenizer)
     train = make_vision_set(plan, arch.image_side)
     # Held-out films: the same generator, another seed's stream, never seen by the warm-up.
-    held_out = make_vision_set(replace(plan, seed=plan.seed + 1000, vision_n_train=args.n_eval,
-                                       vision_prevalence=args.eval_prevalence), arch.image_side)
+    held_out = make_vision_set(
+        replace(plan, seed=plan.seed + 1000, vision_n_train=args.n_eval, vision_prevalence=args.eval_prevalence),
+        arch.image_side,
+    )
     data_s = time.perf_counter() - started
     torch.manual_seed(plan.seed)
     warm = WarmStart(model, processor, plan, n_kinds=len(kinds), side=arch.image_side, n_tokens=visual_tokens(arch))
@@ -103,24 +124,46 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         head = warm.probe["visual"](torch.from_numpy(tokens)).numpy()
     n_fit = int(len(tokens) * 0.65)
-    table = {"head": [auc(head[:, j], held_out.targets[:, j]) for j in range(len(kinds))],
-             "ridge": ridge_probe_auc(tokens, held_out.targets, n_fit)}
+    table = {
+        "head": [auc(head[:, j], held_out.targets[:, j]) for j in range(len(kinds))],
+        "ridge": ridge_probe_auc(tokens, held_out.targets, n_fit),
+    }
     tower = sum(p.numel() for p in model.model.visual.parameters())
-    label = (f"{plan.vision_n_train} films, {result['vision_steps_done']} steps x {plan.vision_batch}, "
-             f"tower depth {arch.vision_depth} width {arch.vision_embed_dim} ({tower / 1e6:.2f} M), "
-             f"{arch.image_side} px, {visual_tokens(arch)} token(s)")
-    print(f"# vision warm-up: {label}; final train loss {result['final_vision_loss']}; "
-          f"{result['vision_seconds']:.0f} s training, {data_s:.0f} s data")
+    label = (
+        f"{plan.vision_n_train} films, {result['vision_steps_done']} steps x {plan.vision_batch}, "
+        f"tower depth {arch.vision_depth} width {arch.vision_embed_dim} ({tower / 1e6:.2f} M), "
+        f"{arch.image_side} px, {visual_tokens(arch)} token(s)"
+    )
+    print(
+        f"# vision warm-up: {label}; final train loss {result['final_vision_loss']}; "
+        f"{result['vision_seconds']:.0f} s training, {data_s:.0f} s data"
+    )
     print(f"{'finding':28s} {'head':>7s} {'ridge':>7s}")
     for j, kind in enumerate(kinds):
         print(f"{kind:28s} {table['head'][j]:7.3f} {table['ridge'][j]:7.3f}")
-    print("command: OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_vision_warmup "
-          + " ".join(argv if argv is not None else sys.argv[1:]))
+    print(
+        "command: OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_vision_warmup "
+        + " ".join(argv if argv is not None else sys.argv[1:])
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "label": label, "plan": plan.to_dict(), "architecture": arch.to_dict(), "tower_parameters": tower,
-            "findings": kinds, "auc": table, "n_eval": args.n_eval, "eval_prevalence": args.eval_prevalence,
-            "data_seconds": round(data_s, 1), **result}, indent=1) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "label": label,
+                    "plan": plan.to_dict(),
+                    "architecture": arch.to_dict(),
+                    "tower_parameters": tower,
+                    "findings": kinds,
+                    "auc": table,
+                    "n_eval": args.n_eval,
+                    "eval_prevalence": args.eval_prevalence,
+                    "data_seconds": round(data_s, 1),
+                    **result,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -21,8 +21,13 @@ import numpy as np
 from orapo_core.facts.metrics import EvalMetrics
 
 SEVERE = {"pneumothorax": ("moderate", "large"), "pleural_effusion": ("moderate", "large")}
-LABEL = {"pneumothorax": "Pneumothorax", "pleural_effusion": "Pleural Effusion", "fracture": "Fracture",
-         "lung_lesion": "Lung Lesion", "pleural_other": "Pleural Other"}
+LABEL = {
+    "pneumothorax": "Pneumothorax",
+    "pleural_effusion": "Pleural Effusion",
+    "fracture": "Fracture",
+    "lung_lesion": "Lung Lesion",
+    "pleural_other": "Pleural Other",
+}
 AGREEMENT = (0.25, 0.5, 0.75, 1.0)  # operating points read from the same drafts: 1 to 4 of the app's 4 samples
 
 
@@ -33,16 +38,22 @@ def command(module: str, argv: list[str]) -> str:
 
 # --- the studies -----------------------------------------------------------------------------------------------
 
+
 def draw(n: int, stream: int, finding: str, present: bool, size: int):
     """`n` PhantomCXR studies with (the severe form of) `finding`, or without it; the rest at usual prevalence."""
     from orapo_core.data.phantom import generate_study
 
     out, i = [], 0
     while len(out) < n:
-        study = generate_study(np.random.default_rng([stream, i]), size=size, prevalence={finding: 1.0 if present else 0.0})
+        study = generate_study(
+            np.random.default_rng([stream, i]), size=size, prevalence={finding: 1.0 if present else 0.0}
+        )
         i += 1
-        if present and finding in SEVERE and not any(
-                f.kind == finding and f.severity in SEVERE[finding] for f in study.findings):
+        if (
+            present
+            and finding in SEVERE
+            and not any(f.kind == finding and f.severity in SEVERE[finding] for f in study.findings)
+        ):
             continue
         out.append(study)
     return out
@@ -79,9 +90,18 @@ def phantom_test_records(studies, folder: Path, tag: str) -> list:
         path = folder / f"{tag}-{i}.png"
         if not path.exists():
             Image.fromarray(np.round(s.image * 255).astype(np.uint8)).save(path)
-        records.append(StudyRecord(study_id=f"{tag}-{i}", image_paths=[path], view=None, findings=s.report_findings,
-                                   impression=s.report_impression, labels=dict(s.labels), source="phantomcxr",
-                                   split="test"))
+        records.append(
+            StudyRecord(
+                study_id=f"{tag}-{i}",
+                image_paths=[path],
+                view=None,
+                findings=s.report_findings,
+                impression=s.report_impression,
+                labels=dict(s.labels),
+                source="phantomcxr",
+                split="test",
+            )
+        )
     return records
 
 
@@ -91,9 +111,13 @@ def add_test_set_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-positive", type=int, default=125)
     parser.add_argument("--n-negative", type=int, default=200)
     parser.add_argument("--size", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=11,
-                        help="the clinic story's seed: its clinic is drawn from stream S, its test studies from S+1 "
-                             "(with the finding) and S+2 (without)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=11,
+        help="the clinic story's seed: its clinic is drawn from stream S, its test studies from S+1 "
+        "(with the finding) and S+2 (without)",
+    )
 
 
 def test_studies(args: argparse.Namespace) -> tuple[list, list]:
@@ -110,11 +134,15 @@ def test_dir(data_dir: Path) -> Path:
 
 # --- a story's data folder -------------------------------------------------------------------------------------
 
+
 def add_story_folder_arguments(parser: argparse.ArgumentParser, round_help: str) -> None:
     """`--data-dir` and `--round` of a tool that reads a clinic story's folder again."""
-    parser.add_argument("--data-dir", required=True,
-                        help="the data folder of a clinic story (`benchmarks.bench_round_story --data-dir`); "
-                             "pass its --seed too, so the test studies are the same")
+    parser.add_argument(
+        "--data-dir",
+        required=True,
+        help="the data folder of a clinic story (`benchmarks.bench_round_story --data-dir`); "
+        "pass its --seed too, so the test studies are the same",
+    )
     parser.add_argument("--round", type=int, default=1, metavar="ID", help=round_help)
 
 
@@ -185,8 +213,13 @@ def fit_version_verifier(settings, round_id: int, base, adapter, *, add_max_fpr:
     dataset = load_round_dataset(SimpleNamespace(**recipe))
     loaded = load_model(base, adapter)
     with loaded.using() as model:
-        verifier = fit_round_verifier(model, loaded.processor, dataset, prompt=recipe.get("prompt_text"),
-                                      add_max_fpr=ADD_MAX_FPR if add_max_fpr is None else float(add_max_fpr))
+        verifier = fit_round_verifier(
+            model,
+            loaded.processor,
+            dataset,
+            prompt=recipe.get("prompt_text"),
+            add_max_fpr=ADD_MAX_FPR if add_max_fpr is None else float(add_max_fpr),
+        )
     if verifier is not None:
         verifier.save(adapter)
     return describe(verifier)
@@ -194,8 +227,19 @@ def fit_version_verifier(settings, round_id: int, base, adapter, *, add_max_fpr:
 
 # --- the outcome -----------------------------------------------------------------------------------------------
 
-def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path, *, agreement: bool = False,
-            checks: bool = True, rows: bool = False) -> dict:
+
+def outcome(
+    model_dir,
+    adapter,
+    positives,
+    negatives,
+    finding: str,
+    folder: Path,
+    *,
+    agreement: bool = False,
+    checks: bool = True,
+    rows: bool = False,
+) -> dict:
     """Greedy drafts of the one evaluator on PNGs of the test studies: recall, FPR and macro-F1.
 
     `checks=False` sets the version's finding checks aside (orapo_core.models.verifier): what the model writes alone.
@@ -220,9 +264,13 @@ def outcome(model_dir, adapter, positives, negatives, finding: str, folder: Path
         out["rows"] = prediction_rows(result.predictions, records)
     if agreement:
         out["agreement"] = {
-            str(q): _rates(rescore(result, records, lambda row, q=q: keep_agreed(row["draft"], row["samples"], q)),
-                           len(positives), finding)
-            for q in AGREEMENT}
+            str(q): _rates(
+                rescore(result, records, lambda row, q=q: keep_agreed(row["draft"], row["samples"], q)),
+                len(positives),
+                finding,
+            )
+            for q in AGREEMENT
+        }
     return out
 
 
@@ -236,9 +284,14 @@ def _rates(result, n_positive: int, finding: str) -> dict:
     said = [r["labels"].get(label) in (1, -1) for r in result.predictions]
     pos = said[:n_positive]
     neg = said[n_positive:]
-    return {"recall": sum(pos) / len(pos), "false_positive_rate": sum(neg) / len(neg),
-            **result.metrics.headline(), "n_positive": len(pos), "n_negative": len(neg),
-            **false_positives_by_finding(result.predictions[n_positive:], neg)}
+    return {
+        "recall": sum(pos) / len(pos),
+        "false_positive_rate": sum(neg) / len(neg),
+        **result.metrics.headline(),
+        "n_positive": len(pos),
+        "n_negative": len(neg),
+        **false_positives_by_finding(result.predictions[n_positive:], neg),
+    }
 
 
 def false_positives_by_finding(rows: list[dict], said: list[bool]) -> dict:
@@ -259,17 +312,24 @@ def false_positives_by_finding(rows: list[dict], said: list[bool]) -> dict:
 
 def print_outcome(name: str, r: dict, finding: str) -> None:
     """One model's outcome (and its operating points of sample agreement, when scored) on the console."""
-    print(f"{name:10s} recall {r['recall']:.3f} ({r['n_positive']} with {finding}), false-positive rate "
-          f"{r['false_positive_rate']:.3f} ({r['n_negative']} without), "
-          f"macro-F1(14) {EvalMetrics.from_dict(r).macro_f1_14:.3f}")
+    print(
+        f"{name:10s} recall {r['recall']:.3f} ({r['n_positive']} with {finding}), false-positive rate "
+        f"{r['false_positive_rate']:.3f} ({r['n_negative']} without), "
+        f"macro-F1(14) {EvalMetrics.from_dict(r).macro_f1_14:.3f}"
+    )
     for q, a in (r.get("agreement") or {}).items():
-        print(f"{'':10s} kept where >= {float(q):.2f} of samples agree: recall {a['recall']:.3f}, "
-              f"false-positive rate {a['false_positive_rate']:.3f}, macro-F1(14) {EvalMetrics.from_dict(a).macro_f1_14:.3f}")
+        print(
+            f"{'':10s} kept where >= {float(q):.2f} of samples agree: recall {a['recall']:.3f}, "
+            f"false-positive rate {a['false_positive_rate']:.3f}, macro-F1(14) {EvalMetrics.from_dict(a).macro_f1_14:.3f}"
+        )
 
 
 def print_false_positives(name: str, r: dict) -> None:
     """One model's recall and false-positive rate, with where the false positives are (the four worst findings)."""
     worst = sorted(r["false_positives_by_finding"].items(), key=lambda kv: -kv[1][0] / kv[1][1])[:4]
-    print(f"{name:10s} recall {r['recall']:.3f}, false-positive rate {r['false_positive_rate']:.3f} "
-          f"(normal films {r['false_positives_on_normal'][0]}/{r['false_positives_on_normal'][1]}; "
-          + ", ".join(f"with {k} {a}/{n}" for k, (a, n) in worst) + ")")
+    print(
+        f"{name:10s} recall {r['recall']:.3f}, false-positive rate {r['false_positive_rate']:.3f} "
+        f"(normal films {r['false_positives_on_normal'][0]}/{r['false_positives_on_normal'][1]}; "
+        + ", ".join(f"with {k} {a}/{n}" for k, (a, n) in worst)
+        + ")"
+    )

@@ -45,11 +45,23 @@ WIDTH, HEIGHT = 1440, 900
 WAIT = 60_000  # every wait is explicit: the app drafts on 2 busy cores
 SELECTED = """() => { const f = document.querySelector('#orapo-worklist-study :is(input, textarea)');
   return !!f && f.value.trim() !== ''; }"""
-EDITED = ("FINDINGS: PA view of the chest. Small left pleural effusion. No focal consolidation. No pneumothorax. "
-          "The heart is normal in size.\n\nIMPRESSION: Small left pleural effusion.")
+EDITED = (
+    "FINDINGS: PA view of the chest. Small left pleural effusion. No focal consolidation. No pneumothorax. "
+    "The heart is normal in size.\n\nIMPRESSION: Small left pleural effusion."
+)
 # two LoRA steps of the smoke recipe: what tests/test_browser_admin_rounds.py trains with
-OVERRIDES = "\n".join(["max_steps=2", "max_completion_length=8", "per_device_train_batch_size=4", "num_generations=2",
-                       "use_peft=true", "lora_r=4", "lora_alpha=8", "lora_target_modules=[q_proj, v_proj]"])
+OVERRIDES = "\n".join(
+    [
+        "max_steps=2",
+        "max_completion_length=8",
+        "per_device_train_batch_size=4",
+        "num_generations=2",
+        "use_peft=true",
+        "lora_r=4",
+        "lora_alpha=8",
+        "lora_target_modules=[q_proj, v_proj]",
+    ]
+)
 
 
 def save_png(page, path: Path) -> int:
@@ -77,8 +89,10 @@ def prepare(root: Path):
     starter = root / "data" / "models" / "starter"
     starter.parent.mkdir(parents=True, exist_ok=True)
     if not copy_shipped_starter(starter):
-        sys.exit("the shipped starter (assets/starter/) is missing or was built with other settings: "
-                 "`orapo starter build` first")
+        sys.exit(
+            "the shipped starter (assets/starter/) is missing or was built with other settings: "
+            "`orapo starter build` first"
+        )
     settings, db = make_env(root, starter)
     settings.ensure_dirs()
     base = ModelVersionRepository(db).create("starter", base_model_path=str(starter))
@@ -110,8 +124,10 @@ def clinician(browser, url: str, out: Path, dicom: Path) -> list[Path]:
 
     def shot(name: str, scroll_to: str | None = None) -> None:
         if scroll_to:  # that element's bottom (its buttons) at the bottom of the screen, the report above it
-            page.evaluate("(s) => { document.querySelector(s).scrollIntoView({block: 'end'}); "
-                          "window.scrollBy(0, 16); }", scroll_to)
+            page.evaluate(
+                "(s) => { document.querySelector(s).scrollIntoView({block: 'end'}); window.scrollBy(0, 16); }",
+                scroll_to,
+            )
         else:
             page.evaluate("() => window.scrollTo(0, 0)")
         shots.append(out / name)
@@ -177,8 +193,10 @@ def administrator(browser, url: str, out: Path, *, round_timeout: float, train: 
 
     def shot(name: str, scroll_to: str | None = None) -> None:
         if scroll_to:  # that element at the top of the screen, under its heading
-            page.evaluate("(s) => { document.querySelector(s).scrollIntoView({block: 'start'}); "
-                          "window.scrollBy(0, -60); }", scroll_to)
+            page.evaluate(
+                "(s) => { document.querySelector(s).scrollIntoView({block: 'start'}); window.scrollBy(0, -60); }",
+                scroll_to,
+            )
         else:
             page.evaluate("() => window.scrollTo(0, 0)")
         shots.append(out / name)
@@ -234,22 +252,30 @@ def main(argv: list[str] | None = None) -> int:
         settings, db, rounds = prepare(root)
         demo = build_app(settings=settings, database=db, rounds=rounds, warm_model=True)
         port = free_port()
-        demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                       prevent_thread_lock=True, **launch_options(settings, db))
+        demo.queue(default_concurrency_limit=4).launch(
+            server_name="127.0.0.1",
+            server_port=port,
+            quiet=True,
+            prevent_thread_lock=True,
+            **launch_options(settings, db),
+        )
         url = f"http://127.0.0.1:{port}"
         print(f"app at {url}, data in {root}; Chromium {CHROMIUM}, {WIDTH}x{HEIGHT}", flush=True)
         try:
             with sync_playwright() as playwright:
                 browser = launch(playwright)
                 shots = clinician(browser, url, args.out, dicom)
-                shots += administrator(browser, url, args.out, round_timeout=args.round_timeout,
-                                       train=not args.no_round)
+                shots += administrator(
+                    browser, url, args.out, round_timeout=args.round_timeout, train=not args.no_round
+                )
                 browser.close()
         finally:
             demo.close()
     print(f"{len(shots)} screenshots in {args.out} in {time.monotonic() - began:.0f} s", flush=True)
-    print("command: OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.walk_screenshots"
-          + (" --no-round" if args.no_round else ""))
+    print(
+        "command: OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.walk_screenshots"
+        + (" --no-round" if args.no_round else "")
+    )
     return 0
 
 

@@ -20,16 +20,29 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ORAPO_", extra="forbid")
 
-    data_dir: Path = Field(default=Path("./data"), description="De-identified images, models and round outputs (the app keeps its own files there too).")
-    model_dir: Path | None = Field(default=None, description="A local image-text-to-text checkpoint to serve; default the starter model.")
-    deid_secret: str | None = Field(default=None, description="The secret behind hashed UIDs and date shifts; keep it to keep pseudonyms stable. Default: a random one, generated once and kept in the data folder (mode 0600).")
-    max_pixels: int = Field(default=50_000_000, description="Images over this many pixels are refused (decompression bombs).")
+    data_dir: Path = Field(
+        default=Path("./data"),
+        description="De-identified images, models and round outputs (the app keeps its own files there too).",
+    )
+    model_dir: Path | None = Field(
+        default=None, description="A local image-text-to-text checkpoint to serve; default the starter model."
+    )
+    deid_secret: str | None = Field(
+        default=None,
+        description="The secret behind hashed UIDs and date shifts; keep it to keep pseudonyms stable. Default: a random one, generated once and kept in the data folder (mode 0600).",
+    )
+    max_pixels: int = Field(
+        default=50_000_000, description="Images over this many pixels are refused (decompression bombs)."
+    )
     draft_min_agreement: float = Field(
-        default=0.0, ge=0.0, le=1.0,
+        default=0.0,
+        ge=0.0,
+        le=1.0,
         description="The drafts' operating point: a sentence stating a finding stays in the draft only when at least "
-                    "this share of the draft's 4 samples state it too (0.5: 2 of 4; 0: off, the greedy draft as it "
-                    "is); the left-out sentences are kept with the draft for audit. The rounds' gate drafts both "
-                    "models the same way.")
+        "this share of the draft's 4 samples state it too (0.5: 2 of 4; 0: off, the greedy draft as it "
+        "is); the left-out sentences are kept with the draft for audit. The rounds' gate drafts both "
+        "models the same way.",
+    )
 
     @property
     def resolved_data_dir(self) -> Path:

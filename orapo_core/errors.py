@@ -38,5 +38,5 @@ def _short_path(filename: str) -> str:
     parts = filename.replace("\\", "/").split("/")
     for anchor in ("site-packages", "app", "orapo_core", "db"):
         if anchor in parts:
-            return "/".join(parts[parts.index(anchor) + (anchor == "site-packages"):])
+            return "/".join(parts[parts.index(anchor) + (anchor == "site-packages") :])
     return parts[-1]

@@ -46,9 +46,17 @@ def redraw_attributes(findings, rng):
     for f in findings:
         fresh = sample_findings(rng, {f.kind: 1.0})[0]
         if not f.certain:  # hedged findings are drawn mild and one-sided; keep what the writer can say
-            fresh = dataclasses.replace(fresh, severity=f.severity, side=f.side if f.side == "bilateral" else fresh.side)
-        out.append(dataclasses.replace(f, side=fresh.side if f.side else None, severity=fresh.severity if f.severity else None,
-                                       location=fresh.location if f.location else None))
+            fresh = dataclasses.replace(
+                fresh, severity=f.severity, side=f.side if f.side == "bilateral" else fresh.side
+            )
+        out.append(
+            dataclasses.replace(
+                f,
+                side=fresh.side if f.side else None,
+                severity=fresh.severity if f.severity else None,
+                location=fresh.location if f.location else None,
+            )
+        )
     return out
 
 
@@ -61,7 +69,12 @@ def clearly_differs(before, after) -> bool:
             continue
         if a.side and b.side and a.side != b.side:
             return True
-        if a.certain and a.severity and b.severity and abs(SEVERITY_GRADE[a.severity] - SEVERITY_GRADE[b.severity]) >= 2:
+        if (
+            a.certain
+            and a.severity
+            and b.severity
+            and abs(SEVERITY_GRADE[a.severity] - SEVERITY_GRADE[b.severity]) >= 2
+        ):
             return True
     return False
 
@@ -77,7 +90,11 @@ def phantom_studies(n: int, seed: int, with_images: bool):
         rng = np.random.default_rng([seed, i])
         if with_images:
             study = generate_study(rng)
-            findings, text, labels = study.findings, f"FINDINGS: {study.report_findings}\nIMPRESSION: {study.report_impression}", study.labels
+            findings, text, labels = (
+                study.findings,
+                f"FINDINGS: {study.report_findings}\nIMPRESSION: {study.report_impression}",
+                study.labels,
+            )
             yield i, findings, text, labels, study.image_uint16()
         else:
             findings = sample_findings(rng, resolve_prevalence())
@@ -112,8 +129,8 @@ def measure(studies: int, seed: int, model: str | None = None, samples: int = 4,
 
         drafter = Drafter.from_dir(model)
         for start in range(0, len(images), batch):
-            drafts = drafter.draft_many(images[start:start + batch], samples=samples, temperature=1.0, seed=seed)
-            for draft, (reference, labels) in zip(drafts, references[start:start + batch]):
+            drafts = drafter.draft_many(images[start : start + batch], samples=samples, temperature=1.0, seed=seed)
+            for draft, (reference, labels) in zip(drafts, references[start : start + batch]):
                 rows["starter"].extend((text, reference, labels) for text in draft.samples)
 
     results = {}
@@ -157,16 +174,23 @@ def main(argv=None) -> None:
     parser.add_argument("--model", default=None, help="a model folder to sample rollouts from, e.g. assets/starter")
     parser.add_argument("--samples", type=int, default=4)
     args = parser.parse_args(argv)
-    print("$ OMP_NUM_THREADS=1 .venv/bin/python tests/measure_facts_attributes.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    print(
+        "$ OMP_NUM_THREADS=1 .venv/bin/python tests/measure_facts_attributes.py "
+        + " ".join(sys.argv[1:] if argv is None else argv)
+    )
     for kind, r in measure(args.studies, args.seed, args.model, args.samples).items():
-        line = (f"{kind:10s} {r['completions']:5d} completions: reward changed for {r['changed']} ({100 * r['changed_share']:.1f}%), "
-                f"mean reward {r['mean_reward_without']:.3f} -> {r['mean_reward_with']:.3f} "
-                f"(drop {r['mean_drop_when_changed']:.3f} where changed), zero-reward share "
-                f"{r['zero_reward_without']:.3f} -> {r['zero_reward_with']:.3f}, "
-                f"{r['reward_ms_per_completion_without']:.2f} -> {r['reward_ms_per_completion_with']:.2f} ms/completion")
+        line = (
+            f"{kind:10s} {r['completions']:5d} completions: reward changed for {r['changed']} ({100 * r['changed_share']:.1f}%), "
+            f"mean reward {r['mean_reward_without']:.3f} -> {r['mean_reward_with']:.3f} "
+            f"(drop {r['mean_drop_when_changed']:.3f} where changed), zero-reward share "
+            f"{r['zero_reward_without']:.3f} -> {r['zero_reward_with']:.3f}, "
+            f"{r['reward_ms_per_completion_without']:.2f} -> {r['reward_ms_per_completion_with']:.2f} ms/completion"
+        )
         if kind == "redrawn":
-            line += (f"; {r['clearly_differ']} clearly differ, of which {r['clearly_differ_dropped']} lost reward; "
-                     f"{r['same_attributes_changed']} changed without a clear difference")
+            line += (
+                f"; {r['clearly_differ']} clearly differ, of which {r['clearly_differ_dropped']} lost reward; "
+                f"{r['same_attributes_changed']} changed without a clear difference"
+            )
         print(line)
 
 

@@ -28,7 +28,9 @@ def seed(db) -> tuple:
 
     def drafted(user, text, **kw):
         study = studies.create(next(train), f"ANON-{user.username}", uploaded_by=user.id)
-        return study, drafts.create(study.id, model_name="tiny", prompt="Describe.", text=text, created_by=user.id, **kw)
+        return study, drafts.create(
+            study.id, model_name="tiny", prompt="Describe.", text=text, created_by=user.id, **kw
+        )
 
     missed, d1 = drafted(rita, "The lungs are clear. No pneumothorax.")
     reports.save_report(db, rita, missed.id, d1.id, "Small left pleural effusion. No pneumothorax.", sign=True)
@@ -82,11 +84,20 @@ def test_an_administrator_sees_everyone_and_agrees_with_the_repository_counts(se
     assert data.misses == [FindingRate("Edema", 1, 1), FindingRate("Pleural Effusion", 1, 1)]
     assert data.overcalls == [FindingRate("Pleural Effusion", 1, 1)]  # omar's draft: effusion the report dropped
     counts = DashboardRepository(db).counts()
-    assert (counts.studies, counts.studies_by_status, counts.holdout_studies, counts.corrections) == \
-        (data.studies, data.studies_by_status, data.holdout_studies, data.corrections)
-    assert (counts.signed_corrections, counts.pairs, counts.accepted_unchanged_rate) == \
-        (data.signed, data.pairs, data.acceptance_rate)
-    assert {k: v for k, v in counts.pairs_by_source.items() if v} == {k: v for k, v in data.pairs_by_source.items() if v}
+    assert (counts.studies, counts.studies_by_status, counts.holdout_studies, counts.corrections) == (
+        data.studies,
+        data.studies_by_status,
+        data.holdout_studies,
+        data.corrections,
+    )
+    assert (counts.signed_corrections, counts.pairs, counts.accepted_unchanged_rate) == (
+        data.signed,
+        data.pairs,
+        data.acceptance_rate,
+    )
+    assert {k: v for k, v in counts.pairs_by_source.items() if v} == {
+        k: v for k, v in data.pairs_by_source.items() if v
+    }
 
     mine = dashboard_data(db, boss, scope="mine")
     assert (mine.scope, mine.studies, mine.acceptance_rate, mine.misses) == ("mine", 0, None, [])
@@ -128,16 +139,27 @@ def test_acceptance_is_grouped_by_day_or_iso_week(seeded):
     from db.models import Correction
 
     db, boss, rita, omar = seeded
-    when = {1: datetime(2026, 11, 2, 9), 2: datetime(2026, 11, 3, 9), 3: datetime(2026, 11, 3, 10), 4: datetime(2026, 11, 10, 9)}
+    when = {
+        1: datetime(2026, 11, 2, 9),
+        2: datetime(2026, 11, 3, 9),
+        3: datetime(2026, 11, 3, 10),
+        4: datetime(2026, 11, 10, 9),
+    }
     with db.session() as session:
         for correction_id, at in when.items():
             session.execute(update(Correction).where(Correction.id == correction_id).values(created_at=at))
     daily = dashboard_data(db, boss, bucket="day")
     # latest versions: rita's edit (Nov 2), rita's accept (Nov 3), omar's amendment (Nov 10)
-    assert [(p.period, p.reports, p.accepted_unchanged) for p in daily.acceptance_over_time] == \
-        [("2026-11-02", 1, 0), ("2026-11-03", 1, 1), ("2026-11-10", 1, 0)]
+    assert [(p.period, p.reports, p.accepted_unchanged) for p in daily.acceptance_over_time] == [
+        ("2026-11-02", 1, 0),
+        ("2026-11-03", 1, 1),
+        ("2026-11-10", 1, 0),
+    ]
     weekly = dashboard_data(db, boss, bucket="week")
-    assert [(p.period, p.reports, p.rate) for p in weekly.acceptance_over_time] == [("2026-W45", 2, 0.5), ("2026-W46", 1, 0.0)]
+    assert [(p.period, p.reports, p.rate) for p in weekly.acceptance_over_time] == [
+        ("2026-W45", 2, 0.5),
+        ("2026-W46", 1, 0.0),
+    ]
     assert dashboard_data(db, boss).bucket == "day"  # a short span stays daily
     with db.session() as session:
         session.execute(update(Correction).where(Correction.id == 4).values(created_at=datetime(2027, 3, 1)))
@@ -157,11 +179,17 @@ def test_the_charts_draw_the_numbers_and_an_empty_dashboard(seeded):
     assert list(status.data[0].x) == ["new", "drafted", "corrected", "signed", "trained"]
     assert list(status.data[0].y) == [1, 1, 0, 3, 0]
     acceptance = charts.acceptance_figure(data)
-    assert [t.type for t in acceptance.data] == ["bar", "scatter"] and list(acceptance.data[1].y) == pytest.approx([100 / 3])
+    assert [t.type for t in acceptance.data] == ["bar", "scatter"] and list(acceptance.data[1].y) == pytest.approx(
+        [100 / 3]
+    )
     assert acceptance.data[1].yaxis == "y2" and list(acceptance.data[0].y) == [3]
     findings = charts.findings_figure(data)
     missed, overcalled = findings.data
-    assert (missed.orientation, set(missed.y), list(overcalled.y)) == ("h", {"Edema", "Pleural Effusion"}, ["Pleural Effusion"])
+    assert (missed.orientation, set(missed.y), list(overcalled.y)) == (
+        "h",
+        {"Edema", "Pleural Effusion"},
+        ["Pleural Effusion"],
+    )
     # one measure per chart: each bar is as long as the count it is labelled with (the share is in the hover)
     assert list(overcalled.text) == ["1"] and list(overcalled.x) == [1] and list(overcalled.customdata) == [[1, "100%"]]
     assert [str(x) for x in missed.x] == list(missed.text)
@@ -205,7 +233,10 @@ def test_the_dashboard_draws_its_charts_in_a_browser(tmp_path, browser):
     seed(db)
     ARTIFACTS.mkdir(exist_ok=True)
     with launched_app(settings, db) as (url, _):
-        for who, password, scope, studies in (("boss", "admin-pass-1", "everyone", "5"), ("rita", "rita-pass-1", "your", "3")):
+        for who, password, scope, studies in (
+            ("boss", "admin-pass-1", "everyone", "5"),
+            ("rita", "rita-pass-1", "your", "3"),
+        ):
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
             page.set_default_timeout(30_000)
             page.goto(url)

@@ -30,10 +30,26 @@ ROUND_ENDPOINTS = {  # api_name -> arguments
 }
 
 HISTORY = [
-    {"step": 1, "loss": 0.5, "orapo/reward_mean": 0.2, "orapo/reward_std": 0.1, "orapo/zero_reward_frac": 0.5,
-     "orapo/dpo_weight": 0.8, "orapo/grpo_loss": 0.4, "orapo/dpo_loss": 0.69},
-    {"step": 2, "loss": 0.4, "orapo/reward_mean": 0.3, "orapo/reward_std": 0.05, "orapo/zero_reward_frac": 0.25,
-     "orapo/dpo_weight": 0.6, "orapo/grpo_loss": 0.3, "orapo/dpo_loss": 0.6},
+    {
+        "step": 1,
+        "loss": 0.5,
+        "orapo/reward_mean": 0.2,
+        "orapo/reward_std": 0.1,
+        "orapo/zero_reward_frac": 0.5,
+        "orapo/dpo_weight": 0.8,
+        "orapo/grpo_loss": 0.4,
+        "orapo/dpo_loss": 0.69,
+    },
+    {
+        "step": 2,
+        "loss": 0.4,
+        "orapo/reward_mean": 0.3,
+        "orapo/reward_std": 0.05,
+        "orapo/zero_reward_frac": 0.25,
+        "orapo/dpo_weight": 0.6,
+        "orapo/grpo_loss": 0.3,
+        "orapo/dpo_loss": 0.6,
+    },
     {"step": 2, "train_runtime": 3.1, "train_loss": 0.45},  # the run's summary line: no curves in it
 ]
 
@@ -44,8 +60,14 @@ def version(vid, name, heldout, status="retired"):
 
 def heldout(f1, length):
     """A version's stored held-out metrics, as a round stores them."""
-    return EvalMetrics(macro_f1_14=f1, macro_precision_14=f1 + 0.1, macro_recall_14=f1 - 0.1, facts_reward_mean=0.4,
-                       mean_report_length=length, f1_per_class={"Cardiomegaly": f1, "Pleural Effusion": f1 / 2}).to_dict()
+    return EvalMetrics(
+        macro_f1_14=f1,
+        macro_precision_14=f1 + 0.1,
+        macro_recall_14=f1 - 0.1,
+        facts_reward_mean=0.4,
+        mean_report_length=length,
+        f1_per_class={"Cardiomegaly": f1, "Pleural Effusion": f1 / 2},
+    ).to_dict()
 
 
 # --- pure functions ----------------------------------------------------------------------------------------
@@ -67,8 +89,11 @@ def test_live_charts_plot_each_logged_curve_by_step():
 def test_version_charts_compare_evaluated_versions_oldest_first():
     from app.services.insight import round_charts
 
-    versions = [version(3, "round-2", heldout(0.5, 30), "promoted"), version(1, "tiny-base", None),
-                version(2, "round-1", heldout(0.4, 20), "rejected")]
+    versions = [
+        version(3, "round-2", heldout(0.5, 30), "promoted"),
+        version(1, "tiny-base", None),
+        version(2, "round-1", heldout(0.4, 20), "rejected"),
+    ]
     f1, quality, length = round_charts.version_figures(versions)
     assert [t.name for t in f1.data] == ["v2 round-1", "v3 round-2"]  # the base without metrics is left out
     assert list(f1.data[1].x) == ["Cardiomegaly", "Pleural Effusion"] and list(f1.data[1].y) == [0.5, 0.25]
@@ -82,7 +107,10 @@ def test_overrides_are_key_value_lines():
     from orapo_core.errors import OrapoError
 
     assert parse_overrides("max_steps=2\n\n# a comment\nlora_target_modules=[q_proj, v_proj]\nuse_peft=true") == {
-        "max_steps": 2, "lora_target_modules": ["q_proj", "v_proj"], "use_peft": True}
+        "max_steps": 2,
+        "lora_target_modules": ["q_proj", "v_proj"],
+        "use_peft": True,
+    }
     assert parse_overrides("") == {}
     with pytest.raises(OrapoError):
         parse_overrides("max_steps 2")
@@ -120,11 +148,14 @@ def server(tmp_path_factory):
     versions = ModelVersionRepository(db)
     base = versions.create("tiny-base", base_model_path="models/tiny")
     versions.promote(base.id)
-    candidate = versions.create("round-x", base_model_path="models/tiny", parent_id=base.id,
-                                metrics={"heldout": heldout(0.5, 25)})
+    candidate = versions.create(
+        "round-x", base_model_path="models/tiny", parent_id=base.id, metrics={"heldout": heldout(0.5, 25)}
+    )
     queued = RoundRepository(db).create(trigger="manual", config={})
     with launched_app(settings, db) as (url, demo):
-        yield SimpleNamespace(url=url, settings=settings, db=db, demo=demo, base=base, candidate=candidate, queued=queued)
+        yield SimpleNamespace(
+            url=url, settings=settings, db=db, demo=demo, base=base, candidate=candidate, queued=queued
+        )
     assert not demo.round_scheduler.running  # closing the server stopped it
     assert not [t for t in threading.enumerate() if "APScheduler" in t.name or t.name.startswith("orapo-round")]
 
@@ -151,8 +182,9 @@ def test_a_radiologist_is_refused_by_every_rounds_and_export_handler(server):
     assert ScheduleRepository(server.db).get().cron is None
     assert ModelVersionRepository(server.db).promoted().id == server.base.id
     assert not downloads_dir(server.settings).exists() and not work_dir(server.settings).exists()
-    assert not [e for e in AuditRepository(server.db).query()
-                if e.actor_name == "rita" and not e.action.startswith("auth.")]  # her sign-in is audited, nothing else
+    assert not [
+        e for e in AuditRepository(server.db).query() if e.actor_name == "rita" and not e.action.startswith("auth.")
+    ]  # her sign-in is audited, nothing else
 
 
 @pytest.mark.slow
@@ -167,8 +199,16 @@ def test_an_administrator_schedules_cancels_promotes_rolls_back_and_exports(serv
     result = boss.predict("0 2 * * *", True, 5, True, api_name="/set_schedule")
     assert result[0] == "Schedule saved." and "Next scheduled round" in result[-1] and "(now 1)" in result[-1]
     saved = ScheduleRepository(server.db).get()
-    assert (saved.cron, saved.schedule_enabled, saved.corrections_threshold, saved.threshold_enabled) == ("0 2 * * *", True, 5, True)
-    assert set(server.demo.round_scheduler.jobs()) == {"orapo-round-cron", "orapo-round-threshold"}  # the scheduler followed
+    assert (saved.cron, saved.schedule_enabled, saved.corrections_threshold, saved.threshold_enabled) == (
+        "0 2 * * *",
+        True,
+        5,
+        True,
+    )
+    assert set(server.demo.round_scheduler.jobs()) == {
+        "orapo-round-cron",
+        "orapo-round-threshold",
+    }  # the scheduler followed
     with pytest.raises(AppError, match="not a valid cron"):
         boss.predict("every night", True, 5, True, api_name="/set_schedule")
 
@@ -204,4 +244,7 @@ def test_an_administrator_schedules_cancels_promotes_rolls_back_and_exports(serv
     assert not [p for p in work_dir(server.settings).rglob("*") if p.is_file()]  # built, zipped, gone
     audit = {e.action: e for e in AuditRepository(server.db).query(action="export.")}
     assert set(audit) == {"export.pairs", "export.fhir"} and audit["export.pairs"].actor_name == "boss"
-    assert audit["export.pairs"].details == {"trl-dpo": 1, "trl-grpo": 1} and audit["export.fhir"].details == {"bundles": 1, "skipped": {}}
+    assert audit["export.pairs"].details == {"trl-dpo": 1, "trl-grpo": 1} and audit["export.fhir"].details == {
+        "bundles": 1,
+        "skipped": {},
+    }

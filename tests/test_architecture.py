@@ -62,8 +62,11 @@ def test_tabs_reach_the_database_and_the_engine_only_through_services() -> None:
 
 
 def test_app_modules_stay_under_400_lines() -> None:
-    long = {str(p.relative_to(APP.parent)): n for p in sorted(APP.rglob("*.py"))
-            if (n := len(p.read_text().splitlines())) > 400}
+    long = {
+        str(p.relative_to(APP.parent)): n
+        for p in sorted(APP.rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > 400
+    }
     assert not long, f"split these by what changes them together: {long}"
 
 
@@ -85,8 +88,12 @@ def test_the_engine_configuration_knows_no_server_and_no_database() -> None:
 
 
 def test_tabs_place_figures_the_services_build() -> None:
-    offenders = [f"{path.relative_to(APP.parent)} imports {name}" for path in sorted((APP / "tabs").glob("*.py"))
-                 for name in _imported_modules(path) if name.split(".")[0] == "plotly"]
+    offenders = [
+        f"{path.relative_to(APP.parent)} imports {name}"
+        for path in sorted((APP / "tabs").glob("*.py"))
+        for name in _imported_modules(path)
+        if name.split(".")[0] == "plotly"
+    ]
     assert not offenders, f"build figures in app/services/insight (round_charts, dashboard_charts): {offenders}"
 
 
@@ -94,8 +101,16 @@ def test_tabs_place_figures_the_services_build() -> None:
 # environment variable, the patched upload method, its private modules) are used in app/gradio_internals.py only,
 # which tests/test_gradio_internals.py checks against the installed Gradio.
 GRADIO_ADAPTER = APP / "gradio_internals.py"
-GRADIO_PRIVATE_ATTRIBUTES = {"tokens", "cookie_id", "get_blocks", "_process_single_file", "_queue", "server_app",
-                             "uploaded_file_dir", "GRADIO_CACHE"}
+GRADIO_PRIVATE_ATTRIBUTES = {
+    "tokens",
+    "cookie_id",
+    "get_blocks",
+    "_process_single_file",
+    "_queue",
+    "server_app",
+    "uploaded_file_dir",
+    "GRADIO_CACHE",
+}
 GRADIO_PRIVATE_MODULES = ("gradio.routes", "gradio.route_utils", "gradio.utils", "gradio.blocks", "gradio_client.utils")
 
 
@@ -108,20 +123,33 @@ def test_gradio_internals_are_used_in_one_module() -> None:
         tree = ast.parse(path.read_text(), filename=str(path))
         where = path.relative_to(APP.parent)
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and node.attr in GRADIO_PRIVATE_ATTRIBUTES
-                    and getattr(node.value, "id", None) != "self"):  # a class's own `self._queue` is its own
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in GRADIO_PRIVATE_ATTRIBUTES
+                and getattr(node.value, "id", None) != "self"
+            ):  # a class's own `self._queue` is its own
                 offenders.append(f"{where}:{node.lineno} .{node.attr}")
             elif isinstance(node, ast.Constant) and node.value == "GRADIO_TEMP_DIR":
                 offenders.append(f"{where}:{node.lineno} GRADIO_TEMP_DIR")
-        offenders += [f"{where} imports {name}" for name in _imported_modules(path)
-                      if name.startswith(GRADIO_PRIVATE_MODULES)]
+        offenders += [
+            f"{where} imports {name}" for name in _imported_modules(path) if name.startswith(GRADIO_PRIVATE_MODULES)
+        ]
     assert not offenders, f"go through app.gradio_internals: {offenders}"
     assert seen > 30
 
 
 def test_importing_the_engine_loads_no_app_layer() -> None:
-    packages = ["orapo_core", "orapo_core.facts", "orapo_core.imaging", "orapo_core.data", "orapo_core.models",
-                "orapo_core.models.draft", "orapo_core.models.evaluate", "orapo_core.train", "orapo_core.train.pairs"]
+    packages = [
+        "orapo_core",
+        "orapo_core.facts",
+        "orapo_core.imaging",
+        "orapo_core.data",
+        "orapo_core.models",
+        "orapo_core.models.draft",
+        "orapo_core.models.evaluate",
+        "orapo_core.train",
+        "orapo_core.train.pairs",
+    ]
     code = (
         "import importlib, sys\n"
         f"for name in {packages!r}: importlib.import_module(name)\n"
@@ -129,8 +157,9 @@ def test_importing_the_engine_loads_no_app_layer() -> None:
         "print(bad)\n"
         "assert not bad, bad\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            cwd=ENGINE.parent)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ENGINE.parent
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -143,7 +172,9 @@ def test_importing_the_engine_loads_no_app_layer() -> None:
 # *ForImageTextToText, PeftModel, or anything unnamed such as `model_class`) may appear only in loading.py.
 # Tests are not held to it: they build tiny checkpoints and compare against transformers directly.
 LOADER = ENGINE / "models" / "loading.py"
-_NOT_A_MODEL = re.compile(r"(processor|tokenizer|tokenizerfast|config|featureextractor|feature_extractor)$", re.IGNORECASE)
+_NOT_A_MODEL = re.compile(
+    r"(processor|tokenizer|tokenizerfast|config|featureextractor|feature_extractor)$", re.IGNORECASE
+)
 
 
 def _receiver_name(node: ast.expr) -> str:
@@ -192,7 +223,11 @@ def test_the_loader_check_tells_a_model_load_from_a_processor_load(tmp_path: Pat
         "    PeftModel.from_pretrained(model, path)\n"
     )
     assert [load.split(".")[0] for load in _model_loads(sample)] == [
-        "AutoModelForImageTextToText", "Qwen2VLForConditionalGeneration", "model_class", "PeftModel"]
+        "AutoModelForImageTextToText",
+        "Qwen2VLForConditionalGeneration",
+        "model_class",
+        "PeftModel",
+    ]
 
 
 def _import_graph(folder: Path, *, package: str) -> dict[str, set[str]]:

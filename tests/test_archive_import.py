@@ -60,8 +60,9 @@ def test_a_reader_searches_imports_and_sees_what_was_refused(archived) -> None:
     (first, first_who), (second, _) = archived.studies
     found = {s.study_uid: s for s in archive_import.search(archived.db, archived.settings, archived.rita)}
     assert {first, second} <= set(found) and found[first].imported_study_id is None
-    only = archive_import.search(archived.db, archived.settings, archived.rita, accession=first_who["AccessionNumber"],
-                                 modalities=["CR"])
+    only = archive_import.search(
+        archived.db, archived.settings, archived.rita, accession=first_who["AccessionNumber"], modalities=["CR"]
+    )
     assert [s.study_uid for s in only] == [first]
 
     missing = "1.2.826.0.1.3680043.8.498.1"

@@ -25,7 +25,7 @@ def test_make_test_starts_the_archive_in_ci_or_on_request() -> None:
 
 
 def test_the_archive_wants_its_password_and_answers_dicomweb(orthanc, tmp_path) -> None:
-    (data, who), = phantom_dicoms(tmp_path, 1, seed=9101)
+    ((data, who),) = phantom_dicoms(tmp_path, 1, seed=9101)
     study_uid = _study_uid(data)
     orthanc.upload(data)
     try:

@@ -58,7 +58,9 @@ def _seed(root: Path, url: str | None = None) -> tuple[Path, dict]:
         (settings.models_dir / folder).mkdir(parents=True)
         (settings.models_dir / folder / "model.safetensors").write_bytes(body * 1000)
         (settings.models_dir / folder / "config.json").write_text('{"model_type": "orapo"}')
-    ModelVersionRepository(db).create("round-1", base_model_path="models/starter", adapter_path="models/versions/round-1")
+    ModelVersionRepository(db).create(
+        "round-1", base_model_path="models/starter", adapter_path="models/versions/round-1"
+    )
     expected = _contents(settings.resolved_data_dir, url)
     db.dispose()
     return settings.resolved_data_dir, expected
@@ -75,17 +77,31 @@ def _contents(data: Path, url: str | None = None) -> dict:
         with engine.connect() as c:
             rows = {
                 "users": c.execute(sa.text("SELECT id, username, role, password_hash FROM users ORDER BY id")).all(),
-                "studies": c.execute(sa.text("SELECT id, study_uid_hash, patient_pseudonym, status FROM studies ORDER BY id")).all(),
-                "images": c.execute(sa.text("SELECT id, study_id, dicom_path, display_path FROM images ORDER BY id")).all(),
+                "studies": c.execute(
+                    sa.text("SELECT id, study_uid_hash, patient_pseudonym, status FROM studies ORDER BY id")
+                ).all(),
+                "images": c.execute(
+                    sa.text("SELECT id, study_id, dicom_path, display_path FROM images ORDER BY id")
+                ).all(),
                 "drafts": c.execute(sa.text("SELECT id, study_id, text FROM drafts ORDER BY id")).all(),
-                "corrections": c.execute(sa.text("SELECT id, study_id, version, text, signed_at IS NOT NULL, previous_id "
-                                                 "FROM corrections ORDER BY id")).all(),
-                "versions": c.execute(sa.text("SELECT id, name, base_model_path, adapter_path FROM model_versions")).all(),
+                "corrections": c.execute(
+                    sa.text(
+                        "SELECT id, study_id, version, text, signed_at IS NOT NULL, previous_id "
+                        "FROM corrections ORDER BY id"
+                    )
+                ).all(),
+                "versions": c.execute(
+                    sa.text("SELECT id, name, base_model_path, adapter_path FROM model_versions")
+                ).all(),
             }
     finally:
         engine.dispose()
-    files = {p.relative_to(data).as_posix(): p.read_bytes() for folder in ("images", "models")
-             for p in sorted((data / folder).rglob("*")) if p.is_file()}
+    files = {
+        p.relative_to(data).as_posix(): p.read_bytes()
+        for folder in ("images", "models")
+        for p in sorted((data / folder).rglob("*"))
+        if p.is_file()
+    }
     secret = (data / ".deid_secret").read_text() if (data / ".deid_secret").exists() else None
     return {"rows": {k: [tuple(r) for r in v] for k, v in rows.items()}, "files": files, "secret": secret}
 
@@ -118,7 +134,11 @@ def test_a_backup_restored_into_a_fresh_folder_holds_the_same_data_and_passes_th
     assert "users 3, studies 3, images 3, drafts 2, corrections 3, model versions 1" in printed
     assert "warning: the backup holds the de-identification secret" in warned
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["database"] == {"kind": "sqlite", "file": "orapo.sqlite3", "revision": manifest["database"]["revision"]}
+    assert manifest["database"] == {
+        "kind": "sqlite",
+        "file": "orapo.sqlite3",
+        "revision": manifest["database"]["revision"],
+    }
     assert manifest["database"]["revision"] and manifest["secret"] == {"file": "deid_secret", "source": "file"}
     assert set(manifest["files"]) == {"orapo.sqlite3", "deid_secret"} | set(before["files"])
     for path in [out, *out.rglob("*")]:  # kept like the data folder: folders 0700, files 0600
@@ -140,7 +160,9 @@ def test_a_backup_restored_into_a_fresh_folder_holds_the_same_data_and_passes_th
 
     database = Database(f"sqlite:///{fresh / 'orapo.sqlite3'}")
     try:  # the restored folder is the app's: passwords work, and the restore is in its audit log
-        assert UserRepository(database).authenticate("rita", dict((n, p) for n, p, _ in USERS)["rita"]).username == "rita"
+        assert (
+            UserRepository(database).authenticate("rita", dict((n, p) for n, p, _ in USERS)["rita"]).username == "rita"
+        )
         assert [e.action for e in AuditRepository(database).query(action="data.")] == ["data.restore"]
     finally:
         database.dispose()
@@ -169,7 +191,9 @@ def _copy(backup: Path, to: Path) -> Path:
     return Path(shutil.copytree(backup, to))
 
 
-def test_backup_refuses_a_folder_that_is_not_empty_and_touches_nothing(one_backup: Path, tmp_path: Path, capsys) -> None:
+def test_backup_refuses_a_folder_that_is_not_empty_and_touches_nothing(
+    one_backup: Path, tmp_path: Path, capsys
+) -> None:
     data = one_backup.parent / "site" / "data"
     out = tmp_path / "out"
     out.mkdir()
@@ -224,8 +248,9 @@ def test_restore_refuses_a_manifest_it_cannot_trust(one_backup: Path, tmp_path: 
     assert not (tmp_path / "data").exists() and not (tmp_path / "escaped").exists()
 
 
-def test_restore_refuses_another_configured_secret_or_another_database_kind(one_backup: Path, tmp_path: Path, capsys,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_restore_refuses_another_configured_secret_or_another_database_kind(
+    one_backup: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ORAPO_DEID_SECRET", "not-the-backups-secret")
     code, _, err = _run(capsys, "restore", str(one_backup), "--data-dir", str(tmp_path / "data"))
     assert code == 2 and err.startswith("restore_secret_mismatch: ")
@@ -236,7 +261,9 @@ def test_restore_refuses_another_configured_secret_or_another_database_kind(one_
     assert not (tmp_path / "data").exists()
 
 
-def test_a_restore_whose_images_went_missing_fails_the_integrity_check(one_backup: Path, tmp_path: Path, capsys) -> None:
+def test_a_restore_whose_images_went_missing_fails_the_integrity_check(
+    one_backup: Path, tmp_path: Path, capsys
+) -> None:
     """The check is real: a backup whose manifest (consistently) lacks an image's file restores, then says so."""
     backup = _copy(one_backup, tmp_path / "backup")
     manifest = json.loads((backup / "manifest.json").read_text())
@@ -245,12 +272,15 @@ def test_a_restore_whose_images_went_missing_fails_the_integrity_check(one_backu
     (backup / gone).unlink()
     (backup / "manifest.json").write_text(json.dumps(manifest))
     code, _, err = _run(capsys, "restore", str(backup), "--data-dir", str(tmp_path / "data"))
-    assert code == 2 and err.startswith("integrity_failed: ") and "1 image files named by the database are missing" in err
+    assert (
+        code == 2 and err.startswith("integrity_failed: ") and "1 image files named by the database are missing" in err
+    )
     assert (tmp_path / "data" / "orapo.sqlite3").exists()  # what was restored stays, for a person to look at
 
 
 def test_a_backup_of_a_folder_missing_an_image_file_says_so_and_its_restore_fails_the_check(
-        one_backup: Path, tmp_path: Path, capsys) -> None:
+    one_backup: Path, tmp_path: Path, capsys
+) -> None:
     import shutil
 
     data = Path(shutil.copytree(one_backup.parent / "site" / "data", tmp_path / "data"))
@@ -268,7 +298,8 @@ WRITERS = 8
 
 @pytest.mark.slow
 def test_a_backup_taken_while_8_clients_save_holds_every_save_acknowledged_before_it_started(
-        tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, site_urls: list[str | None]) -> None:
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, site_urls: list[str | None]
+) -> None:
     from db import CorrectionRepository, StudyRepository, UserRepository
 
     _use(monkeypatch, site_urls[0])
@@ -388,9 +419,13 @@ def _use(monkeypatch: pytest.MonkeyPatch, url: str | None) -> None:
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.skipif(not POSTGRES_URL, reason="the PostgreSQL round trip needs a server: set ORAPO_TEST_POSTGRES_URL "
-                                              "(.ci/postgres.sh starts one)")
-def test_a_postgresql_backup_restores_into_a_new_database(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.skipif(
+    not POSTGRES_URL,
+    reason="the PostgreSQL round trip needs a server: set ORAPO_TEST_POSTGRES_URL (.ci/postgres.sh starts one)",
+)
+def test_a_postgresql_backup_restores_into_a_new_database(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with _new_postgres_databases(2) as urls:
         monkeypatch.setenv("ORAPO_DATABASE_URL", urls[0])
         data, before = _seed(tmp_path / "site", urls[0])  # make_env's database is ORAPO_DATABASE_URL's
@@ -408,4 +443,3 @@ def test_a_postgresql_backup_restores_into_a_new_database(tmp_path: Path, capsys
         assert _restored_check(fresh, urls[1]) == []
         code, _, err = _run(capsys, "restore", str(out), "--data-dir", str(tmp_path / "again"))
         assert code == 2 and err.startswith("restore_not_empty: ")  # the database has tables now
-

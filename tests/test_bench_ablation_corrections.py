@@ -24,7 +24,7 @@ class ScriptedDrafter:
 
     def draft_many(self, pictures, *, samples=0, max_new_tokens=128):
         self.calls += 1
-        out, self.texts = self.texts[: len(pictures)], self.texts[len(pictures):]
+        out, self.texts = self.texts[: len(pictures)], self.texts[len(pictures) :]
         return [SimpleNamespace(text=t, samples=[]) for t in out]
 
 
@@ -45,7 +45,9 @@ def test_wrong_drafts_become_the_pairs_a_round_trains_on_and_right_ones_do_not(p
     texts = [records[0].report] + [wrong] * (len(records) - 1)  # the first draft is exactly the reference
     drafter = ScriptedDrafter(texts, tmp_path / "model")
     out, summary = corrected_pool(csv_path, records, drafter, threshold=0.99, batch=4)
-    assert summary["corrected"] == len(records) - 1 and summary["rare_findings_added"]["Pneumothorax"] == len(records) - 1
+    assert (
+        summary["corrected"] == len(records) - 1 and summary["rare_findings_added"]["Pneumothorax"] == len(records) - 1
+    )
     assert out.parent == csv_path.parent  # beside the pool's CSV: its relative image paths still resolve
 
     read = {r.study_id: r for r in load_training_records(out, kind="phantom")}

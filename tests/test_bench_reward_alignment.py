@@ -43,8 +43,25 @@ def test_a_tiny_model_gets_every_reward_compared_on_its_own_samples(tmp_path):
 
     model = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
     out = tmp_path / "alignment.json"
-    assert main(["--model", str(model), "--studies", "6", "--k", "3", "--bootstrap", "20",
-                 "--data-dir", str(tmp_path / "pool"), "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                str(model),
+                "--studies",
+                "6",
+                "--k",
+                "3",
+                "--bootstrap",
+                "20",
+                "--data-dir",
+                str(tmp_path / "pool"),
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["studies"] == 6 and result["k"] == 3
     assert set(rewards_to_compare()) < set(result["rewards"])
@@ -61,9 +78,11 @@ def test_the_label_f1_rewards_score_what_the_evaluator_reads_and_the_seen_one_ig
     from orapo_core.train.rewards import get_reward
 
     labels = json.dumps({"Cardiomegaly": 1, "Atelectasis": 1, "Edema": 0})
-    texts = ["The heart is enlarged. Atelectasis at the left base.",  # both right
-             "The heart is enlarged.",  # misses atelectasis
-             "The heart is enlarged. Pulmonary edema."]  # misses atelectasis and calls edema wrongly
+    texts = [
+        "The heart is enlarged. Atelectasis at the left base.",  # both right
+        "The heart is enlarged.",  # misses atelectasis
+        "The heart is enlarged. Pulmonary edema.",
+    ]  # misses atelectasis and calls edema wrongly
     assert label_f1_all(texts, labels=[labels] * 3) == pytest.approx([1.0, 2 / 3, 0.5])
     assert "Atelectasis" in UNSEEN
     assert label_f1_seen(texts, labels=[labels] * 3) == pytest.approx([1.0, 1.0, 2 / 3])  # atelectasis not counted

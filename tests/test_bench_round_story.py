@@ -38,8 +38,14 @@ def test_each_clinic_story_tool_takes_only_its_own_flags() -> None:
     test_set = {"--finding", "--n-positive", "--n-negative", "--size", "--seed"}
     story_folder = {"--data-dir", "--round"}
     assert flags(bench_round_story) == test_set | {"--n", "--data-dir", "--set", "--agreement", "--json"}
-    assert flags(bench_round_rescore) == test_set | story_folder | {"--fit-verifier", "--gate", "--set", "--state-probes",
-                                                                    "--agreement", "--json"}
+    assert flags(bench_round_rescore) == test_set | story_folder | {
+        "--fit-verifier",
+        "--gate",
+        "--set",
+        "--state-probes",
+        "--agreement",
+        "--json",
+    }
     assert flags(bench_round_drafts_alone) == test_set | story_folder | {"--json"}
     assert flags(bench_round_grpo_twin) == test_set | story_folder | {"--json"}
     args = bench_round_rescore.make_parser().parse_args(["--data-dir", "d", "--seed", "12", "--fit-verifier"])
@@ -48,20 +54,31 @@ def test_each_clinic_story_tool_takes_only_its_own_flags() -> None:
 
 def _scores(recall, fpr, normal, by_finding, f1=0.5, n_pos=125, n_neg=200):
     per = {"Pleural Effusion": [0, 0], "Cardiomegaly": [0, 0]}
-    return {"recall": recall, "false_positive_rate": fpr, "n_positive": n_pos, "n_negative": n_neg,
-            "false_positives_on_normal": normal, "false_positives_by_finding": dict(per, **by_finding),
-            "macro_f1_14": f1}
+    return {
+        "recall": recall,
+        "false_positive_rate": fpr,
+        "n_positive": n_pos,
+        "n_negative": n_neg,
+        "false_positives_on_normal": normal,
+        "false_positives_by_finding": dict(per, **by_finding),
+        "macro_f1_14": f1,
+    }
 
 
 def test_the_round_matrix_judges_the_drafts_alone_and_the_worst_group_of_ten_or_more() -> None:
     from benchmarks.bench_round_matrix import summarise, table
 
-    story = {"draft_min_agreement": 0, "round": {"seconds": 1500, "version_status": "promoted", "gate": "ok"},
-             "candidate": _scores(0.9, 0.02, [1, 80], {"Pleural Effusion": [3, 40]}, f1=0.6)}
-    alone = {"before": _scores(0.0, 0.0, [0, 80], {}, f1=0.45),
-             # 3 % overall, but 4 of 30 effusion films (13 %): the group limit is missed; 2 of 3 lesion films is too
-             # small a group to judge
-             "candidate": _scores(0.7, 0.03, [0, 80], {"Pleural Effusion": [4, 30], "Lung Lesion": [2, 3]}, f1=0.5)}
+    story = {
+        "draft_min_agreement": 0,
+        "round": {"seconds": 1500, "version_status": "promoted", "gate": "ok"},
+        "candidate": _scores(0.9, 0.02, [1, 80], {"Pleural Effusion": [3, 40]}, f1=0.6),
+    }
+    alone = {
+        "before": _scores(0.0, 0.0, [0, 80], {}, f1=0.45),
+        # 3 % overall, but 4 of 30 effusion films (13 %): the group limit is missed; 2 of 3 lesion films is too
+        # small a group to judge
+        "candidate": _scores(0.7, 0.03, [0, 80], {"Pleural Effusion": [4, 30], "Lung Lesion": [2, 3]}, f1=0.5),
+    }
     cell = summarise("pleural_other", 501, story, alone)
     assert cell["alone"]["worst_group"] == ["Pleural Effusion", 4, 30]
     goals = cell["goals"]
@@ -76,8 +93,10 @@ def test_the_round_matrix_judges_the_drafts_alone_and_the_worst_group_of_ten_or_
 def test_the_round_matrix_reads_the_checks_column_from_the_checks_fitted_again_when_given() -> None:
     from benchmarks.bench_round_matrix import summarise
 
-    story = {"round": {"seconds": 600, "version_status": "held"},
-             "candidate": _scores(0.9, 0.15, [10, 80], {"Pleural Effusion": [20, 40]})}
+    story = {
+        "round": {"seconds": 600, "version_status": "held"},
+        "candidate": _scores(0.9, 0.15, [10, 80], {"Pleural Effusion": [20, 40]}),
+    }
     alone = {"before": _scores(0.0, 0.0, [0, 80], {}), "candidate": _scores(0.5, 0.0, [0, 80], {})}
     checks = {"command": "python -m benchmarks.bench_round_rescore", "candidate": _scores(0.65, 0.01, [0, 80], {})}
     cell = summarise("pneumothorax", 521, story, alone, checks)
@@ -91,8 +110,13 @@ def test_the_round_matrix_reads_promoted_from_the_gate_judged_again() -> None:
 
     story = {"round": {"seconds": 600, "version_status": "promoted"}, "candidate": _scores(0.9, 0.0, [0, 80], {})}
     alone = {"before": _scores(0.0, 0.0, [0, 80], {}), "candidate": _scores(0.7, 0.0, [0, 80], {})}
-    gate = {"own_verdict": "hold", "test_verdict": "promote", "agree": False, "own": {"reason": "held"},
-            "test_set": {"reason": "ok"}}
+    gate = {
+        "own_verdict": "hold",
+        "test_verdict": "promote",
+        "agree": False,
+        "own": {"reason": "held"},
+        "test_set": {"reason": "ok"},
+    }
     cell = summarise("pneumothorax", 531, story, alone, {"candidate": _scores(0.9, 0.0, [0, 80], {}), "gate": gate})
     assert not cell["goals"]["promoted"]  # the round's own (older) gate promoted it; this checkout's holds it
     assert "agrees with its verdict on the 325 test studies in 0 of 1 rounds" in table([cell])

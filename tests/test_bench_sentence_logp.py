@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-REPORT = ("FINDINGS: The heart is normal in size. Pleural thickening along the left lateral chest wall. "
-          "No pneumothorax.\n\nIMPRESSION: No acute process.")
+REPORT = (
+    "FINDINGS: The heart is normal in size. Pleural thickening along the left lateral chest wall. "
+    "No pneumothorax.\n\nIMPRESSION: No acute process."
+)
 
 
 def test_the_sentence_of_a_finding_is_the_first_one_that_states_it():
@@ -36,8 +38,27 @@ def test_it_reads_each_rare_finding_on_a_tiny_model_and_writes_the_table(tmp_pat
 
     model = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
     out = tmp_path / "out.json"
-    assert main(["--model", str(model), "--n", "8", "--size", "64", "--prevalence", "pleural_other=1.0",
-                 "--data", str(tmp_path / "data"), "--max-new-tokens", "8", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--model",
+                str(model),
+                "--n",
+                "8",
+                "--size",
+                "64",
+                "--prevalence",
+                "pleural_other=1.0",
+                "--data",
+                str(tmp_path / "data"),
+                "--max-new-tokens",
+                "8",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     saved = json.loads(out.read_text())
     assert set(saved["findings"]) == set(RARE)
     pleural = saved["findings"]["Pleural Other"]

@@ -19,8 +19,9 @@ def test_the_benchmark_prints_three_aucs_and_writes_them(tmp_path, monkeypatch, 
         pytest.skip(f"no starter shipped under {SHIPPED_DIR}")
     assert auc([1.0, 2.0], [3.0, 2.0]) == 0.875 and auc([], [1.0]) is None
     out = tmp_path / "unfamiliar.json"
-    monkeypatch.setattr(sys, "argv", ["bench_unfamiliar", "--model", str(SHIPPED_DIR), "--n-phantom", "6",
-                                      "--json", str(out)])
+    monkeypatch.setattr(
+        sys, "argv", ["bench_unfamiliar", "--model", str(SHIPPED_DIR), "--n-phantom", "6", "--json", str(out)]
+    )
     assert main() == 0
     printed = capsys.readouterr().out
     assert "AUC phantom_vs_real_chest" in printed and "AUC real_chest_vs_non_chest" in printed

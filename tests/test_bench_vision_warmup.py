@@ -14,8 +14,25 @@ def test_a_tiny_warm_up_scores_every_finding_two_ways_on_films_it_never_saw(tmp_
     from orapo_core.data.phantom import FINDING_KINDS
 
     out = tmp_path / "warmup.json"
-    assert main(["--vision-n-train", "16", "--vision-steps", "2", "--vision-batch", "4", "--n-eval", "60",
-                 "--patch-size", "24", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--vision-n-train",
+                "16",
+                "--vision-steps",
+                "2",
+                "--vision-batch",
+                "4",
+                "--n-eval",
+                "60",
+                "--patch-size",
+                "24",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["findings"] == list(FINDING_KINDS)
     assert result["vision_steps_done"] == 2 and result["architecture"]["patch_size"] == 24

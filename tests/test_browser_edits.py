@@ -35,9 +35,18 @@ class NumberedDrafter:
         from orapo_core.models.draft import Draft
 
         self.count += 1
-        return Draft(text=f"Draft {self.count}. No pneumothorax.", samples=[], sentences=[], flagged=[],
-                     model_name="fake", model_version="fake", prompt="Describe.", prompt_version="test", sampling={},
-                     latency_ms=1.0)
+        return Draft(
+            text=f"Draft {self.count}. No pneumothorax.",
+            samples=[],
+            sentences=[],
+            flagged=[],
+            model_name="fake",
+            model_version="fake",
+            prompt="Describe.",
+            prompt_version="test",
+            sampling={},
+            latency_ms=1.0,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +63,15 @@ def app(tmp_path_factory):
     registry = ModelRegistry(settings, db, loader=lambda served: gate.wait(120) and NumberedDrafter())
     demo = build_app(settings=settings, database=db, registry=registry, warm_model=True)
     port = free_port()
-    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                   prevent_thread_lock=True, **launch_options(settings, db))
+    demo.queue(default_concurrency_limit=4).launch(
+        server_name="127.0.0.1", server_port=port, quiet=True, prevent_thread_lock=True, **launch_options(settings, db)
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     try:
         yield f"http://127.0.0.1:{port}", db, root, gate
     finally:
         gate.set()
         demo.close()
-
 
 
 def test_the_page_says_the_model_is_loading_until_it_is_ready(browser, app):
@@ -161,8 +170,9 @@ def test_an_edit_is_never_lost_to_a_draft_a_reload_or_someone_else_saving(browse
     assert prompts == ["beforeunload"] and page.evaluate("() => window.__stayed") is True
     expect(report).to_have_value(mine, timeout=WAIT)
     page.locator("#orapo-save").click()
-    expect(page.locator("#orapo-status")).to_contain_text("Report version 1 corrected and saved, not signed",
-                                                          timeout=WAIT)
+    expect(page.locator("#orapo-status")).to_contain_text(
+        "Report version 1 corrected and saved, not signed", timeout=WAIT
+    )
     page.wait_for_function("() => !window.orapoUnsaved()", timeout=WAIT)
 
     # after a reload, the study she was on is offered again, with her last saved text
@@ -189,8 +199,7 @@ def test_an_edit_is_never_lost_to_a_draft_a_reload_or_someone_else_saving(browse
     boss_report.fill(bosses)
     boss.locator("#orapo-save").click()
     status = boss.locator("#orapo-status")
-    expect(status).to_contain_text("rita saved version 2 of this report after your page opened version 1",
-                                   timeout=WAIT)
+    expect(status).to_contain_text("rita saved version 2 of this report after your page opened version 1", timeout=WAIT)
     expect(boss.locator(BADGE)).to_have_count(0, timeout=WAIT)
     expect(boss_report).to_have_value(bosses, timeout=WAIT)  # his text stays on screen
     expect(boss_report).to_be_editable(timeout=WAIT)

@@ -51,7 +51,6 @@ def app(tmp_path_factory):
         yield url, db, outcome.study_id, rejected
 
 
-
 def no_badge(page) -> None:
     from playwright.sync_api import expect
 

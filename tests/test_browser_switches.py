@@ -41,9 +41,18 @@ class HeldDrafter:
         if self.hold.is_set():
             self.started.set()
             assert self.release.wait(120), "the test never released the draft"
-        return Draft(text=f"Draft {number}. No pneumothorax.", samples=[], sentences=[], flagged=[],
-                     model_name="fake", model_version="fake", prompt="Describe.", prompt_version="test", sampling={},
-                     latency_ms=1.0)
+        return Draft(
+            text=f"Draft {number}. No pneumothorax.",
+            samples=[],
+            sentences=[],
+            flagged=[],
+            model_name="fake",
+            model_version="fake",
+            prompt="Describe.",
+            prompt_version="test",
+            sampling={},
+            latency_ms=1.0,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +67,9 @@ def app(tmp_path_factory):
     registry = ModelRegistry(settings, db, loader=lambda served: drafter)
     demo = build_app(settings=settings, database=db, registry=registry)
     port = free_port()
-    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                   prevent_thread_lock=True, **launch_options(settings, db))
+    demo.queue(default_concurrency_limit=4).launch(
+        server_name="127.0.0.1", server_port=port, quiet=True, prevent_thread_lock=True, **launch_options(settings, db)
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     try:
         yield f"http://127.0.0.1:{port}", db, root, drafter
@@ -121,7 +131,8 @@ def test_a_draft_finishing_after_another_upload_never_moves_the_page_or_the_repo
     assert draft_a is not None and re.fullmatch(r"Draft \d+\. No pneumothorax\.", draft_a.text)
     toasts = page.locator("[data-testid=toast-body]")
     expect(toasts.filter(has_text=f"The draft of study {study_a} is ready and stored with it")).to_have_count(
-        1, timeout=WAIT)
+        1, timeout=WAIT
+    )
     # ... and nothing on the page went back to A
     page.wait_for_timeout(1500)
     expect(study_line).to_contain_text(f"Study {study_b}", timeout=WAIT)
@@ -144,8 +155,11 @@ def test_a_draft_finishing_after_another_upload_never_moves_the_page_or_the_repo
     expect(sign).to_be_in_viewport(timeout=WAIT)
     expect(question).to_be_in_viewport(timeout=WAIT)
     expect(thumb).to_be_in_viewport(timeout=WAIT)
-    page.wait_for_function("() => { const i = document.querySelector('#orapo-confirm-question img');"
-                           " return i && i.complete && i.naturalWidth > 0; }", timeout=WAIT)
+    page.wait_for_function(
+        "() => { const i = document.querySelector('#orapo-confirm-question img');"
+        " return i && i.complete && i.naturalWidth > 0; }",
+        timeout=WAIT,
+    )
     page.screenshot(path=str(ARTIFACTS / "switches-2-confirm-names-the-study.png"))
     sign.click()
     expect(page.locator("#orapo-status")).to_contain_text("Report version 1", timeout=WAIT)
@@ -176,8 +190,9 @@ def test_no_switch_of_study_loses_an_edit(browser, app):
     edit_a = "Moderate left pleural effusion. Heart size is normal."
     report.fill(edit_a)
     study_b = upload(page, phantom_png(root / "edit-b.png", seed=42), db)
-    expect(page.locator("[data-testid=toast-body]").filter(has_text=f"Your unsaved edit of study {study_a} is kept")
-           ).to_have_count(1, timeout=WAIT)
+    expect(
+        page.locator("[data-testid=toast-body]").filter(has_text=f"Your unsaved edit of study {study_a} is kept")
+    ).to_have_count(1, timeout=WAIT)
     expect(report).to_have_value("", timeout=WAIT)
 
     # 2. a study opened from the Worklist brings it back, and keeps the edit of the study it leaves

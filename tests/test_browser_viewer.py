@@ -129,8 +129,11 @@ def test_the_wheel_zooms_about_the_cursor(reading):
     for _ in range(3):
         page.mouse.wheel(0, -120)
         page.evaluate(NEXT_FRAME)
-    page.wait_for_function("z => document.querySelector('.orapo-viewer').orapoViewer.state().zoom > z * 1.2",
-                           arg=before["zoom"], timeout=WAIT)
+    page.wait_for_function(
+        "z => document.querySelector('.orapo-viewer').orapoViewer.state().zoom > z * 1.2",
+        arg=before["zoom"],
+        timeout=WAIT,
+    )
     after = page.evaluate(STATE)
     assert after["zoom"] > before["zoom"] * 1.2
     assert page.evaluate(WORLD_AT, cursor)[:2] == pytest.approx(under_cursor[:2], abs=3)  # image pixels
@@ -139,8 +142,9 @@ def test_the_wheel_zooms_about_the_cursor(reading):
     for _ in range(6):
         page.mouse.wheel(0, 120)
         page.evaluate(NEXT_FRAME)
-    page.wait_for_function("z => document.querySelector('.orapo-viewer').orapoViewer.state().zoom < z",
-                           arg=before["zoom"], timeout=WAIT)
+    page.wait_for_function(
+        "z => document.querySelector('.orapo-viewer').orapoViewer.state().zoom < z", arg=before["zoom"], timeout=WAIT
+    )
 
 
 @pytest.mark.parametrize("button,tool", [("middle", None), ("left", "pan")], ids=["middle-drag", "pan-tool"])
@@ -279,8 +283,10 @@ def test_with_a_draft_the_report_and_sign_buttons_still_fit_1440_by_900(reading)
 
     page, url, settings, db = reading
     study = StudyRepository(db).list()[0].study.id
-    draft = ("Findings: There is a small right pleural effusion. No pneumothorax. Heart size is normal.\n"
-             "Impression: Small right pleural effusion.")
+    draft = (
+        "Findings: There is a small right pleural effusion. No pneumothorax. Heart size is normal.\n"
+        "Impression: Small right pleural effusion."
+    )
     DraftRepository(db).create(study, model_name="tiny", prompt=REPORT_PROMPT, text=draft)
     open_from_worklist(page)
     report = page.locator("#orapo-report textarea")
@@ -288,12 +294,22 @@ def test_with_a_draft_the_report_and_sign_buttons_still_fit_1440_by_900(reading)
     page.locator(".orapo-viewer[data-state=ready]").wait_for(timeout=WAIT)
     in_view(page, "drafted")
 
-    edited = "\n".join(["Findings: There is a large left pleural effusion.", "No pneumothorax.",
-                        "Consolidation in the right lower lobe.", "Cardiomegaly.", "Mild pulmonary edema.",
-                        "Endotracheal tube 4 cm above the carina.", "Right IJ central line tip in the SVC.",
-                        "No acute osseous abnormality.", "Degenerative changes of the thoracic spine.",
-                        "Impression: Large left pleural effusion, consolidation, cardiomegaly, mild edema.",
-                        "Lines and tubes as above.", "Follow-up radiograph recommended."])
+    edited = "\n".join(
+        [
+            "Findings: There is a large left pleural effusion.",
+            "No pneumothorax.",
+            "Consolidation in the right lower lobe.",
+            "Cardiomegaly.",
+            "Mild pulmonary edema.",
+            "Endotracheal tube 4 cm above the carina.",
+            "Right IJ central line tip in the SVC.",
+            "No acute osseous abnormality.",
+            "Degenerative changes of the thoracic spine.",
+            "Impression: Large left pleural effusion, consolidation, cardiomegaly, mild edema.",
+            "Lines and tubes as above.",
+            "Follow-up radiograph recommended.",
+        ]
+    )
     report.fill(edited)
     expect(page.locator("#orapo-missed")).to_contain_text("Missed by the draft", timeout=WAIT)
     expect(page.locator("#orapo-highlights")).to_contain_text("contradicted", timeout=WAIT)
@@ -326,8 +342,11 @@ def test_without_the_viewer_script_the_server_renders_the_presets(browser, readi
     expect(image).to_have_attribute("src", re_ending("render.png?preset=default"), timeout=WAIT)
     fallback.locator("button[data-preset=lung]").click()
     expect(image).to_have_attribute("src", re_ending("render.png?preset=lung"), timeout=WAIT)
-    fallback.wait_for_function("() => { const i = document.querySelector('.orapo-viewer img');"
-                               " return i && i.complete && i.naturalWidth > 0; }", timeout=WAIT)
+    fallback.wait_for_function(
+        "() => { const i = document.querySelector('.orapo-viewer img');"
+        " return i && i.complete && i.naturalWidth > 0; }",
+        timeout=WAIT,
+    )
     context.close()
 
 

@@ -12,9 +12,20 @@ def _data(**changes):
     from app.services.insight.dashboard import AcceptancePoint, DashboardData, FindingRate
 
     values = dict(
-        scope="everyone", studies=6, studies_by_status={"new": 1, "drafted": 1, "corrected": 0, "signed": 4, "trained": 0},
-        holdout_studies=1, drafts=5, drafts_by_model={"tiny": 3, "starter": 2}, corrections=6, reports=4, signed=4,
-        accepted_unchanged=1, acceptance_rate=0.25, pairs=3, pairs_by_source={"correction": 3}, bucket="day",
+        scope="everyone",
+        studies=6,
+        studies_by_status={"new": 1, "drafted": 1, "corrected": 0, "signed": 4, "trained": 0},
+        holdout_studies=1,
+        drafts=5,
+        drafts_by_model={"tiny": 3, "starter": 2},
+        corrections=6,
+        reports=4,
+        signed=4,
+        accepted_unchanged=1,
+        acceptance_rate=0.25,
+        pairs=3,
+        pairs_by_source={"correction": 3},
+        bucket="day",
         acceptance_over_time=[AcceptancePoint("2026-11-30", 3, 1), AcceptancePoint("2026-12-01", 1, 0)],
         compared_reports=4,
         # Edema: 3 misses of 4 reports (75%); Pneumothorax: 1 of 1 (100%), ranked second by its count
@@ -45,11 +56,22 @@ def test_the_panels_come_in_the_tabs_order_and_say_when_there_is_nothing_yet():
     assert [t.type for t in acceptance.data] == ["bar", "scatter"]
     assert len(findings.data) == 2 and list(models.data[0].y) == ["tiny", "starter"]
 
-    empty = _data(studies=0, studies_by_status={}, drafts=0, drafts_by_model={}, reports=0, signed=0,
-                  accepted_unchanged=0, acceptance_rate=None, acceptance_over_time=[], compared_reports=0,
-                  misses=[], overcalls=[], scope="mine")
+    empty = _data(
+        studies=0,
+        studies_by_status={},
+        drafts=0,
+        drafts_by_model={},
+        reports=0,
+        signed=0,
+        accepted_unchanged=0,
+        acceptance_rate=None,
+        acceptance_over_time=[],
+        compared_reports=0,
+        misses=[],
+        overcalls=[],
+        scope="mine",
+    )
     tiles, *figures = panels(empty)
     assert "–" in tiles and "your studies" in tiles
     for figure in figures:
         assert figure.layout.annotations and not any(len(t.x or ()) for t in figure.data)
-

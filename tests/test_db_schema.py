@@ -17,8 +17,16 @@ from db.models import Base
 from db.repositories import AuditRepository
 
 EXPECTED_TABLES = {
-    "users", "studies", "images", "drafts", "corrections", "preference_pairs",
-    "training_rounds", "model_versions", "schedule_settings", "audit_log",
+    "users",
+    "studies",
+    "images",
+    "drafts",
+    "corrections",
+    "preference_pairs",
+    "training_rounds",
+    "model_versions",
+    "schedule_settings",
+    "audit_log",
 }
 
 
@@ -73,10 +81,12 @@ def test_sqlite_file_runs_in_wal_mode_with_foreign_keys(tmp_path: Path) -> None:
         assert (tmp_path / "nested" / "orapo.sqlite3-wal").exists()
         with pytest.raises(sa.exc.IntegrityError):  # foreign keys are enforced, not just declared
             with database.engine.begin() as connection:
-                connection.execute(sa.text(
-                    "INSERT INTO images (study_id, display_path, width, height, source_format, warnings, header, created_at) "
-                    "VALUES (999, 'a.png', 1, 1, 'png', '[]', '{}', '2026-01-01')"
-                ))
+                connection.execute(
+                    sa.text(
+                        "INSERT INTO images (study_id, display_path, width, height, source_format, warnings, header, created_at) "
+                        "VALUES (999, 'a.png', 1, 1, 'png', '[]', '{}', '2026-01-01')"
+                    )
+                )
     finally:
         database.dispose()
 
@@ -97,8 +107,10 @@ def test_no_engine_or_file_until_first_use(tmp_path: Path) -> None:
     assert path.exists()
     database.dispose()
     # Importing the package opens nothing either.
-    code = "import db, sqlalchemy; import gc; from sqlalchemy import Engine; " \
-           "assert not [o for o in gc.get_objects() if isinstance(o, Engine)]; print('ok')"
+    code = (
+        "import db, sqlalchemy; import gc; from sqlalchemy import Engine; "
+        "assert not [o for o in gc.get_objects() if isinstance(o, Engine)]; print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 

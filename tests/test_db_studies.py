@@ -47,15 +47,36 @@ def test_split_is_fixed_by_the_uid_hash_at_a_stable_fraction() -> None:
 
 def test_study_and_images(database: Database, alice: UserRecord) -> None:
     studies = StudyRepository(database)
-    study = studies.create(_uid("train"), "patient-a", view_position="PA", modality="DX", laterality=None,
-                           body_part="CHEST", uploaded_by=alice.id)
+    study = studies.create(
+        _uid("train"),
+        "patient-a",
+        view_position="PA",
+        modality="DX",
+        laterality=None,
+        body_part="CHEST",
+        uploaded_by=alice.id,
+    )
     assert (study.status, study.split, study.view_position, study.uploaded_by) == ("new", "train", "PA", alice.id)
     assert study.created_at.tzinfo is not None
     held_out = studies.create(_uid("holdout"), "patient-b", uploaded_by=alice.id)
     assert held_out.split == "holdout"
-    image = studies.add_image(study.id, display_path="ab/cd.png", dicom_path="ab\\cd.dcm", width=2048, height=2500,
-                              bits_stored=12, source_format="dicom", warnings=["burned-in text?"], header={"Modality": "DX"})
-    assert (image.display_path, image.dicom_path, image.warnings, image.header) == ("ab/cd.png", "ab/cd.dcm", ["burned-in text?"], {"Modality": "DX"})
+    image = studies.add_image(
+        study.id,
+        display_path="ab/cd.png",
+        dicom_path="ab\\cd.dcm",
+        width=2048,
+        height=2500,
+        bits_stored=12,
+        source_format="dicom",
+        warnings=["burned-in text?"],
+        header={"Modality": "DX"},
+    )
+    assert (image.display_path, image.dicom_path, image.warnings, image.header) == (
+        "ab/cd.png",
+        "ab/cd.dcm",
+        ["burned-in text?"],
+        {"Modality": "DX"},
+    )
     assert studies.images(study.id) == [image] and studies.get_image(image.id) == image
     assert studies.find_by_uid_hash(study.study_uid_hash) == study and studies.find_by_uid_hash("nope") is None
     for bad in ("/etc/passwd", "../outside.png", "a/../../b.png", "C:\\x.png"):
@@ -72,13 +93,21 @@ def test_study_and_images(database: Database, alice: UserRecord) -> None:
 def test_draft_correction_amendment_flow(database: Database, alice: UserRecord, bob: UserRecord) -> None:
     study = _study(database, alice)
     draft = DraftRepository(database).create(
-        study.id, model_name="starter", prompt="Describe the chest X-ray.", text="No acute findings.",
-        sampling={"temperature": 0.0}, facts=[{"finding": "no_finding"}], sentence_scores=[0.9], latency_ms=120,
+        study.id,
+        model_name="starter",
+        prompt="Describe the chest X-ray.",
+        text="No acute findings.",
+        sampling={"temperature": 0.0},
+        facts=[{"finding": "no_finding"}],
+        sentence_scores=[0.9],
+        latency_ms=120,
         created_by=alice.id,
     )
     assert StudyRepository(database).get(study.id).status == "drafted"
     corrections = CorrectionRepository(database)
-    first = corrections.create(study.id, author_id=alice.id, draft_id=draft.id, text="No  acute findings. ", labels={"no_finding": 1})
+    first = corrections.create(
+        study.id, author_id=alice.id, draft_id=draft.id, text="No  acute findings. ", labels={"no_finding": 1}
+    )
     assert (first.version, first.previous_id, first.accepted_unchanged, first.signed_at) == (1, None, True, None)
     assert StudyRepository(database).get(study.id).status == "corrected"
     with pytest.raises(OrapoError) as refused:
@@ -91,7 +120,12 @@ def test_draft_correction_amendment_flow(database: Database, alice: UserRecord, 
         corrections.sign(first.id)
 
     amended = corrections.amend(first.id, author_id=bob.id, text="Small right pleural effusion.", signed=True)
-    assert (amended.version, amended.previous_id, amended.accepted_unchanged, amended.labels) == (2, first.id, False, {"no_finding": 1})
+    assert (amended.version, amended.previous_id, amended.accepted_unchanged, amended.labels) == (
+        2,
+        first.id,
+        False,
+        {"no_finding": 1},
+    )
     with pytest.raises(OrapoError) as refused:
         corrections.amend(first.id, author_id=bob.id, text="forked")
     assert refused.value.code == "stale_correction"
@@ -109,7 +143,9 @@ def test_correction_refuses_a_draft_of_another_study(database: Database, alice: 
     assert refused.value.code == "draft_not_found"
 
 
-def test_worklist_by_user_and_status_with_latest_draft_and_correction(database: Database, alice: UserRecord, bob: UserRecord) -> None:
+def test_worklist_by_user_and_status_with_latest_draft_and_correction(
+    database: Database, alice: UserRecord, bob: UserRecord
+) -> None:
     studies, drafts, corrections = StudyRepository(database), DraftRepository(database), CorrectionRepository(database)
     a1 = _study(database, alice, start=0)
     a2 = _study(database, alice, start=5000)
@@ -165,10 +201,27 @@ def test_pairs(database: Database, alice: UserRecord) -> None:
     image = StudyRepository(database).add_image(study.id, display_path="x.png", width=2, height=2, source_format="png")
     correction = CorrectionRepository(database).create(study.id, author_id=alice.id, text="Effusion.", signed=True)
     pairs = PairRepository(database)
-    edit = pairs.add(study.id, image_id=image.id, prompt="p", chosen="Effusion.", rejected="Normal.",
-                     source="clinician_edit", correction_id=correction.id)
-    oracle = pairs.add_many([dict(study_id=study.id, prompt="p", chosen="Effusion. Cardiomegaly.", rejected="Effusion.",
-                                  source="oracle_step", correction_id=correction.id)])[0]
+    edit = pairs.add(
+        study.id,
+        image_id=image.id,
+        prompt="p",
+        chosen="Effusion.",
+        rejected="Normal.",
+        source="clinician_edit",
+        correction_id=correction.id,
+    )
+    oracle = pairs.add_many(
+        [
+            dict(
+                study_id=study.id,
+                prompt="p",
+                chosen="Effusion. Cardiomegaly.",
+                rejected="Effusion.",
+                source="oracle_step",
+                correction_id=correction.id,
+            )
+        ]
+    )[0]
     assert (edit.source, edit.image_id, edit.round_id) == ("clinician_edit", image.id, None)
     assert pairs.count() == 2 and pairs.count(source="oracle_step") == 1
     assert [p.id for p in pairs.list(source="clinician_edit")] == [edit.id]
@@ -179,7 +232,16 @@ def test_pairs(database: Database, alice: UserRecord) -> None:
     for kwargs, code in [
         (dict(study_id=study.id, prompt="p", chosen="a", rejected="b", source="guess"), "invalid_pair_source"),
         (dict(study_id=study.id, prompt="p", chosen="a", rejected="a", source="oracle_step"), "invalid_pair"),
-        (dict(study_id=_study(database, alice, "holdout").id, prompt="p", chosen="a", rejected="b", source="oracle_step"), "holdout_study"),
+        (
+            dict(
+                study_id=_study(database, alice, "holdout").id,
+                prompt="p",
+                chosen="a",
+                rejected="b",
+                source="oracle_step",
+            ),
+            "holdout_study",
+        ),
         (dict(study_id=99999, prompt="p", chosen="a", rejected="b", source="oracle_step"), "study_not_found"),
     ]:
         with pytest.raises(OrapoError) as refused:
@@ -213,8 +275,9 @@ def test_dashboard_counts(database: Database, alice: UserRecord) -> None:
     assert counts.accepted_unchanged_rate == pytest.approx(1 / 3)
 
 
-def test_an_archive_link_is_kept_once_and_only_for_the_archives_own_study(database: Database, alice: UserRecord,
-                                                                          tmp_path) -> None:
+def test_an_archive_link_is_kept_once_and_only_for_the_archives_own_study(
+    database: Database, alice: UserRecord, tmp_path
+) -> None:
     from app.services.archive.pacs import link_to_archive
     from db.repositories import ArchiveLinkRepository
     from orapo_core.config import Settings

@@ -54,7 +54,10 @@ def test_round_lifecycle(database: Database) -> None:
     assert [x.id for x in rounds.list()] == [cancelled.id, failed.id, r.id]
     assert {x.id for x in rounds.list(status=["failed", "cancelled"])} == {failed.id, cancelled.id}
     assert [e.action for e in AuditRepository(database).query(object_type="training_round", object_id=r.id)] == [
-        "round.succeeded", "round.running", "round.create"]
+        "round.succeeded",
+        "round.running",
+        "round.create",
+    ]
     for bad in (dict(trigger="whim"),):
         with pytest.raises(OrapoError):
             rounds.create(**bad)
@@ -71,8 +74,15 @@ def test_one_promoted_version_at_a_time_and_rollback(database: Database) -> None
     r = rounds.create()
     rounds.transition(r.id, "running")
     rounds.transition(r.id, "succeeded")
-    tuned = versions.create("round-1", base_model_path="models/starter", adapter_path="rounds/1/adapter",
-                            parent_id=starter.id, round_id=r.id, study_ids_seen=[3, 1, 3], metrics={"f1": 0.4})
+    tuned = versions.create(
+        "round-1",
+        base_model_path="models/starter",
+        adapter_path="rounds/1/adapter",
+        parent_id=starter.id,
+        round_id=r.id,
+        study_ids_seen=[3, 1, 3],
+        metrics={"f1": 0.4},
+    )
     assert tuned.status == "candidate" and tuned.study_ids_seen == [1, 3]
 
     versions.promote(starter.id)
@@ -122,8 +132,15 @@ def test_database_refuses_a_second_promoted_version(database: Database) -> None:
 def test_schedule_settings_survive_a_restart(database: Database, tmp_path: Path) -> None:
     assert ScheduleRepository(database).get().schedule_enabled is False
     admin = UserRepository(database).create("root", "root-password", role="admin")
-    saved = ScheduleRepository(database).update(cron="0 2 * * *", schedule_enabled=True, corrections_threshold=50, actor=admin)
-    assert (saved.cron, saved.schedule_enabled, saved.corrections_threshold, saved.threshold_enabled) == ("0 2 * * *", True, 50, False)
+    saved = ScheduleRepository(database).update(
+        cron="0 2 * * *", schedule_enabled=True, corrections_threshold=50, actor=admin
+    )
+    assert (saved.cron, saved.schedule_enabled, saved.corrections_threshold, saved.threshold_enabled) == (
+        "0 2 * * *",
+        True,
+        50,
+        False,
+    )
     assert saved.updated_by == admin.id
 
     restarted = Database(database.url)  # a new process would build a new engine from the same URL
@@ -133,7 +150,12 @@ def test_schedule_settings_survive_a_restart(database: Database, tmp_path: Path)
         assert (changed.cron, changed.threshold_enabled, changed.corrections_threshold) == ("0 2 * * *", True, 50)
     finally:
         restarted.dispose()
-    for kwargs in (dict(cron="every night"), dict(corrections_threshold=0), dict(cron=None), dict(corrections_threshold=None)):
+    for kwargs in (
+        dict(cron="every night"),
+        dict(corrections_threshold=0),
+        dict(cron=None),
+        dict(corrections_threshold=None),
+    ):
         with pytest.raises(OrapoError):
             ScheduleRepository(database).update(**kwargs)
     assert ScheduleRepository(database).get().threshold_enabled is True

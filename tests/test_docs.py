@@ -36,8 +36,14 @@ def test_each_generated_page_is_current_and_its_command_needs_no_torch(path: str
     module, argument, write = GENERATED[path]
     command = f"python -m {module}{f' {argument}' if argument else ''} > {path}"
     assert (ROOT / path).read_text() == write(), f"regenerate it: {command}"
-    printed = subprocess.run([sys.executable, "-X", "importtime", "-m", module, *([argument] if argument else [])],
-                             capture_output=True, text=True, cwd=ROOT, check=True, timeout=120)
+    printed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", module, *([argument] if argument else [])],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+    )
     assert printed.stdout == write()
     imported = {line.rsplit("|", 1)[-1].strip() for line in printed.stderr.splitlines() if "|" in line}
     assert "pydantic" in imported or module.startswith("benchmarks")  # -X importtime really listed the imports
@@ -51,9 +57,14 @@ def test_the_configuration_reference_has_every_setting_and_every_variable_the_co
         for name in names:
             assert cls.model_fields[name].description, f"{cls.__name__}.{name} needs a description"
             assert variable(cls, name) in rows
-    read = {match for folder in ("app", "orapo_core", "db") for path in sorted((ROOT / folder).rglob("*.py"))
-            for match in re.findall(r"""(?:environ(?:\.get)?|getenv)\s*[(\[]\s*["'](ORAPO_[A-Z0-9_]+)["']""",
-                                    path.read_text())}
+    read = {
+        match
+        for folder in ("app", "orapo_core", "db")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for match in re.findall(
+            r"""(?:environ(?:\.get)?|getenv)\s*[(\[]\s*["'](ORAPO_[A-Z0-9_]+)["']""", path.read_text()
+        )
+    }
     assert "ORAPO_DICOMWEB_URL" in read  # the scan sees the archive's variables
     listed = {name for names, _, _ in OTHER_VARIABLES for name in names}
     fields = {variable(cls, name) for _, _, cls, names in settings_classes() for name in names}
@@ -87,9 +98,14 @@ def test_every_page_is_in_the_nav_and_no_old_docs_path_is_named() -> None:
     pages = {p.relative_to(PAGES).as_posix() for p in PAGES.rglob("*.md")}
     assert pages == set(re.findall(r"([\w/.-]+\.md)\s*$", config.split("\nnav:", 1)[1], re.MULTILINE))
     old = re.compile(r"docs/(errors\.md|scaling-out-(backends|servers)\.md|screenshots/)")
-    offenders = [f"{path.relative_to(ROOT)}" for folder in ("app", "orapo_core", "db", "tests", "docs")
-                 for path in sorted((ROOT / folder).rglob("*")) if path.suffix in (".py", ".md", ".yml", ".yaml")
-                 and "build" not in path.relative_to(ROOT).parts and old.search(path.read_text())]
+    offenders = [
+        f"{path.relative_to(ROOT)}"
+        for folder in ("app", "orapo_core", "db", "tests", "docs")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in (".py", ".md", ".yml", ".yaml")
+        and "build" not in path.relative_to(ROOT).parts
+        and old.search(path.read_text())
+    ]
     offenders += ["README.md"] if old.search((ROOT / "README.md").read_text()) else []
     assert not offenders, f"these still name a docs file by its old path: {offenders}"
 
@@ -97,9 +113,24 @@ def test_every_page_is_in_the_nav_and_no_old_docs_path_is_named() -> None:
 @pytest.mark.slow
 def test_the_site_builds_with_strict_checks(tmp_path: Path) -> None:
     """What `make docs` runs, into a temporary folder: any warning (a broken link or anchor) fails it."""
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"),
-                             "--site-dir", str(tmp_path / "site")], capture_output=True, text=True, cwd=ROOT,
-                            timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(DOCS / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     research = (tmp_path / "site" / "research" / "index.html").read_text()
     assert "OraPO + FactS" in research  # the headline table was included, not left as a snippet marker

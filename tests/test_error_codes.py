@@ -86,8 +86,7 @@ def test_every_catalogued_code_is_used() -> None:
     files = [p for p in _python_files() if p.name != "error_codes.py"] + sorted((ROOT / "app").rglob("*.js"))
     words = set(re.findall(r"[a-z][a-z0-9_]*", "\n".join(p.read_text() for p in files)))
     _, patterns, _ = raised_codes()  # `invalid_{what}` makes invalid_round and invalid_version
-    unused = [code for code in ERROR_CODES
-              if code not in words and not any(re.fullmatch(p, code) for p in patterns)]
+    unused = [code for code in ERROR_CODES if code not in words and not any(re.fullmatch(p, code) for p in patterns)]
     assert not unused, f"remove these from the catalogue, nothing reports them: {unused}"
 
 
@@ -100,8 +99,11 @@ def test_each_code_has_one_sentence_and_one_area() -> None:
 
 
 def test_the_docs_table_is_generated_and_current() -> None:
-    assert DOCS.read_text() == markdown(), "regenerate it: python -m orapo_core.error_codes > docs/pages/reference/errors.md"
-    printed = subprocess.run([sys.executable, "-m", "orapo_core.error_codes"], capture_output=True, text=True,
-                             cwd=ROOT, check=True).stdout
+    assert DOCS.read_text() == markdown(), (
+        "regenerate it: python -m orapo_core.error_codes > docs/pages/reference/errors.md"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-m", "orapo_core.error_codes"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
     assert printed == markdown()
     assert all(f"`{code}`" in printed for code in ERROR_CODES)

@@ -16,7 +16,10 @@ def test_eval_reports_clinical_efficacy(tmp_path: Path, data_dir: Path, capsys) 
     csv_path = write_dataset(tmp_path / "phantom", n=4, seed=3, size=128, formats=("png",))
     model = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
     out = tmp_path / "eval.json"
-    assert main(["eval", "--model", str(model), "--data", str(csv_path), "--max-new-tokens", "12", "--json", str(out)]) == 0
+    assert (
+        main(["eval", "--model", str(model), "--data", str(csv_path), "--max-new-tokens", "12", "--json", str(out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "14 observations: macro P/R/F1" in printed
     result = json.loads(out.read_text())

@@ -29,7 +29,9 @@ def dataset(tmp_path_factory):
 def _ablation(tiny_model, dataset, out, **overrides):
     from orapo_core.experimental import AblationConfig, AblationTrainer
 
-    return make_trainer(tiny_model, dataset, out, config_class=AblationConfig, trainer_class=AblationTrainer, **overrides)
+    return make_trainer(
+        tiny_model, dataset, out, config_class=AblationConfig, trainer_class=AblationTrainer, **overrides
+    )
 
 
 def test_no_product_module_imports_the_experiments():
@@ -39,9 +41,16 @@ def test_no_product_module_imports_the_experiments():
             if "experimental" in path.relative_to(ROOT).parts:
                 continue
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-                offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("orapo_core.experimental")]
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
+                offenders += [
+                    f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("orapo_core.experimental")
+                ]
     assert not offenders, offenders
 
 
@@ -50,14 +59,20 @@ def test_the_ablation_config_takes_the_ablation_modes_and_refuses_a_pair_without
     from orapo_core.train.config import OraPOConfig
 
     common = dict(output_dir=str(tmp_path), bf16=False, use_cpu=True, report_to="none")
-    assert {AblationConfig(oracle_mode=m, **common).oracle_mode for m in ("dpo", "sft", "none")} == {"dpo", "sft", "none"}
+    assert {AblationConfig(oracle_mode=m, **common).oracle_mode for m in ("dpo", "sft", "none")} == {
+        "dpo",
+        "sft",
+        "none",
+    }
     with pytest.raises(ValueError, match="use_clinician_pairs needs oracle_mode='dpo'"):
         AblationConfig(oracle_mode="sft", use_clinician_pairs=True, **common)
     with pytest.raises(ValueError, match="oracle_mode must be one of dpo, sft, none"):
         AblationConfig(oracle_mode="ppo", **common)
     # the same recipe, the same settings: one more accepted value, nothing else
-    _, grpo, _ = parse_ablation_recipe(RECIPES / "round-cpu.yaml", ["--output_dir", str(tmp_path), "--oracle_mode", "none",
-                                                                     "--use_clinician_pairs", "false"])
+    _, grpo, _ = parse_ablation_recipe(
+        RECIPES / "round-cpu.yaml",
+        ["--output_dir", str(tmp_path), "--oracle_mode", "none", "--use_clinician_pairs", "false"],
+    )
     assert isinstance(grpo, AblationConfig) and grpo.oracle_mode == "none"
     from dataclasses import fields
 

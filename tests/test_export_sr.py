@@ -17,9 +17,11 @@ from app.cli import main
 from orapo_core.imaging.report_sr import FINDING_CODES, CodedFinding, coded_findings, read_report_sr
 from tests.support.orthanc import phantom_dicoms
 
-REPORT = ("Findings: Mild cardiomegaly. Small left pleural effusion. No pneumothorax. Possible right lower lobe "
-          "atelectasis. Endotracheal tube in place. The cardiomediastinal silhouette is enlarged.\n"
-          "Impression: Cardiomegaly with a small left effusion.")
+REPORT = (
+    "Findings: Mild cardiomegaly. Small left pleural effusion. No pneumothorax. Possible right lower lobe "
+    "atelectasis. Endotracheal tube in place. The cardiomediastinal silhouette is enlarged.\n"
+    "Impression: Cardiomegaly with a small left effusion."
+)
 
 
 @pytest.fixture
@@ -34,8 +36,15 @@ def clinic(data_dir, tmp_path):
     rita = UserRepository(db).create("rita", "rita-pass-1")
     version = ModelVersionRepository(db).create("starter-v1", base_model_path="models/starter")
 
-    def add_study(data: bytes, name: str = "chest.dcm", *, report: str | None = REPORT, signed: bool = True,
-                  draft: str = "Findings: Clear.\nImpression: Normal.", added: tuple[str, ...] = ()) -> int:
+    def add_study(
+        data: bytes,
+        name: str = "chest.dcm",
+        *,
+        report: str | None = REPORT,
+        signed: bool = True,
+        draft: str = "Findings: Clear.\nImpression: Normal.",
+        added: tuple[str, ...] = (),
+    ) -> int:
         """Ingest one file as an upload would, then a model draft (`added`: the sentences its finding check put in)
         and rita's report."""
         from app.services.reading.ingest import ingest_bytes
@@ -43,16 +52,25 @@ def clinic(data_dir, tmp_path):
 
         outcome = ingest_bytes(data, name, db=db, settings=settings)
         assert outcome.ok, outcome
-        draft = DraftRepository(db).create(outcome.study_id, model_name="starter", prompt="p", text=draft,
-                                           model_version_id=version.id,
-                                           facts={"flagged": [], "withheld": [], "added": list(added)})
+        draft = DraftRepository(db).create(
+            outcome.study_id,
+            model_name="starter",
+            prompt="p",
+            text=draft,
+            model_version_id=version.id,
+            facts={"flagged": [], "withheld": [], "added": list(added)},
+        )
         if report is not None:
-            CorrectionRepository(db).create(outcome.study_id, author_id=rita.id, text=report, draft_id=draft.id,
-                                            signed=signed)
+            CorrectionRepository(db).create(
+                outcome.study_id, author_id=rita.id, text=report, draft_id=draft.id, signed=signed
+            )
         return outcome.study_id
 
-    return type("Clinic", (), dict(db=db, settings=settings, rita=rita, version=version, add_study=add_study,
-                                   files=tmp_path / "phantoms"))
+    return type(
+        "Clinic",
+        (),
+        dict(db=db, settings=settings, rita=rita, version=version, add_study=add_study, files=tmp_path / "phantoms"),
+    )
 
 
 def _stored_image(clinic, study_id: int) -> pydicom.Dataset:
@@ -66,7 +84,7 @@ def _stored_image(clinic, study_id: int) -> pydicom.Dataset:
 def test_a_signed_report_becomes_a_comprehensive_sr_that_reads_back(clinic, tmp_path, capsys):
     import highdicom
 
-    (original, who), = phantom_dicoms(clinic.files, 1, seed=4242)
+    ((original, who),) = phantom_dicoms(clinic.files, 1, seed=4242)
     study_id = clinic.add_study(original)
     out = tmp_path / "export"
     assert main(["export", "sr", str(study_id), str(out)]) == 0, capsys.readouterr().err
@@ -77,16 +95,30 @@ def test_a_signed_report_becomes_a_comprehensive_sr_that_reads_back(clinic, tmp_
     sr = highdicom.sr.ComprehensiveSR.from_dataset(ds)
     image = _stored_image(clinic, study_id)
     assert ds.SOPClassUID == ComprehensiveSRStorage and ds.Modality == "SR"
-    assert (sr.StudyInstanceUID, sr.PatientID, sr.PatientName) == (image.StudyInstanceUID, image.PatientID, image.PatientName)
+    assert (sr.StudyInstanceUID, sr.PatientID, sr.PatientName) == (
+        image.StudyInstanceUID,
+        image.PatientID,
+        image.PatientName,
+    )
     assert sr.CompletionFlag == "COMPLETE" and sr.VerificationFlag == "VERIFIED" and sr.PreliminaryFlag == "FINAL"
     assert sr.ContentTemplateSequence[0].TemplateIdentifier == "2000" and sr.PatientIdentityRemoved == "YES"
     # The de-identified (shifted) study date, never the real day of signing, which would give the shift away.
-    assert ds.ContentDate == image.StudyDate and ds.VerifyingObserverSequence[0].VerificationDateTime.startswith(image.StudyDate)
-    assert sr.CurrentRequestedProcedureEvidenceSequence[0].ReferencedSeriesSequence[0].ReferencedSOPSequence[0] \
-        .ReferencedSOPInstanceUID == image.SOPInstanceUID
+    assert ds.ContentDate == image.StudyDate and ds.VerifyingObserverSequence[0].VerificationDateTime.startswith(
+        image.StudyDate
+    )
+    assert (
+        sr.CurrentRequestedProcedureEvidenceSequence[0]
+        .ReferencedSeriesSequence[0]
+        .ReferencedSOPSequence[0]
+        .ReferencedSOPInstanceUID
+        == image.SOPInstanceUID
+    )
 
     report = read_report_sr(data)
-    assert report.findings.startswith("Mild cardiomegaly.") and report.impression == "Cardiomegaly with a small left effusion."
+    assert (
+        report.findings.startswith("Mild cardiomegaly.")
+        and report.impression == "Cardiomegaly with a small left effusion."
+    )
     assert report.reader == "rita" and report.device == f"OraPO model version {clinic.version.id} (starter-v1)"
     assert report.referenced_instances == (image.SOPInstanceUID,) and report.verified and report.final
     assert {(c.scheme, c.value, c.presence, c.laterality) for c in report.coded} == {
@@ -99,14 +131,25 @@ def test_a_signed_report_becomes_a_comprehensive_sr_that_reads_back(clinic, tmp_
 
     # Nothing of the original identity: names, ids, dates of birth, accession, institution, UIDs.
     original_ds = pydicom.dcmread(io.BytesIO(original), stop_before_pixels=True)
-    for secret in [who["PatientName"], who["PatientID"], who["PatientBirthDate"], who["AccessionNumber"],
-                   who["InstitutionName"], who["ReferringPhysicianName"], original_ds.StudyInstanceUID,
-                   original_ds.SOPInstanceUID, who["PatientName"].split("^")[0]]:
+    for secret in [
+        who["PatientName"],
+        who["PatientID"],
+        who["PatientBirthDate"],
+        who["AccessionNumber"],
+        who["InstitutionName"],
+        who["ReferringPhysicianName"],
+        original_ds.StudyInstanceUID,
+        original_ds.SOPInstanceUID,
+        who["PatientName"].split("^")[0],
+    ]:
         assert secret.encode() not in data, secret
 
     # The same signed report is the same SOP instance (sending it again stores it once).
     assert main(["export", "sr", str(study_id), str(tmp_path / "again")]) == 0
-    assert read_report_sr((tmp_path / "again" / f"study-{study_id}.dcm").read_bytes()).sop_instance_uid == report.sop_instance_uid
+    assert (
+        read_report_sr((tmp_path / "again" / f"study-{study_id}.dcm").read_bytes()).sop_instance_uid
+        == report.sop_instance_uid
+    )
 
 
 @pytest.mark.slow
@@ -118,23 +161,32 @@ def test_a_sentence_the_finding_check_added_and_the_reader_kept_is_named_in_the_
 
     kept, dropped = "Small left pneumothorax.", "Healing right rib fracture."
     (one, _), (two, _) = phantom_dicoms(clinic.files, 2, seed=4244)
-    checked = clinic.add_study(one, report=REPORT.replace("Impression:", f"{kept}\nImpression:"),
-                               draft=f"Findings: Clear. {kept} {dropped}\nImpression: {kept}", added=(kept, dropped))
+    checked = clinic.add_study(
+        one,
+        report=REPORT.replace("Impression:", f"{kept}\nImpression:"),
+        draft=f"Findings: Clear. {kept} {dropped}\nImpression: {kept}",
+        added=(kept, dropped),
+    )
     report = read_report_sr(data := study_sr(clinic.db, clinic.settings, checked).data)
     assert report.added == (kept,) and kept in report.findings  # the one the reader deleted is not in the report
-    comments = [item.TextValue for item in pydicom.dcmread(io.BytesIO(data)).ContentSequence[-2].ContentSequence
-                if item.ValueType == "TEXT" and item.ConceptNameCodeSequence[0].CodeValue == "121106"]
+    comments = [
+        item.TextValue
+        for item in pydicom.dcmread(io.BytesIO(data)).ContentSequence[-2].ContentSequence
+        if item.ValueType == "TEXT" and item.ConceptNameCodeSequence[0].CodeValue == "121106"
+    ]
     assert comments == [ADDED_NOTE + kept] and "not written by the model" in ADDED_NOTE
     assert read_report_sr(study_sr(clinic.db, clinic.settings, clinic.add_study(two)).data).added == ()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (shutil.which("dciodvfy") or shutil.which("dsrdump")),
-                    reason="neither dicom3tools' dciodvfy nor DCMTK's dsrdump is installed (apt-get install dicom3tools dcmtk)")
+@pytest.mark.skipif(
+    not (shutil.which("dciodvfy") or shutil.which("dsrdump")),
+    reason="neither dicom3tools' dciodvfy nor DCMTK's dsrdump is installed (apt-get install dicom3tools dcmtk)",
+)
 def test_the_sr_passes_the_iod_checkers_of_dicom3tools_and_dcmtk(clinic, tmp_path):
     from app.services.archive.export_sr import study_sr
 
-    (original, _), = phantom_dicoms(clinic.files, 1, seed=4243)
+    ((original, _),) = phantom_dicoms(clinic.files, 1, seed=4243)
     path = tmp_path / "report.dcm"
     path.write_bytes(study_sr(clinic.db, clinic.settings, clinic.add_study(original)).data)
     if shutil.which("dciodvfy"):  # the IOD verifier: errors are "Error - ..." lines
@@ -196,17 +248,22 @@ def test_one_study_with_a_header_value_against_its_vr_does_not_stop_the_others(c
     assert main(["export", "sr", "--all", str(out)]) == 1
     printed = capsys.readouterr()
     assert sorted(p.name for p in out.glob("*.dcm")) == sorted(f"study-{s}.dcm" for s in studies if s != odd)
-    assert [(s["study_id"], s["error"]) for s in json.loads((out / "skipped-sr.json").read_text())] == [(odd, "sr_unwritable")]
+    assert [(s["study_id"], s["error"]) for s in json.loads((out / "skipped-sr.json").read_text())] == [
+        (odd, "sr_unwritable")
+    ]
     assert "2 DICOM SR file(s) written" in printed.out
-    assert [line for line in printed.out.splitlines() if "sr_unwritable" in line] == \
-        [line for line in printed.out.splitlines() if line.startswith(f"  study {odd}: sr_unwritable: ")]
+    assert [line for line in printed.out.splitlines() if "sr_unwritable" in line] == [
+        line for line in printed.out.splitlines() if line.startswith(f"  study {odd}: sr_unwritable: ")
+    ]
     assert "QZXTIME" not in printed.out + printed.err + (out / "skipped-sr.json").read_text()
     assert "Traceback" not in printed.out + printed.err
 
 
 def test_coded_findings_follow_the_labelers_aggregation() -> None:
-    text = ("Findings: No pleural effusion on the right. A small left effusion. Possible pneumonia. "
-            "Right IJ central line. Support devices unchanged. No fracture.\nImpression: Small left effusion.")
+    text = (
+        "Findings: No pleural effusion on the right. A small left effusion. Possible pneumonia. "
+        "Right IJ central line. Support devices unchanged. No fracture.\nImpression: Small left effusion."
+    )
     assert coded_findings(text) == [
         CodedFinding("Pleural Effusion", "SCT", "60046008", "Pleural effusion", "present", "left"),
         CodedFinding("Pneumonia", "SCT", "233604007", "Pneumonia", "undetermined", None),

@@ -28,18 +28,41 @@ def test_label_runs_without_torch_and_writes_chexpert_values(tmp_path):
         "print('HEAVY', sorted(m for m in ('torch', 'numpy', 'gradio', 'sqlalchemy', 'transformers') if m in sys.modules)); "
         "sys.exit(rc)"
     )
-    proc = subprocess.run([sys.executable, "-c", code, "label", str(src), "-o", str(dst)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "label", str(src), "-o", str(dst)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stdout
     rows = list(csv.DictReader(open(dst, newline="")))
     assert [r["id"] for r in rows] == ["s1", "s2", "s3"]
     assert list(rows[0])[1:15] == [
-        "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
-        "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other",
-        "Fracture", "Support Devices",
+        "No Finding",
+        "Enlarged Cardiomediastinum",
+        "Cardiomegaly",
+        "Lung Opacity",
+        "Lung Lesion",
+        "Edema",
+        "Consolidation",
+        "Pneumonia",
+        "Atelectasis",
+        "Pneumothorax",
+        "Pleural Effusion",
+        "Pleural Other",
+        "Fracture",
+        "Support Devices",
     ]
     s1, s2, s3 = rows
-    assert (s1["Cardiomegaly"], s1["Pleural Effusion"], s1["Pneumonia"], s1["Edema"], s1["No Finding"]) == ("1", "0", "-1", "", "")
+    assert (s1["Cardiomegaly"], s1["Pleural Effusion"], s1["Pneumonia"], s1["Edema"], s1["No Finding"]) == (
+        "1",
+        "0",
+        "-1",
+        "",
+        "",
+    )
     assert (s2["Cardiomegaly"], s2["Support Devices"], s2["No Finding"]) == ("0", "1", "1")
     assert s3["Lung Lesion"] == "1"
 
@@ -48,8 +71,23 @@ def test_label_chestxray14_schema_and_text_column(tmp_path):
     src, dst = tmp_path / "reports.csv", tmp_path / "labels.csv"
     write_reports(src, column="text")
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", "label", str(src), "-o", str(dst), "--schema", "chestxray14", "--text-column", "text"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "label",
+            str(src),
+            "-o",
+            str(dst),
+            "--schema",
+            "chestxray14",
+            "--text-column",
+            "text",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     rows = {r["id"]: r for r in csv.DictReader(open(dst, newline=""))}
@@ -60,7 +98,13 @@ def test_label_chestxray14_schema_and_text_column(tmp_path):
 def test_label_missing_column_is_a_plain_refusal(tmp_path):
     src = tmp_path / "reports.csv"
     write_reports(src, column="text")
-    proc = subprocess.run([sys.executable, "-m", "app.cli", "label", str(src), "-o", str(tmp_path / "o.csv")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", "label", str(src), "-o", str(tmp_path / "o.csv")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("missing_column:") and "--text-column" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -46,18 +46,44 @@ def server():
 
 
 def test_llm_facts_are_used(server):
-    FakeLLM.answer = "```json\n" + json.dumps(
-        {"facts": [{"sentence": 1, "mention": "effusion", "observation": "Pleural Effusion", "polarity": "uncertain", "attributes": {"laterality": "left"}}]}
-    ) + "\n```"
+    FakeLLM.answer = (
+        "```json\n"
+        + json.dumps(
+            {
+                "facts": [
+                    {
+                        "sentence": 1,
+                        "mention": "effusion",
+                        "observation": "Pleural Effusion",
+                        "polarity": "uncertain",
+                        "attributes": {"laterality": "left"},
+                    }
+                ]
+            }
+        )
+        + "\n```"
+    )
     extractor = LLMFactExtractor(url=server, model="local")
     report = extractor.extract("Heart normal. Tiny left effusion.")
     assert extractor.failures == 0 and extractor.calls == 1
     (fact,) = report.facts
-    assert (fact.observation, fact.polarity, fact.sentence_index, fact.mention) == ("Pleural Effusion", "uncertain", 1, "effusion")
+    assert (fact.observation, fact.polarity, fact.sentence_index, fact.mention) == (
+        "Pleural Effusion",
+        "uncertain",
+        1,
+        "effusion",
+    )
     path, body = FakeLLM.requests[0]
-    assert path == "/v1/chat/completions" and body["model"] == "local" and "1. Tiny left effusion." in body["messages"][0]["content"]
+    assert (
+        path == "/v1/chat/completions"
+        and body["model"] == "local"
+        and "1. Tiny left effusion." in body["messages"][0]["content"]
+    )
     # The same extractor plugs into scoring.
-    assert score_report("Heart normal. Tiny left effusion.", labels={"Pleural Effusion": 1}, extractor=extractor).recall == 1.0
+    assert (
+        score_report("Heart normal. Tiny left effusion.", labels={"Pleural Effusion": 1}, extractor=extractor).recall
+        == 1.0
+    )
 
 
 @pytest.mark.parametrize(
@@ -74,7 +100,9 @@ def test_llm_failures_fall_back_and_are_counted(server, answer):
     extractor = LLMFactExtractor(url=server)
     report = extractor.extract("No pneumothorax.")
     assert extractor.failures == 1 and extractor.last_error
-    assert [(f.observation, f.polarity) for f in report.facts] == [("Pneumothorax", "negative")]  # the rule-based answer
+    assert [(f.observation, f.polarity) for f in report.facts] == [
+        ("Pneumothorax", "negative")
+    ]  # the rule-based answer
 
 
 def test_unreachable_endpoint_falls_back():

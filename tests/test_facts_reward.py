@@ -61,7 +61,9 @@ def test_none_when_nothing_to_score():
 
 def test_reference_report_column_when_labels_are_missing():
     reward = make_facts_reward(reference_text_column="reference_report", precision_aware=False)
-    out, _ = call_like_trl(reward, ["Small right effusion."], labels=[None], reference_report=["Right pleural effusion."])
+    out, _ = call_like_trl(
+        reward, ["Small right effusion."], labels=[None], reference_report=["Right pleural effusion."]
+    )
     assert out == [pytest.approx(1.0)]
 
 

@@ -28,7 +28,11 @@ CASES = [
     ("Negative for pneumothorax.", "Pneumothorax", "negative"),  # "negative for"
     ("No evidence of pneumonia.", "Pneumonia", "negative"),  # "no evidence of"
     ("Resolution of the left basilar atelectasis.", "Atelectasis", "negative"),  # "resolution of" denies it now
-    ("There is no pleural line to suggest pneumothorax.", "Pneumothorax", "negative"),  # "suggest" under a negation stays negated
+    (
+        "There is no pleural line to suggest pneumothorax.",
+        "Pneumothorax",
+        "negative",
+    ),  # "suggest" under a negation stays negated
     # --- post-negation
     ("Pneumothorax is not seen.", "Pneumothorax", "negative"),  # "not seen" after the finding
     ("The previously noted effusion has resolved.", "Pleural Effusion", "negative"),  # "has resolved"
@@ -40,7 +44,11 @@ CASES = [
     ("This may represent atelectasis.", "Atelectasis", "uncertain"),  # "may"
     ("Possible right lower lobe pneumonia.", "Pneumonia", "uncertain"),  # "possible"
     ("Pneumonia cannot be excluded.", "Pneumonia", "uncertain"),  # "cannot be excluded" after the finding
-    ("No definite consolidation, although pneumonia cannot be excluded.", "Pneumonia", "uncertain"),  # hedge beats the earlier "no"
+    (
+        "No definite consolidation, although pneumonia cannot be excluded.",
+        "Pneumonia",
+        "uncertain",
+    ),  # hedge beats the earlier "no"
     ("Findings suggestive of pulmonary edema.", "Edema", "uncertain"),  # "suggestive of"
     ("Patchy opacity concerning for pneumonia.", "Pneumonia", "uncertain"),  # "concerning for"
     ("Clinical question: rule out pneumothorax.", "Pneumothorax", "uncertain"),  # "rule out"
@@ -82,7 +90,9 @@ def test_negation_covers_a_list():
 
 def test_negation_covers_a_list_with_modifiers():
     # Modifiers inside the list ("large", "suspicious") do not end the denial.
-    text = "No focal consolidation, suspicious pulmonary opacity, large pleural effusion, or pneumothorax is identified."
+    text = (
+        "No focal consolidation, suspicious pulmonary opacity, large pleural effusion, or pneumothorax is identified."
+    )
     assert set(polarities(text, "Pneumothorax")) == {"negative"}
     assert set(polarities(text, "Pleural Effusion")) == {"negative"}
 
@@ -126,7 +136,11 @@ def test_hedge_does_not_reach_backwards():
 
 
 def test_attributes_laterality_severity_location_change():
-    fact = next(f for f in extract_facts("New small left basilar pleural effusion.").facts if f.observation == "Pleural Effusion")
+    fact = next(
+        f
+        for f in extract_facts("New small left basilar pleural effusion.").facts
+        if f.observation == "Pleural Effusion"
+    )
     assert fact.attributes == {"laterality": "left", "location": "lower", "severity": "small", "change": "new"}
 
 
@@ -141,7 +155,10 @@ def test_spans_point_into_the_original_text():
     fact = next(f for f in report.facts if f.observation == "Pneumothorax")
     assert text[fact.start : fact.end] == fact.mention == "pneumothorax"
     sentence = report.sentences[fact.sentence_index]
-    assert sentence.section == "impression" and text[sentence.start : sentence.end] == sentence.text == "Large right pneumothorax."
+    assert (
+        sentence.section == "impression"
+        and text[sentence.start : sentence.end] == sentence.text == "Large right pneumothorax."
+    )
 
 
 def test_indication_is_not_a_finding():

@@ -55,8 +55,14 @@ SCOPE_KEPT = [
     ("No effusion, pneumothorax, or consolidation.", ["Pleural Effusion", "Pneumothorax", "Consolidation"]),
     ("No focal consolidation, effusion or pneumothorax.", ["Consolidation", "Pleural Effusion", "Pneumothorax"]),
     # Modified items of a list that goes on to "or" are still denied ("no large effusion" is a denial).
-    ("No focal consolidation, large pleural effusion, or pneumothorax is identified.", ["Pleural Effusion", "Pneumothorax"]),
-    ("There is no acute pulmonary consolidation, large effusion or pneumothorax.", ["Pleural Effusion", "Pneumothorax"]),
+    (
+        "No focal consolidation, large pleural effusion, or pneumothorax is identified.",
+        ["Pleural Effusion", "Pneumothorax"],
+    ),
+    (
+        "There is no acute pulmonary consolidation, large effusion or pneumothorax.",
+        ["Pleural Effusion", "Pneumothorax"],
+    ),
     # So are the items after "nor".
     ("No effusion, left pneumothorax nor consolidation.", ["Pneumothorax", "Consolidation"]),
     # "with no ..." is a negation of its own, not a new assertion.
@@ -107,11 +113,17 @@ ORGAN_AND_HEDGE_RULES = [
     # "without significant interval change" is not a denial, however many modifiers it has.
     ("Redemonstration without significant interval change of mild atelectasis.", "Atelectasis", "positive"),
     # A differential after the finding does not weaken "most suggestive of".
-    ("Opacities most suggestive of atelectasis, differential diagnosis includes atypical infection.", "Atelectasis", "uncertain"),
+    (
+        "Opacities most suggestive of atelectasis, differential diagnosis includes atypical infection.",
+        "Atelectasis",
+        "uncertain",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("text", "observation", "expected"), ORGAN_AND_HEDGE_RULES, ids=[c[0] for c in ORGAN_AND_HEDGE_RULES])
+@pytest.mark.parametrize(
+    ("text", "observation", "expected"), ORGAN_AND_HEDGE_RULES, ids=[c[0] for c in ORGAN_AND_HEDGE_RULES]
+)
 def test_organ_and_hedge_rules(text, observation, expected):
     assert polarity(text, observation) == expected
 
@@ -130,7 +142,13 @@ def test_no_acute_process_is_no_finding():
 
 def test_certainty_of_hedges():
     # "most suggestive of" leans to present even with a differential after it.
-    assert certainty("Opacities most suggestive of atelectasis, differential diagnosis includes atypical infection.", "Atelectasis") == "probable"
+    assert (
+        certainty(
+            "Opacities most suggestive of atelectasis, differential diagnosis includes atypical infection.",
+            "Atelectasis",
+        )
+        == "probable"
+    )
     # "A versus B": both alternatives, neither chosen.
     assert certainty("Atelectasis versus pneumonia.", "Atelectasis") == "alternative"
     assert certainty("Atelectasis versus pneumonia.", "Pneumonia") == "alternative"

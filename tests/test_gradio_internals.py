@@ -38,8 +38,11 @@ def test_the_installed_gradio_is_the_one_the_adapter_was_read_from():
 
     from app.gradio_internals import PINNED_GRADIO
 
-    pins = {m.group(1) for name in ("pyproject.toml", "constraints.txt")
-            for m in re.finditer(r'^\s*"?gradio==([\w.]+)"?,?\s*$', (ROOT / name).read_text(), re.MULTILINE)}
+    pins = {
+        m.group(1)
+        for name in ("pyproject.toml", "constraints.txt")
+        for m in re.finditer(r'^\s*"?gradio==([\w.]+)"?,?\s*$', (ROOT / name).read_text(), re.MULTILINE)
+    }
     assert pins == {PINNED_GRADIO}, f"pyproject/constraints pin {pins}; read app/gradio_internals.py against it"
     assert gradio.__version__ == PINNED_GRADIO
 

@@ -21,10 +21,33 @@ INSTANCE_UID = "1.2.826.0.1.3680043.8.498.333"
 FRAME_UID = "1.2.826.0.1.3680043.8.498.444"
 
 PHI = [
-    "Smith^Johnathan", "Johnathan", "MRN-998877", "ALT-112233", "SEQ-445566", "19510704", "Harbour Lane",
-    "ACC-5544", "St Elsewhere", "Hospital Road", "Radiology West Wing", "XRAY-ROOM-7", "SN-42424242",
-    "House^Gregory", "Cuddy", "Chase", "Wilson^James", "fell at home", "private note", "20240115", "20240116",
-    STUDY_UID, SERIES_UID, INSTANCE_UID, FRAME_UID, "ROOM7AE", "555-0199",
+    "Smith^Johnathan",
+    "Johnathan",
+    "MRN-998877",
+    "ALT-112233",
+    "SEQ-445566",
+    "19510704",
+    "Harbour Lane",
+    "ACC-5544",
+    "St Elsewhere",
+    "Hospital Road",
+    "Radiology West Wing",
+    "XRAY-ROOM-7",
+    "SN-42424242",
+    "House^Gregory",
+    "Cuddy",
+    "Chase",
+    "Wilson^James",
+    "fell at home",
+    "private note",
+    "20240115",
+    "20240116",
+    STUDY_UID,
+    SERIES_UID,
+    INSTANCE_UID,
+    FRAME_UID,
+    "ROOM7AE",
+    "555-0199",
 ]
 
 
@@ -101,8 +124,13 @@ def test_preamble_and_file_meta_are_written_fresh():
         assert text not in written, text
     meta = pydicom.dcmread(io.BytesIO(written)).file_meta
     assert {elem.keyword for elem in meta} <= {
-        "FileMetaInformationGroupLength", "FileMetaInformationVersion", "MediaStorageSOPClassUID",
-        "MediaStorageSOPInstanceUID", "TransferSyntaxUID", "ImplementationClassUID", "ImplementationVersionName",
+        "FileMetaInformationGroupLength",
+        "FileMetaInformationVersion",
+        "MediaStorageSOPClassUID",
+        "MediaStorageSOPInstanceUID",
+        "TransferSyntaxUID",
+        "ImplementationClassUID",
+        "ImplementationVersionName",
     }
     assert meta.ImplementationVersionName != "JOHNDOE_1931"
 
@@ -118,7 +146,12 @@ def test_marks_pseudonym_and_what_is_kept():
     assert back.ProcedureCodeSequence[0].ReferringPhysicianName in (None, "")
     assert back.ProcedureCodeSequence[0].VerifyingObserverName in (None, "")
     assert back.ProcedureCodeSequence[0].CodeMeaning == "XR Chest 2V"
-    assert (back.ViewPosition, back.BodyPartExamined, back.Manufacturer, back.PatientSex) == ("PA", "CHEST", "Acme Imaging", "M")
+    assert (back.ViewPosition, back.BodyPartExamined, back.Manufacturer, back.PatientSex) == (
+        "PA",
+        "CHEST",
+        "Acme Imaging",
+        "M",
+    )
     assert back.PatientAge == "090Y"  # ages over 89 are identifying
     assert back.pixel_array.shape == (back.Rows, back.Columns)
     assert any("burned into its pixels" in warning for warning in image.warnings)
@@ -150,7 +183,10 @@ def test_dates_of_one_patient_shift_by_one_offset():
     assert offset != 0
     assert shift("20240116", first.AcquisitionDate) == shift("20240116", first.ContentDate) == offset
     assert shift("20240116", first.ProcedureCodeSequence[0].ContentDate) == offset
-    assert first.AcquisitionDateTime == (dt.datetime(2024, 1, 16) + dt.timedelta(days=offset)).strftime("%Y%m%d") + "093112"
+    assert (
+        first.AcquisitionDateTime
+        == (dt.datetime(2024, 1, 16) + dt.timedelta(days=offset)).strftime("%Y%m%d") + "093112"
+    )
     assert shift("20250301", second.StudyDate) == offset and second.PatientID == first.PatientID
     assert second.StudyInstanceUID != first.StudyInstanceUID
     stranger, _ = deidentify(phi_dataset(patient_id="MRN-000001"), secret=SECRET)
@@ -187,8 +223,15 @@ def test_the_archive_link_is_sealed_and_opens_only_with_the_secret():
 
 
 # Values a sender wrote against their VR (PS3.5 6.2): a word where a time, an age, a number or a code belongs.
-NONCONFORMANT = {"StudyTime": "QZXTIME", "PatientAge": "old", "PatientWeight": "heavy", "PatientSize": "tallQZX",
-                 "BodyPartExamined": "ch@st!", "ViewPosition": "lateral", "SeriesNumber": "x7Q"}
+NONCONFORMANT = {
+    "StudyTime": "QZXTIME",
+    "PatientAge": "old",
+    "PatientWeight": "heavy",
+    "PatientSize": "tallQZX",
+    "BodyPartExamined": "ch@st!",
+    "ViewPosition": "lateral",
+    "SeriesNumber": "x7Q",
+}
 
 
 def nonconformant_dicom() -> bytes:
@@ -213,7 +256,9 @@ def test_values_that_do_not_conform_to_their_vr_are_dropped():
         assert rows.get(keyword, "") == "" and back.get(keyword, "") in ("", None), keyword
     # Type 2 attributes every image carries are emptied (present, unknown); the others are removed.
     assert back.StudyTime == "" and back.SeriesNumber is None and "StudyTime" in rows
-    assert [k for k in ("PatientAge", "PatientWeight", "PatientSize", "BodyPartExamined", "ViewPosition") if k in back] == []
+    assert [
+        k for k in ("PatientAge", "PatientWeight", "PatientSize", "BodyPartExamined", "ViewPosition") if k in back
+    ] == []
     assert (back.PatientSex, list(back.ImageType), back.InstanceNumber) == ("F", ["ORIGINAL", "PRIMARY"], 3)
     assert (image.meta["patient_age"], image.meta["body_part"], image.meta["view_position"]) == (None, None, None)
     assert NONCONFORMANT_NOTE in image.warnings
@@ -223,16 +268,23 @@ def test_values_that_do_not_conform_to_their_vr_are_dropped():
     assert NONCONFORMANT_NOTE not in ingest_bytes(dicom_bytes(phi_dataset()), "chest.dcm", secret=SECRET).warnings
 
 
-@pytest.mark.parametrize("vr, good, bad", [
-    ("TM", ["09", "0931", "093112", "235960.123456", " 0931 "], ["QZXTIME", "2400", "0960", "09:31", "093112.1234567"]),
-    ("DA", ["20240229"], ["20230229", "2024.01.15", "202401", "2024011"]),
-    ("DT", ["2024", "202401", "20240115093112.5+0100"], ["202413", "20240115246000", "2024-01-15"]),
-    ("AS", ["042Y", "003D"], ["old", "42Y", "042y"]),
-    ("DS", ["70", "-1.5e3", ".5", " 1.70 "], ["heavy", "nan", "1e999", "1.234567890123456", "1,5"]),
-    ("IS", ["-12", "2147483647"], ["1.0", "2147483648", "x7"]),
-    ("CS", ["ORIGINAL", "LEFT_SIDE 2", ""], ["chest", "P@", "ABCDEFGHIJKLMNOPQ"]),
-    ("UI", ["1.2.840.10008.1.2.1", "2.25.0"], ["1.02.3", "abc", "1..2", "1." + "2" * 63]),
-])
+@pytest.mark.parametrize(
+    "vr, good, bad",
+    [
+        (
+            "TM",
+            ["09", "0931", "093112", "235960.123456", " 0931 "],
+            ["QZXTIME", "2400", "0960", "09:31", "093112.1234567"],
+        ),
+        ("DA", ["20240229"], ["20230229", "2024.01.15", "202401", "2024011"]),
+        ("DT", ["2024", "202401", "20240115093112.5+0100"], ["202413", "20240115246000", "2024-01-15"]),
+        ("AS", ["042Y", "003D"], ["old", "42Y", "042y"]),
+        ("DS", ["70", "-1.5e3", ".5", " 1.70 "], ["heavy", "nan", "1e999", "1.234567890123456", "1,5"]),
+        ("IS", ["-12", "2147483647"], ["1.0", "2147483648", "x7"]),
+        ("CS", ["ORIGINAL", "LEFT_SIDE 2", ""], ["chest", "P@", "ABCDEFGHIJKLMNOPQ"]),
+        ("UI", ["1.2.840.10008.1.2.1", "2.25.0"], ["1.02.3", "abc", "1..2", "1." + "2" * 63]),
+    ],
+)
 def test_what_conforms_to_each_vr(vr, good, bad):
     assert [v for v in good if not conforms(vr, v)] == []
     assert [v for v in bad if conforms(vr, v)] == []

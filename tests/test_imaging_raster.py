@@ -16,7 +16,7 @@ SECRET = "test-secret"
 def chest_like(rows: int = 120, columns: int = 100, top: int = 255) -> np.ndarray:
     """A smooth image with dark 'lungs' either side of a bright middle band."""
     x = np.linspace(-1, 1, columns)
-    profile = 0.3 + 0.7 * np.exp(-(x / 0.25) ** 2)
+    profile = 0.3 + 0.7 * np.exp(-((x / 0.25) ** 2))
     return np.tile(np.rint(profile * top), (rows, 1))
 
 

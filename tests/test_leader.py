@@ -83,8 +83,12 @@ def test_racing_candidates_on_their_own_connections_get_one_lease(database, exis
 
 def test_one_of_two_candidates_leads_and_the_other_takes_over_when_the_lease_runs_out(database):
     events = []
-    a = _candidate(database, "a", on_elected=lambda: events.append("a elected"), on_deposed=lambda: events.append("a deposed"))
-    b = _candidate(database, "b", on_elected=lambda: events.append("b elected"), on_deposed=lambda: events.append("b deposed"))
+    a = _candidate(
+        database, "a", on_elected=lambda: events.append("a elected"), on_deposed=lambda: events.append("a deposed")
+    )
+    b = _candidate(
+        database, "b", on_elected=lambda: events.append("b elected"), on_deposed=lambda: events.append("b deposed")
+    )
     assert a.tick() and not b.tick() and a.tick() and not b.tick()
     assert a.acting() and not b.acting() and events == ["a elected"]
     assert a.leader().holder == a.holder
@@ -147,8 +151,9 @@ def test_only_the_leading_scheduler_runs_round_jobs_and_the_other_takes_them_ove
 
     set_schedule(database, cron="0 2 * * *", schedule_enabled=True)
     services = [Rounds(), Rounds()]
-    first, second = (RoundScheduler(database, service=s, lease_s=1.5, threshold_check_s=3600, timezone=UTC)
-                     for s in services)
+    first, second = (
+        RoundScheduler(database, service=s, lease_s=1.5, threshold_check_s=3600, timezone=UTC) for s in services
+    )
     first.start(), second.start()
     try:
         assert first.running and not second.running
@@ -254,7 +259,10 @@ def test_recover_leaves_a_round_of_a_live_server_elsewhere_and_fails_it_once_tha
         LeaseRepository(database).release(f"server:{other.key}", other.key)  # that server is gone
         assert [r.id for r in service.recover()] == [round_id]
         failed = RoundRepository(database).get(round_id)
-        assert failed.status == "failed" and failed.error == "worker_gone: other-host pid 4321, which watched this round, is gone."
+        assert (
+            failed.status == "failed"
+            and failed.error == "worker_gone: other-host pid 4321, which watched this round, is gone."
+        )
         assert bystander.poll() is None  # a pid of another machine is never signalled here
     finally:
         bystander.kill()

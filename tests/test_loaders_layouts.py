@@ -47,18 +47,62 @@ def _labels_row(**values) -> list[str]:
 
 
 def _chexpert_plus(root: Path, with_labels: bool = True) -> Path:
-    header = ["path_to_image", "path_to_dcm", "frontal_lateral", "ap_pa", "deid_patient_id", "patient_report_date_order",
-              "report", "section_findings", "section_impression", "split"]
+    header = [
+        "path_to_image",
+        "path_to_dcm",
+        "frontal_lateral",
+        "ap_pa",
+        "deid_patient_id",
+        "patient_report_date_order",
+        "report",
+        "section_findings",
+        "section_impression",
+        "split",
+    ]
     rows = [
-        ["train/patient00001/study1/view1_frontal.jpg", "train/patient00001/study1/view1_frontal.dcm", "Frontal", "PA", "patient00001", "1",
-         "", "Invented text: small left effusion.", "Invented: left effusion.", "train"],
-        ["train/patient00001/study1/view2_lateral.jpg", "train/patient00001/study1/view2_lateral.dcm", "Lateral", "", "patient00001", "1",
-         "", "Invented text: small left effusion.", "Invented: left effusion.", "train"],
-        ["valid/patient00002/study3/view1_frontal.jpg", "", "Frontal", "AP", "patient00002", "3",
-         "", "Invented text: clear lungs.", "Invented: nothing acute.", "valid"],
+        [
+            "train/patient00001/study1/view1_frontal.jpg",
+            "train/patient00001/study1/view1_frontal.dcm",
+            "Frontal",
+            "PA",
+            "patient00001",
+            "1",
+            "",
+            "Invented text: small left effusion.",
+            "Invented: left effusion.",
+            "train",
+        ],
+        [
+            "train/patient00001/study1/view2_lateral.jpg",
+            "train/patient00001/study1/view2_lateral.dcm",
+            "Lateral",
+            "",
+            "patient00001",
+            "1",
+            "",
+            "Invented text: small left effusion.",
+            "Invented: left effusion.",
+            "train",
+        ],
+        [
+            "valid/patient00002/study3/view1_frontal.jpg",
+            "",
+            "Frontal",
+            "AP",
+            "patient00002",
+            "3",
+            "",
+            "Invented text: clear lungs.",
+            "Invented: nothing acute.",
+            "valid",
+        ],
     ]
     _write_csv(root / "df_chexpert_plus_240401.csv", header, rows)
-    for rel in ("train/patient00001/study1/view1_frontal.png", "train/patient00001/study1/view2_lateral.png", "valid/patient00002/study3/view1_frontal.png"):
+    for rel in (
+        "train/patient00001/study1/view1_frontal.png",
+        "train/patient00001/study1/view2_lateral.png",
+        "valid/patient00002/study3/view1_frontal.png",
+    ):
         _image(root / "PNG" / rel)
     if with_labels:
         (root / "chexbert_labels").mkdir()
@@ -117,14 +161,29 @@ def _mimic(root: Path) -> Path:
     _image(files / "p10/p10000032/s50414267/bbbb-2222.jpg", "JPEG")
     (files / "p10/p10000032/s50414267.txt").write_text(REPORT)
     _image(files / "p11/p11000011/s51000001/cccc-3333.jpg", "JPEG")
-    (files / "p11/p11000011/s51000001.txt").write_text(" FINDINGS: Invented clear lungs.\n IMPRESSION: Invented, no acute process.\n")
+    (files / "p11/p11000011/s51000001.txt").write_text(
+        " FINDINGS: Invented clear lungs.\n IMPRESSION: Invented, no acute process.\n"
+    )
     _image(files / "p12/p12000012/s52000002/dddd-4444.jpg", "JPEG")  # no report, no labels: skipped
-    _write_csv(root / "mimic-cxr-2.0.0-chexpert.csv", ["subject_id", "study_id", *CHEXPERT_14],
-               [["10000032", "50414267", *_labels_row(Pleural_Effusion="1.0", Pneumothorax="0.0", Edema="-1.0")]])
-    _write_csv(root / "mimic-cxr-2.0.0-metadata.csv", ["dicom_id", "subject_id", "study_id", "ViewPosition"],
-               [["aaaa-1111", "10000032", "50414267", "LATERAL"], ["bbbb-2222", "10000032", "50414267", "PA"], ["cccc-3333", "11000011", "51000001", "AP"]])
-    _write_csv(root / "mimic-cxr-2.0.0-split.csv", ["dicom_id", "study_id", "subject_id", "split"],
-               [["aaaa-1111", "50414267", "10000032", "validate"], ["bbbb-2222", "50414267", "10000032", "validate"]])
+    _write_csv(
+        root / "mimic-cxr-2.0.0-chexpert.csv",
+        ["subject_id", "study_id", *CHEXPERT_14],
+        [["10000032", "50414267", *_labels_row(Pleural_Effusion="1.0", Pneumothorax="0.0", Edema="-1.0")]],
+    )
+    _write_csv(
+        root / "mimic-cxr-2.0.0-metadata.csv",
+        ["dicom_id", "subject_id", "study_id", "ViewPosition"],
+        [
+            ["aaaa-1111", "10000032", "50414267", "LATERAL"],
+            ["bbbb-2222", "10000032", "50414267", "PA"],
+            ["cccc-3333", "11000011", "51000001", "AP"],
+        ],
+    )
+    _write_csv(
+        root / "mimic-cxr-2.0.0-split.csv",
+        ["dicom_id", "study_id", "subject_id", "split"],
+        [["aaaa-1111", "50414267", "10000032", "validate"], ["bbbb-2222", "50414267", "10000032", "validate"]],
+    )
     return root
 
 
@@ -140,7 +199,12 @@ def test_mimic_reads_reports_labels_views_and_splits(tmp_path: Path):
     assert a.view == "PA" and a.split == "valid"
     assert a.findings == "Invented findings sentence one. There is a small right effusion in this made-up text."
     assert a.impression == "Invented impression: small right effusion."
-    assert a.labels["Pleural Effusion"] == 1 and a.labels["Pneumothorax"] == 0 and a.labels["Edema"] == -1 and a.labels["Fracture"] is None
+    assert (
+        a.labels["Pleural Effusion"] == 1
+        and a.labels["Pneumothorax"] == 0
+        and a.labels["Edema"] == -1
+        and a.labels["Fracture"] is None
+    )
     # No label row: FactS's stand-in labels it; no split row: a deterministic split.
     assert len(labeler.texts) == 1 and b.labels["Pleural Effusion"] == 0
     assert b.view == "AP" and b.split in ("train", "valid", "test")
@@ -183,8 +247,12 @@ def _iu(root: Path) -> Path:
     }
     (root / "reports_xml").mkdir(parents=True)
     for n, (findings, impression, images) in studies.items():
-        tags = "\n  ".join(f'<parentImage id="{i}"><figureId>F{k}</figureId></parentImage>' for k, i in enumerate(images, 1))
-        (root / "reports_xml" / f"{n}.xml").write_text(IU_XML.format(n=n, findings=findings, impression=impression, images=tags))
+        tags = "\n  ".join(
+            f'<parentImage id="{i}"><figureId>F{k}</figureId></parentImage>' for k, i in enumerate(images, 1)
+        )
+        (root / "reports_xml" / f"{n}.xml").write_text(
+            IU_XML.format(n=n, findings=findings, impression=impression, images=tags)
+        )
         for image_id in images[:1] if n == 1 else images:
             _image(root / "images_png" / f"{image_id}.png")
     (root / "reports_xml" / "broken.xml").write_text("<not closed")
@@ -224,7 +292,9 @@ def test_phantom_csv_loads_with_its_own_labels_and_never_calls_the_labeler(tmp_p
         assert record.findings == study.report_findings and record.impression == study.report_impression
         assert record.view == study.view and record.image_paths[0].is_file()
     # The same CSV read as plain CheXpert Plus.
-    assert [r.labels for r in load_dataset(tmp_path / "ph" / "phantom_cxr.csv", kind="chexpert_plus")] == [r.labels for r in records]
+    assert [r.labels for r in load_dataset(tmp_path / "ph" / "phantom_cxr.csv", kind="chexpert_plus")] == [
+        r.labels for r in records
+    ]
 
 
 def test_unknown_layouts_and_kinds_are_refused(tmp_path: Path):

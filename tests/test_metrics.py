@@ -27,8 +27,18 @@ class FakeDrafter:
     def draft(self, image, **settings):
         from orapo_core.models.draft import Draft
 
-        return Draft(text="No pneumothorax.", samples=[], sentences=[], flagged=[], model_name="fake",
-                     model_version="fake", prompt="Describe.", prompt_version="test", sampling={}, latency_ms=1.0)
+        return Draft(
+            text="No pneumothorax.",
+            samples=[],
+            sentences=[],
+            flagged=[],
+            model_name="fake",
+            model_version="fake",
+            prompt="Describe.",
+            prompt_version="test",
+            sampling={},
+            latency_ms=1.0,
+        )
 
 
 def families(text: str) -> dict[str, dict[tuple, float]]:
@@ -88,16 +98,25 @@ def test_nothing_is_counted_without_metrics_and_each_event_with_them(env):
     count_draft(metrics, "v1", 1.5)
     count_draft(metrics, "v1", 0.2)
     count_sign_in_failure(metrics, "bad_credentials")
-    count_uploads(metrics, [IngestOutcome(file="a.png", ok=False, error="not_an_image"),
-                            IngestOutcome(file="b.dcm", ok=True, study_id=1),
-                            IngestOutcome(file="c.png", ok=False, error="file_too_large")])
+    count_uploads(
+        metrics,
+        [
+            IngestOutcome(file="a.png", ok=False, error="not_an_image"),
+            IngestOutcome(file="b.dcm", ok=True, study_id=1),
+            IngestOutcome(file="c.png", ok=False, error="file_too_large"),
+        ],
+    )
     found = scrape(metrics)
     assert found["orapo_drafts_total"] == {(("version", "v1"),): 2.0}
-    assert found["orapo_draft_seconds_count"] == {(): 2.0} and found["orapo_draft_seconds_sum"][()] == pytest.approx(1.7)
+    assert found["orapo_draft_seconds_count"] == {(): 2.0} and found["orapo_draft_seconds_sum"][()] == pytest.approx(
+        1.7
+    )
     assert found["orapo_draft_seconds_bucket"][(("le", "1.0"),)] == 1.0
     assert found["orapo_sign_in_failures_total"] == {(("reason", "bad_credentials"),): 1.0}
-    assert found["orapo_uploads_refused_total"] == {(("code", "file_too_large"),): 1.0,
-                                                    (("code", "not_an_image"),): 1.0}
+    assert found["orapo_uploads_refused_total"] == {
+        (("code", "file_too_large"),): 1.0,
+        (("code", "not_an_image"),): 1.0,
+    }
     # another app's metrics count apart: no global registry
     assert "orapo_drafts_total" not in scrape(AppMetrics(settings, db, FakeModels()))
 
@@ -112,8 +131,9 @@ def test_a_scrape_reads_the_queue_the_rounds_and_the_served_version_when_it_happ
     metrics = AppMetrics(settings, db, models)
     found = scrape(metrics)
     assert found["orapo_draft_queue_depth"] == {(): 3.0}
-    assert set(found["orapo_rounds"]) == {(("status", s),) for s in ("queued", "running", "succeeded", "failed",
-                                                                     "cancelled", "rejected", "promoted")}
+    assert set(found["orapo_rounds"]) == {
+        (("status", s),) for s in ("queued", "running", "succeeded", "failed", "cancelled", "rejected", "promoted")
+    }
     assert sum(found["orapo_rounds"].values()) == 0
     assert found["orapo_served_version_info"] == {(("name", "starter"), ("version", "configured")): 1.0}
 
@@ -122,7 +142,9 @@ def test_a_scrape_reads_the_queue_the_rounds_and_the_served_version_when_it_happ
     rounds.create()
     models.depth, models._served = 0, ServedModel(7, "round-7", settings.resolved_data_dir / "starter")
     found = scrape(metrics)
-    assert found["orapo_rounds"][(("status", "cancelled"),)] == 1 and found["orapo_rounds"][(("status", "queued"),)] == 1
+    assert (
+        found["orapo_rounds"][(("status", "cancelled"),)] == 1 and found["orapo_rounds"][(("status", "queued"),)] == 1
+    )
     assert found["orapo_draft_queue_depth"] == {(): 0.0}
     assert found["orapo_served_version_info"] == {(("name", "round-7"), ("version", "7")): 1.0}
 
@@ -163,6 +185,7 @@ def test_failed_sign_ins_are_counted_by_reason_and_never_by_name(env):
 
     from app.services.accounts.signin import SignInGuard
     from app.services.operations.metrics import AppMetrics
+
     settings, db = env
     guard = SignInGuard(db, account_limit="2 per 15 minutes", hash_slots=1)
     metrics = AppMetrics(settings, db, FakeModels())
@@ -197,8 +220,10 @@ def test_the_readiness_checks_say_one_word_each():
     # never warmed, but a draft loaded the served model since
     assert readiness_checks(Up(), FakeModels("idle", served, resident=[served.key]))["model"] == "ok"
     assert readiness_checks(Down(), FakeModels("ready")) == {"database": "unreachable", "model": "ok"}
-    assert readiness_checks(Down(), FakeModels("idle", served, resident=[served.key])) == \
-        {"database": "unreachable", "model": "not_loaded"}
+    assert readiness_checks(Down(), FakeModels("idle", served, resident=[served.key])) == {
+        "database": "unreachable",
+        "model": "not_loaded",
+    }
     assert readiness_checks(Up(), None) == {"database": "ok", "model": "not_loaded"}
 
 
@@ -328,8 +353,10 @@ def test_the_app_counts_what_happens_and_an_administrator_scrapes_it(tmp_path):
                     time.sleep(0.2)
                 assert ready.status_code == 200 and ready.json() == {"database": "ok", "model": "ok"}
                 assert anyone.get("/metrics").status_code == 401  # a session first
-                assert anyone.post("/login", data={"username": "rita", "password": "not-hers"},
-                                   headers=origin).status_code != 200
+                assert (
+                    anyone.post("/login", data={"username": "rita", "password": "not-hers"}, headers=origin).status_code
+                    != 200
+                )
 
             rita = client(url, "rita", "rita-pass-1")
             summary = rita.predict([handle_file(str(film))], api_name="/upload_studies")[1]
@@ -338,8 +365,10 @@ def test_the_app_counts_what_happens_and_an_administrator_scrapes_it(tmp_path):
             summary = rita.predict([handle_file(str(note))], api_name="/upload_studies")[1]
             assert "Refused" in summary, summary
 
-            with httpx.Client(base_url=url, timeout=30, headers=origin) as boss, \
-                    httpx.Client(base_url=url, timeout=30, headers=origin) as omar:
+            with (
+                httpx.Client(base_url=url, timeout=30, headers=origin) as boss,
+                httpx.Client(base_url=url, timeout=30, headers=origin) as omar,
+            ):
                 assert boss.post("/login", data={"username": "boss", "password": "admin-pass-1"}).status_code == 200
                 assert omar.post("/login", data={"username": "omar", "password": "omar-pass-1"}).status_code == 200
                 assert omar.get("/metrics").status_code == 403
@@ -357,7 +386,9 @@ def test_the_app_counts_what_happens_and_an_administrator_scrapes_it(tmp_path):
                 assert not any(word in text for word in ("rita", "boss", "127.0.0.1", str(tmp_path), "note.png"))
 
             local = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)  # no session on this port
-            assert local.status_code == 200 and families(local.text)["orapo_drafts_total"] == found["orapo_drafts_total"]
+            assert (
+                local.status_code == 200 and families(local.text)["orapo_drafts_total"] == found["orapo_drafts_total"]
+            )
             serving = gradio_internals.context_of(demo).metrics._server[1]
         assert not serving.is_alive()  # the server's shutdown closed the port and ended its thread
         with pytest.raises(httpx.ConnectError):

@@ -44,13 +44,20 @@ def test_padding_is_on_the_left_and_mrope_positions_come_from_the_attention_mask
     pictures = [drafter.prepare(x) for x in IMAGES[1:3]]  # the second is shorter: padded
 
     def scores(pics, *, ignore_padding=False):
-        inputs = processor(text=[drafter.prompt_text] * len(pics), images=pics, return_tensors="pt",
-                           padding=True, padding_side="left")
+        inputs = processor(
+            text=[drafter.prompt_text] * len(pics), images=pics, return_tensors="pt", padding=True, padding_side="left"
+        )
         if ignore_padding:
             inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
         with torch.inference_mode():
-            out = model.generate(**inputs, do_sample=False, max_new_tokens=8, output_scores=True,
-                                 return_dict_in_generate=True, pad_token_id=processor.tokenizer.pad_token_id)
+            out = model.generate(
+                **inputs,
+                do_sample=False,
+                max_new_tokens=8,
+                output_scores=True,
+                return_dict_in_generate=True,
+                pad_token_id=processor.tokenizer.pad_token_id,
+            )
         return inputs["attention_mask"], torch.stack(out.scores, dim=1)
 
     mask, batched = scores(pictures)
@@ -66,8 +73,15 @@ def test_draft_many_gives_each_image_its_k_samples_and_records_the_batch(drafter
     assert len(drafts) == 3
     for d in drafts:
         assert d.text and len(d.samples) == 3 and d.latency_ms > 0
-        assert d.sampling == {"samples": 3, "max_new_tokens": 10, "temperature": 1.0, "top_p": 0.95, "top_k": 0,
-                              "seed": 5, "batch_size": 3}
+        assert d.sampling == {
+            "samples": 3,
+            "max_new_tokens": 10,
+            "temperature": 1.0,
+            "top_p": 0.95,
+            "top_k": 0,
+            "seed": 5,
+            "batch_size": 3,
+        }
         assert (d.model_name, d.model_version) == ("qwen2_vl", "v1")
     again = drafter.draft_many(IMAGES[:3], samples=3, max_new_tokens=10, seed=5)
     assert [d.samples for d in again] == [d.samples for d in drafts]  # a batch is reproducible by its seed
@@ -136,13 +150,16 @@ def test_the_batcher_caps_a_batch_and_never_mixes_settings():
     fake = CountingDrafter(delay_s=0.1)
     batcher = DraftBatcher(fake, max_batch=3, max_wait_s=0.05)
     assert {n: r.text for n, r in _draft_at_once(batcher, [f"a{i}" for i in range(7)]).items()} == {
-        f"a{i}": f"report of a{i}" for i in range(7)}
+        f"a{i}": f"report of a{i}" for i in range(7)
+    }
     assert max(len(c) for c in fake.calls) <= 3 and len(fake.calls) >= 3
 
     fake.calls.clear()
     out: dict[str, object] = {}
-    threads = [threading.Thread(target=lambda n=n, k=k: out.__setitem__(n, batcher.draft(n, samples=k)))
-               for n, k in [("x", 1), ("y", 2), ("z", 1)]]
+    threads = [
+        threading.Thread(target=lambda n=n, k=k: out.__setitem__(n, batcher.draft(n, samples=k)))
+        for n, k in [("x", 1), ("y", 2), ("z", 1)]
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -35,8 +35,9 @@ def test_batched_greedy_drafts_are_the_one_by_one_drafts(drafter, records):
 
     alone = evaluate_drafter(drafter, records, batch_size=1, max_new_tokens=16)
     seen = []
-    batched = evaluate_drafter(drafter, records, batch_size=4, max_new_tokens=16,
-                               progress=lambda done, total: seen.append((done, total)))
+    batched = evaluate_drafter(
+        drafter, records, batch_size=4, max_new_tokens=16, progress=lambda done, total: seen.append((done, total))
+    )
     assert [p["draft"] for p in batched.predictions] == [p["draft"] for p in alone.predictions]
     assert any(p["draft"] for p in alone.predictions)
     assert [p["study_id"] for p in batched.predictions] == [r.study_id for r in records]

@@ -75,8 +75,14 @@ def test_qwen2_5_vl_3b_layout_loads_without_torchvision_or_video_processor(tiny_
 
     folder = tiny_dirs["qwen2_5_vl"]
     files = {p.name for p in folder.iterdir()}
-    assert {"preprocessor_config.json", "chat_template.json", "generation_config.json", "tokenizer.json",
-            "tokenizer_config.json", "model.safetensors.index.json"} <= files
+    assert {
+        "preprocessor_config.json",
+        "chat_template.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "model.safetensors.index.json",
+    } <= files
     assert not any("video" in name for name in files) and "processor_config.json" not in files
     assert importlib.util.find_spec("torchvision") is None
 
@@ -155,8 +161,11 @@ def test_default_model_is_the_starter_copied_from_the_shipped_one(data_dir, monk
 
     shipped = tmp_path / "shipped"  # a stand-in for assets/starter, its card saying it is today's default build
     shutil.copytree(tiny_dirs["qwen2_vl"], shipped)
-    (shipped / build.CARD_NAME).write_text(json.dumps({"stopped_by": "steps", "plan": WarmStartPlan().to_dict(),
-                                                       "architecture": StarterArchitecture().to_dict()}))
+    (shipped / build.CARD_NAME).write_text(
+        json.dumps(
+            {"stopped_by": "steps", "plan": WarmStartPlan().to_dict(), "architecture": StarterArchitecture().to_dict()}
+        )
+    )
     monkeypatch.setattr(build, "SHIPPED_DIR", shipped)
     starter = resolve_model_dir(None, Settings())
     assert starter == data_dir.resolve() / "models" / "starter"
@@ -199,8 +208,7 @@ def _logits(loaded, image):
 
     from orapo_core.models import render_prompt, to_rgb_image
 
-    inputs = loaded.processor(text=[render_prompt(loaded.processor)], images=[to_rgb_image(image)],
-                              return_tensors="pt")
+    inputs = loaded.processor(text=[render_prompt(loaded.processor)], images=[to_rgb_image(image)], return_tensors="pt")
     with torch.inference_mode():
         return loaded.model(**inputs).logits[0, -1].clone()
 

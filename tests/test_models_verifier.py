@@ -83,8 +83,9 @@ def test_a_check_read_under_auc_0_9_never_adds_and_one_read_above_adds_within_th
     new, truth = _states(2000, 1.6, seed=1)
     assert FindingVerifier({"Pneumothorax": made}).supported(new) == [set()] * len(new)
     strong_x, strong_present = _states(400, 4.0)
-    strong = fit_verifier(strong_x, [PTX if p else CLEAR for p in strong_present],
-                          ["Pneumothorax"]).checks["Pneumothorax"]
+    strong = fit_verifier(strong_x, [PTX if p else CLEAR for p in strong_present], ["Pneumothorax"]).checks[
+        "Pneumothorax"
+    ]
     assert strong.withholds and strong.adds and strong.add_fpr <= ADD_MAX_FPR == 0.05
     assert strong.sentences == ["There is a moderate right pneumothorax with a visible pleural line."]
     new, truth = _states(2000, 4.0, seed=1)
@@ -150,8 +151,11 @@ def test_a_verifier_fitted_on_confounded_rows_adds_within_the_limits_or_not_at_a
     reports = [PTX if p else effusion_report if m else CLEAR for p, m in zip(present, mimic, strict=True)]
     check = fit_verifier(x, reports, ["Pneumothorax"]).checks["Pneumothorax"]
     assert check.cross_fitted_auc >= 0.9 and check.withholds
-    assert not check.adds and check.add_threshold is None and not describe(
-        FindingVerifier({"Pneumothorax": check}))["Pneumothorax"]["adds"]
+    assert (
+        not check.adds
+        and check.add_threshold is None
+        and not describe(FindingVerifier({"Pneumothorax": check}))["Pneumothorax"]["adds"]
+    )
 
 
 def test_a_verifier_saved_before_the_false_positive_limits_withholds_but_never_adds(tmp_path):
@@ -173,12 +177,20 @@ def test_a_verifier_saved_before_the_false_positive_limits_withholds_but_never_a
 
 
 def test_the_sentences_a_check_adds_state_its_finding_alone_most_frequent_first():
-    reports = [PTX, PTX, "Small left pneumothorax. Heart is enlarged.", "Pneumothorax and effusion on the right.",
-               CLEAR]
+    reports = [
+        PTX,
+        PTX,
+        "Small left pneumothorax. Heart is enlarged.",
+        "Pneumothorax and effusion on the right.",
+        CLEAR,
+    ]
     assert finding_sentences(reports, "Pneumothorax") == [
-        "There is a moderate right pneumothorax with a visible pleural line.", "Small left pneumothorax."]
+        "There is a moderate right pneumothorax with a visible pleural line.",
+        "Small left pneumothorax.",
+    ]
     assert finding_sentences(reports, "Pneumothorax", limit=1) == [
-        "There is a moderate right pneumothorax with a visible pleural line."]
+        "There is a moderate right pneumothorax with a visible pleural line."
+    ]
 
 
 def test_adding_a_finding_puts_its_sentence_in_the_findings_and_takes_its_denial_out():
@@ -187,14 +199,19 @@ def test_adding_a_finding_puts_its_sentence_in_the_findings_and_takes_its_denial
     draft = "FINDINGS: Heart size is normal. No pleural effusion or pneumothorax.\n\nIMPRESSION: No acute process."
     text, added, dropped = add_findings(draft, {"Pneumothorax": "Small left pneumothorax."})
     # the impression no longer calls the study normal above a pneumothorax: it states the addition instead
-    assert text == ("FINDINGS: Heart size is normal. No pleural effusion. Small left pneumothorax.\n\n"
-                    "IMPRESSION: Small left pneumothorax.")
+    assert text == (
+        "FINDINGS: Heart size is normal. No pleural effusion. Small left pneumothorax.\n\n"
+        "IMPRESSION: Small left pneumothorax."
+    )
     assert added == ["Small left pneumothorax."]
     assert dropped == ["No pleural effusion or pneumothorax.", "No acute process."]
     stated = "FINDINGS: Small right pneumothorax."
     assert add_findings(stated, {"Pneumothorax": "Small left pneumothorax."}) == (stated, [], [])  # said already
     assert add_findings("Heart is normal.", {"Fracture": "Healing rib fracture."}) == (
-        "Heart is normal. Healing rib fracture.", ["Healing rib fracture."], [])
+        "Heart is normal. Healing rib fracture.",
+        ["Healing rib fracture."],
+        [],
+    )
 
 
 def test_an_added_finding_takes_out_what_a_reader_would_see_it_contradict_and_joins_the_impression():
@@ -202,26 +219,33 @@ def test_an_added_finding_takes_out_what_a_reader_would_see_it_contradict_and_jo
 
     clear = "FINDINGS: The lungs are clear. Heart size is normal.\n\nIMPRESSION: Normal chest radiograph."
     text, added, dropped = add_findings(clear, {"Lung Lesion": "A 2 cm nodule in the right upper lobe."})
-    assert text == ("FINDINGS: Heart size is normal. A 2 cm nodule in the right upper lobe.\n\n"
-                    "IMPRESSION: A 2 cm nodule in the right upper lobe.")
+    assert text == (
+        "FINDINGS: Heart size is normal. A 2 cm nodule in the right upper lobe.\n\n"
+        "IMPRESSION: A 2 cm nodule in the right upper lobe."
+    )
     assert dropped == ["The lungs are clear.", "Normal chest radiograph."]  # a nodule is a lung opacity
     # clear lungs do not deny a pneumothorax, and an impression that states findings keeps them, numbered on
     listed = "FINDINGS: The lungs are clear. The heart is enlarged.\n\nIMPRESSION: 1. Cardiomegaly. 2. No effusion."
     text, _, dropped = add_findings(listed, {"Pneumothorax": "Small left pneumothorax."})
-    assert text == ("FINDINGS: The lungs are clear. The heart is enlarged. Small left pneumothorax.\n\n"
-                    "IMPRESSION: 1. Cardiomegaly. 2. No effusion. 3. Small left pneumothorax.")
+    assert text == (
+        "FINDINGS: The lungs are clear. The heart is enlarged. Small left pneumothorax.\n\n"
+        "IMPRESSION: 1. Cardiomegaly. 2. No effusion. 3. Small left pneumothorax."
+    )
     assert dropped == []
     # a sentence about one part of the film is not one calling the study normal
     bones = "FINDINGS: Heart size is normal. No acute osseous abnormality.\n\nIMPRESSION: No acute disease."
     assert add_findings(bones, {"Pneumothorax": "Small left pneumothorax."})[2] == ["No acute disease."]
     # a list of denials keeps the others
-    text, _, dropped = add_findings("FINDINGS: No focal consolidation, pleural effusion, or pneumothorax.",
-                                    {"Pneumothorax": "Small left pneumothorax."})
+    text, _, dropped = add_findings(
+        "FINDINGS: No focal consolidation, pleural effusion, or pneumothorax.",
+        {"Pneumothorax": "Small left pneumothorax."},
+    )
     assert text == "FINDINGS: No consolidation or pleural effusion. Small left pneumothorax."
     assert dropped == ["No focal consolidation, pleural effusion, or pneumothorax."]
     # a draft without an impression does not get one
     assert add_findings("FINDINGS: Heart is normal.", {"Fracture": "Healing rib fracture."})[0] == (
-        "FINDINGS: Heart is normal. Healing rib fracture.")
+        "FINDINGS: Heart is normal. Healing rib fracture."
+    )
 
 
 def test_taught_findings_are_those_corrections_added_often_enough():
@@ -267,8 +291,17 @@ def test_a_round_with_the_verifier_saves_it_and_its_drafts_withhold_what_it_does
         path = tmp_path / f"{i}.png"
         Image.new("L", (56, 56), color=20 if i % 2 else 230).save(path)  # bright films carry the finding
         report = CLEAR if i % 2 else PTX
-        rows.append({"study_id": f"s{i}", "image": str(path), "labels": {}, "reference_report": report,
-                     "oracle_report": report, "clinician_chosen": report, "clinician_rejected": CLEAR})
+        rows.append(
+            {
+                "study_id": f"s{i}",
+                "image": str(path),
+                "labels": {},
+                "reference_report": report,
+                "oracle_report": report,
+                "clinician_chosen": report,
+                "clinician_rejected": CLEAR,
+            }
+        )
     dataset = build_training_dataset(rows)
     loaded = load_model(tiny_model)
     torch.manual_seed(0)
@@ -316,11 +349,16 @@ def test_the_model_chooses_the_sentence_it_reads_most_easily(tiny_model):
     loaded = load_model(tiny_model)
     tokenizer = loaded.processor.tokenizer
     film = Image.new("RGB", (56, 56), (120,) * 3)
-    prefix, candidates = "FINDINGS: Heart is normal. ", ["Small left pneumothorax.", "Large right pneumothorax.",
-                                                         "There is a tiny apical pneumothorax on the left."]
+    prefix, candidates = (
+        "FINDINGS: Heart is normal. ",
+        ["Small left pneumothorax.", "Large right pneumothorax.", "There is a tiny apical pneumothorax on the left."],
+    )
     means = []
     for text in candidates:  # each read alone, its own tokens after the prefix's
-        head, whole = tokenizer(prefix, add_special_tokens=False)["input_ids"], tokenizer(prefix + text, add_special_tokens=False)["input_ids"]
+        head, whole = (
+            tokenizer(prefix, add_special_tokens=False)["input_ids"],
+            tokenizer(prefix + text, add_special_tokens=False)["input_ids"],
+        )
         token, _, _ = answer_token_logps(loaded.model, loaded.processor, [film], [whole])
-        means.append(float(token[0, len(head):].mean()))
+        means.append(float(token[0, len(head) :].mean()))
     assert best_continuation(loaded.model, loaded.processor, film, prefix, candidates) == int(np.argmax(means))

@@ -16,8 +16,9 @@ import pytest
 
 from orapo_core.models.starter.build import SHIPPED_DIR
 
-pytestmark = pytest.mark.skipif(not (SHIPPED_DIR / "config.json").is_file(),
-                                reason=f"no starter shipped under {SHIPPED_DIR}")
+pytestmark = pytest.mark.skipif(
+    not (SHIPPED_DIR / "config.json").is_file(), reason=f"no starter shipped under {SHIPPED_DIR}"
+)
 SMOKE = Path(__file__).resolve().parents[1] / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml"
 
 

@@ -55,21 +55,35 @@ _GUARD = textwrap.dedent(
 
 def _run_guarded(body: str, tmp_path: Path) -> subprocess.CompletedProcess:
     script = _GUARD + textwrap.dedent(body) + "\nprint('ATTEMPTS', attempts)\nassert not attempts, attempts\n"
-    env = {"PATH": "/usr/bin:/bin", "ORAPO_DATA_DIR": str(tmp_path / "data"), "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
-    return subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1], env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "ORAPO_DATA_DIR": str(tmp_path / "data"),
+        "OMP_NUM_THREADS": "1",
+        "HOME": str(tmp_path),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_guard_itself_catches_an_outbound_connection(tmp_path: Path) -> None:
     # The guard must be able to fail: a deliberate connection to a public address is recorded.
-    result = _run_guarded("""
+    result = _run_guarded(
+        """
         import socket
         s = socket.socket()
         try:
             s.connect(("192.0.2.1", 443))
         except OSError:
             pass
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert result.returncode != 0 and "('connect', '192.0.2.1')" in result.stdout
 
 
@@ -78,11 +92,12 @@ def test_import_cli_and_app_open_no_outbound_connection(tmp_path: Path) -> None:
     dcm = pydicom_data_file("RG1_UNCI.dcm")
     csv_path = tmp_path / "reports.csv"
     csv_path.write_text("id,report\n1,No pleural effusion. Mild cardiomegaly.\n")
-    result = _run_guarded(f"""
+    result = _run_guarded(
+        f"""
         import orapo_core, db, app
         from app.cli import main
         assert main(["ingest", {str(dcm)!r}, "--json"]) == 0
-        assert main(["label", {str(csv_path)!r}, "-o", {str(tmp_path / 'labels.csv')!r}]) == 0
+        assert main(["label", {str(csv_path)!r}, "-o", {str(tmp_path / "labels.csv")!r}]) == 0
         from orapo_core.config import Settings
         from app.runtime import open_database
         from app.server import build_app
@@ -92,6 +107,8 @@ def test_import_cli_and_app_open_no_outbound_connection(tmp_path: Path) -> None:
         import urllib.request
         assert urllib.request.urlopen(demo.local_url, timeout=30).status == 200
         demo.close()
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ATTEMPTS []" in result.stdout

@@ -25,18 +25,31 @@ def test_archive_settings_come_from_the_environment() -> None:
     s = archive_settings({"ORAPO_DICOMWEB_URL": "https://ann:pw@pacs.example.org:8443/dicom-web/"})
     assert (s.url, s.user, s.password, s.token) == ("https://pacs.example.org:8443/dicom-web", "ann", "pw", None)
     assert "pw" not in repr(s)
-    s = archive_settings({"ORAPO_DICOMWEB_URL": "http://pacs/dicom-web", "ORAPO_DICOMWEB_USER": "u",
-                          "ORAPO_DICOMWEB_PASSWORD": "p", "ORAPO_DICOMWEB_TOKEN": "t0k"})
+    s = archive_settings(
+        {
+            "ORAPO_DICOMWEB_URL": "http://pacs/dicom-web",
+            "ORAPO_DICOMWEB_USER": "u",
+            "ORAPO_DICOMWEB_PASSWORD": "p",
+            "ORAPO_DICOMWEB_TOKEN": "t0k",
+        }
+    )
     assert (s.url, s.user, s.password, s.token) == ("http://pacs/dicom-web", "u", "p", "t0k")
     with pytest.raises(OrapoError) as exc:
         archive_settings({"ORAPO_DICOMWEB_URL": "dicom://pacs:104"})
     assert exc.value.code == "invalid_archive_url"
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2024-05-31", "20240531"), ("20240531", "20240531"), ("2024-05-01..2024-05-31", "20240501-20240531"),
-    ("20240501-20240531", "20240501-20240531"), ("2024-05-01..", "20240501-"), ("..2024-05-31", "-20240531"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2024-05-31", "20240531"),
+        ("20240531", "20240531"),
+        ("2024-05-01..2024-05-31", "20240501-20240531"),
+        ("20240501-20240531", "20240501-20240531"),
+        ("2024-05-01..", "20240501-"),
+        ("..2024-05-31", "-20240531"),
+    ],
+)
 def test_dates_become_qido_dates(text, expected) -> None:
     assert dicom_date_range(text) == expected
 
@@ -70,8 +83,19 @@ def archive(orthanc, data_dir, monkeypatch, tmp_path):
     for data, who in phantom_dicoms(tmp_path / "phantoms", 2, seed=7301):
         ds = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
         orthanc.upload(data)
-        studies.append(type("ArchivedStudy", (), dict(uid=str(ds.StudyInstanceUID), who=who, date=str(ds.StudyDate),
-                                                      sop=str(ds.SOPInstanceUID), original=data)))
+        studies.append(
+            type(
+                "ArchivedStudy",
+                (),
+                dict(
+                    uid=str(ds.StudyInstanceUID),
+                    who=who,
+                    date=str(ds.StudyDate),
+                    sop=str(ds.SOPInstanceUID),
+                    original=data,
+                ),
+            )
+        )
     removed = [s.uid for s in studies]
     yield type("Archive", (), dict(orthanc=orthanc, studies=studies, data_dir=data_dir, removed=removed))
     for uid in removed:
@@ -86,9 +110,20 @@ def _search(capsys, *args) -> dict[str, dict]:
 
 def _phi(study) -> list[str]:
     who = study.who
-    return [who["PatientName"], who["PatientName"].split("^")[0], who["PatientID"], who["PatientBirthDate"],
-            who["AccessionNumber"], who["InstitutionName"], who["InstitutionAddress"], who["ReferringPhysicianName"],
-            who["OperatorsName"], who["StationName"], study.uid, study.sop]
+    return [
+        who["PatientName"],
+        who["PatientName"].split("^")[0],
+        who["PatientID"],
+        who["PatientBirthDate"],
+        who["AccessionNumber"],
+        who["InstitutionName"],
+        who["InstitutionAddress"],
+        who["ReferringPhysicianName"],
+        who["OperatorsName"],
+        who["StationName"],
+        study.uid,
+        study.sop,
+    ]
 
 
 def _data_bytes(folder: Path) -> bytes:
@@ -139,10 +174,16 @@ def test_a_signed_report_goes_back_into_the_archives_own_study(archive, tmp_path
     db = open_database(Settings())
     ((overview,),) = [StudyRepository(db).list(limit=10)]
     rita = UserRepository(db).create("rita", "rita-pass-1")
-    draft = DraftRepository(db).create(overview.study.id, model_name="starter", prompt="p",
-                                       text="Findings: Clear.\nImpression: Normal.")
-    CorrectionRepository(db).create(overview.study.id, author_id=rita.id, draft_id=draft.id, signed=True,
-                                    text="Findings: Small right pleural effusion.\nImpression: Right effusion.")
+    draft = DraftRepository(db).create(
+        overview.study.id, model_name="starter", prompt="p", text="Findings: Clear.\nImpression: Normal."
+    )
+    CorrectionRepository(db).create(
+        overview.study.id,
+        author_id=rita.id,
+        draft_id=draft.id,
+        signed=True,
+        text="Findings: Small right pleural effusion.\nImpression: Right effusion.",
+    )
     deid_uid = overview.study.study_uid_hash
     archive.removed.append(deid_uid)
 
@@ -168,11 +209,11 @@ def test_a_signed_report_goes_back_into_the_archives_own_study(archive, tmp_path
     assert orthanc.find_study(deid_uid) is None
     status, body = orthanc.request("GET", f"dicom-web/studies/{study.uid}/series/{series_uid}/instances/{sop}")
     assert status == 200
-    stored = pydicom.dcmread(io.BytesIO(body[body.index(b"DICM") - 128:]))
+    stored = pydicom.dcmread(io.BytesIO(body[body.index(b"DICM") - 128 :]))
     assert str(stored.PatientID) == study.who["PatientID"] and str(stored.PatientName) == study.who["PatientName"]
     assert str(stored.AccessionNumber) == study.who["AccessionNumber"]
     assert "PatientIdentityRemoved" not in stored
-    sent = read_report_sr(body[body.index(b"DICM") - 128:])
+    sent = read_report_sr(body[body.index(b"DICM") - 128 :])
     assert sent.findings == "Small right pleural effusion." and sent.referenced_instances == (study.sop,)
 
     # Sending the same signed report again stores it once; and the data folder still holds no identity.
@@ -195,8 +236,9 @@ def test_a_study_gone_from_the_archive_is_not_sent_and_says_why(archive, tmp_pat
     db = open_database(Settings())
     ((overview,),) = [StudyRepository(db).list(limit=10)]
     rita = UserRepository(db).create("rita", "rita-pass-1")
-    CorrectionRepository(db).create(overview.study.id, author_id=rita.id, signed=True,
-                                    text="Findings: Clear lungs.\nImpression: Normal.")
+    CorrectionRepository(db).create(
+        overview.study.id, author_id=rita.id, signed=True, text="Findings: Clear lungs.\nImpression: Normal."
+    )
     archive.orthanc.delete_study(study.uid)
     capsys.readouterr()
     assert main(["export", "sr", str(overview.study.id), str(tmp_path / "sr"), "--send"]) == 1

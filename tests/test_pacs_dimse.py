@@ -31,8 +31,15 @@ def node(data_dir):
     settings = Settings()
     db = open_database(settings)
     port, received = free_port(), []
-    server = start_listener(db=db, settings=settings, port=port, ae_title="ORAPO", allowed_calling=["MODALITY", "ORTHANC"],
-                            on_receive=received.append, block=False)
+    server = start_listener(
+        db=db,
+        settings=settings,
+        port=port,
+        ae_title="ORAPO",
+        allowed_calling=["MODALITY", "ORTHANC"],
+        on_receive=received.append,
+        block=False,
+    )
     yield type("Node", (), dict(port=port, db=db, received=received, data_dir=data_dir))
     server.shutdown()
 
@@ -63,19 +70,33 @@ def test_pushed_images_are_ingested_de_identified(node, tmp_path) -> None:
         broken.SOPInstanceUID = broken.file_meta.MediaStorageSOPInstanceUID = "1.2.3.4.5.6.7"
         broken.PixelData = broken.PixelData[: len(broken.PixelData) // 3]
         status = assoc.send_c_store(broken)
-        assert status.Status == 0xC000 and status.ErrorComment in ("dimension_mismatch", "truncated_file",
-                                                                   "undecodable_pixels")
+        assert status.Status == 0xC000 and status.ErrorComment in (
+            "dimension_mismatch",
+            "truncated_file",
+            "undecodable_pixels",
+        )
     finally:
         assoc.release()
 
     assert [(r.calling_ae, r.outcome.ok, r.outcome.duplicate) for r in node.received] == [
-        ("MODALITY", True, False), ("MODALITY", True, False), ("MODALITY", True, True), ("MODALITY", False, False)]
+        ("MODALITY", True, False),
+        ("MODALITY", True, False),
+        ("MODALITY", True, True),
+        ("MODALITY", False, False),
+    ]
     assert len(StudyRepository(node.db).list(limit=10)) == 2
     stored = b"".join(p.read_bytes() for p in sorted(node.data_dir.rglob("*")) if p.is_file())
     for data, who in sent:
         original = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
-        for secret in (who["PatientName"], who["PatientID"], who["AccessionNumber"], who["InstitutionName"],
-                       who["ReferringPhysicianName"], str(original.StudyInstanceUID), str(original.SOPInstanceUID)):
+        for secret in (
+            who["PatientName"],
+            who["PatientID"],
+            who["AccessionNumber"],
+            who["InstitutionName"],
+            who["ReferringPhysicianName"],
+            str(original.StudyInstanceUID),
+            str(original.SOPInstanceUID),
+        ):
             assert secret.encode() in data and secret.encode() not in stored, secret
 
 
@@ -95,9 +116,14 @@ def test_only_chest_radiographs_from_known_senders_to_our_title(node, tmp_path) 
 def test_orapo_pacs_listen_runs_until_stopped(data_dir, tmp_path) -> None:
     port = free_port()
     env = dict(os.environ, ORAPO_DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "pacs", "listen", "--port", str(port), "--ae-title",
-                             "ORAPO", "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "pacs", "listen", "--port", str(port), "--ae-title", "ORAPO", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     try:
         assert "listening as ORAPO" in proc.stdout.readline()
         ((data, _),) = phantom_dicoms(tmp_path, 1, seed=8102)

@@ -36,7 +36,7 @@ def _cp_box(s, side: str) -> np.ndarray:
     r, c = s.landmarks[f"cp_angle_{side}"]
     inward = 1 if side == "right" else -1  # patient right is on the image left
     c0, c1 = sorted((c + inward * int(0.015 * SIZE), c + inward * int(0.08 * SIZE)))
-    return s.image[r - int(0.06 * SIZE): r - int(0.01 * SIZE), c0:c1]
+    return s.image[r - int(0.06 * SIZE) : r - int(0.01 * SIZE), c0:c1]
 
 
 def test_costophrenic_angle_is_brighter_with_effusion():
@@ -104,7 +104,14 @@ def test_dicom_has_both_photometric_interpretations_and_fake_phi(tmp_path):
         ds = pydicom.dcmread(dcm)
         assert ds.Modality == "CR" and ds.BodyPartExamined == "CHEST" and ds.ViewPosition in ("PA", "AP")
         assert ds.BitsStored == 12 and int(ds.pixel_array.max()) <= 4095 and ds.pixel_array.shape == (64, 64)
-        for tag in ("PatientName", "PatientID", "PatientBirthDate", "AccessionNumber", "InstitutionName", "ReferringPhysicianName"):
+        for tag in (
+            "PatientName",
+            "PatientID",
+            "PatientBirthDate",
+            "AccessionNumber",
+            "InstitutionName",
+            "ReferringPhysicianName",
+        ):
             assert str(getattr(ds, tag)).strip(), tag
         assert str(ds.PatientID).startswith("PHX") and "synthetic" in ds.InstitutionName
         assert ds.StudyInstanceUID != ds.SOPInstanceUID and len(ds.PixelSpacing) == 2

@@ -27,8 +27,11 @@ def sentence(confidence, *agreements):
 def test_usefulness_is_the_documented_formula_on_literal_numbers() -> None:
     from app.services.reading.reading_order import usefulness
 
-    draft = overview(1, text="Findings: Small left pleural effusion. Heart size normal.",
-                     sentences=[sentence(0.5, 0.5), sentence(1.0, 1.0), {"text": "Impression.", "confidence": 1.0}])
+    draft = overview(
+        1,
+        text="Findings: Small left pleural effusion. Heart size normal.",
+        sentences=[sentence(0.5, 0.5), sentence(1.0, 1.0), {"text": "Impression.", "confidence": 1.0}],
+    )
     rates = {"Pleural Effusion": 0.5, "Pneumothorax": 0.25, "Cardiomegaly": 0.1}
     u = usefulness(draft, rates)
     # sentences with facts: confidences 0.5 and 1.0; one of two facts disagreed on; effusion is stated, so the
@@ -76,8 +79,9 @@ def clinic(data_dir):
         from db import CorrectionRepository, DraftRepository, StudyRepository
 
         s = StudyRepository(db).create(uid_with_split(tag, "train"), f"ANON-{tag}", uploaded_by=rita.id)
-        d = DraftRepository(db).create(s.id, model_name="m", prompt="p", text=draft_text, model_version_id=version.id,
-                                       image_features=features)
+        d = DraftRepository(db).create(
+            s.id, model_name="m", prompt="p", text=draft_text, model_version_id=version.id, image_features=features
+        )
         if report is not None:
             CorrectionRepository(db).create(s.id, author_id=rita.id, text=report, draft_id=d.id, signed=True)
         return s.id, d.id
@@ -122,15 +126,17 @@ def test_a_correction_records_the_ordering_it_was_opened_from(clinic) -> None:
         path.write_bytes(b"png")
         from db import StudyRepository
 
-        StudyRepository(clinic.db).add_image(study_id, display_path=f"seed/{study_id}.png", width=8, height=8,
-                                             source_format="png")
+        StudyRepository(clinic.db).add_image(
+            study_id, display_path=f"seed/{study_id}.png", width=8, height=8, source_format="png"
+        )
     summary = select_round_studies(clinic.db, clinic.settings).summary()
     assert summary.pairs_by_order == {"oldest": 1, "unordered": 1, "useful": 1}
 
     from app.tabs.rounds import pairs_by_order_text
 
-    assert pairs_by_order_text(summary) == ("1 oldest first · 1 not opened from an ordering · "
-                                            "1 most useful to the model first")
+    assert pairs_by_order_text(summary) == (
+        "1 oldest first · 1 not opened from an ordering · 1 most useful to the model first"
+    )
 
 
 def test_the_database_refuses_an_unknown_ordering(clinic) -> None:
@@ -138,8 +144,9 @@ def test_the_database_refuses_an_unknown_ordering(clinic) -> None:
 
     study_id, draft_id = clinic.study("z", "Findings: Clear.")
     with pytest.raises(OrapoError) as exc:
-        CorrectionRepository(clinic.db).create(study_id, author_id=clinic.rita.id, text="x", draft_id=draft_id,
-                                               reading_order="random")
+        CorrectionRepository(clinic.db).create(
+            study_id, author_id=clinic.rita.id, text="x", draft_id=draft_id, reading_order="random"
+        )
     assert exc.value.code == "invalid_reading_order"
 
 
@@ -151,13 +158,20 @@ def test_a_silent_drafts_missed_term_is_the_chance_its_film_holds_a_finding_the_
 
     ptx = {"Pneumothorax"}
     # two films a correction added a pneumothorax to, four signed without one (version 1's drafts)
-    signed = [(draft([1.0, 0.0]), "", ptx, set()), (draft([0.8, 0.2]), "", ptx, set()),
-              (draft([0.0, 1.0]), "", set(), set()), (draft([0.0, 0.8]), "", set(), set()),
-              (draft([0.1, 0.9]), "", set(), set()), (draft([-0.1, 0.9]), "", set(), set())]
+    signed = [
+        (draft([1.0, 0.0]), "", ptx, set()),
+        (draft([0.8, 0.2]), "", ptx, set()),
+        (draft([0.0, 1.0]), "", set(), set()),
+        (draft([0.0, 0.8]), "", set(), set()),
+        (draft([0.1, 0.9]), "", set(), set()),
+        (draft([-0.1, 0.9]), "", set(), set()),
+    ]
     odds = finding_resemblance(signed)[(1, None)]
     ptx_odds = odds.findings["Pneumothorax"]
     # centre (0, 0.9), direction (0.9, -0.8): projection 0 at the films without it, 1 at those it was added to
-    assert ptx_odds.projection([0.0, 0.9]) == pytest.approx(0.0) and ptx_odds.projection([0.9, 0.1]) == pytest.approx(1.0)
+    assert ptx_odds.projection([0.0, 0.9]) == pytest.approx(0.0) and ptx_odds.projection([0.9, 0.1]) == pytest.approx(
+        1.0
+    )
     assert ptx_odds.added == 2 == MIN_EXEMPLARS
     near, middle, far = ptx_odds([0.9, 0.1]), ptx_odds([0.45, 0.5]), ptx_odds([0.0, 0.9])
     assert far < 0.2 < middle < near and near > 0.8  # calibrated on the six signed films
@@ -167,7 +181,11 @@ def test_a_silent_drafts_missed_term_is_the_chance_its_film_holds_a_finding_the_
 
     def unread(features, version=1, text="Findings: The lungs are clear."):
         o = overview(9, text=text, sentences=[])
-        o.latest_draft.image_features, o.latest_draft.model_version_id, o.latest_draft.model_name = features, version, "m"
+        o.latest_draft.image_features, o.latest_draft.model_version_id, o.latest_draft.model_name = (
+            features,
+            version,
+            "m",
+        )
         return usefulness(o, rates, {(1, None): odds}).missed
 
     # 1 - (1 - 0.5 P(ptx | image)) (1 - 0.2 P(cardiomegaly)), with cardiomegaly never signed here: P 0
@@ -230,7 +248,7 @@ def test_atypicality_scores_what_the_drafts_findings_do_not_explain_of_the_image
     assert scores[100] < 0.9  # a big heart, stated in its draft, is no surprise
     assert 102 not in scores and len(scores) == 32 and min(scores.values()) == 0.0
     # signed drafts of the same model count towards the fit, but are not scored
-    signed = [(o.latest_draft, "", set(), stated_findings(o.latest_draft.text)) for o in ordinary[:MIN_ATYPICAL - 2]]
+    signed = [(o.latest_draft, "", set(), stated_findings(o.latest_draft.text)) for o in ordinary[: MIN_ATYPICAL - 2]]
     assert set(image_atypicality([explained, unexplained], signed)) == {100, 101}
     assert image_atypicality([explained, unexplained], signed[:-1]) == {}  # fewer than MIN_ATYPICAL drafts
     # findings the caller already labelled are used as given: said to state nothing, the big heart is a surprise

@@ -113,8 +113,12 @@ def test_a_draft_in_flight_on_an_evicted_model_finishes_and_the_model_is_then_fr
     from app.services.reading.registry import ModelRegistry
 
     gate = threading.Event()
-    registry = ModelRegistry(None, None, max_resident=2,
-                             loader=lambda served: _GatedDrafter(served.name, gate if served.version_id == 0 else None))
+    registry = ModelRegistry(
+        None,
+        None,
+        max_resident=2,
+        loader=lambda served: _GatedDrafter(served.name, gate if served.version_id == 0 else None),
+    )
     first = registry.drafter(_served(0))
     first_ref = weakref.ref(first)
     results: list[str] = []
@@ -167,7 +171,10 @@ def test_the_draft_batching_window_comes_from_the_settings(monkeypatch, tmp_path
 
     loader = lambda served: _GatedDrafter(served.name)  # noqa: E731
     monkeypatch.delenv("ORAPO_DRAFT_WAIT_MS", raising=False)
-    assert ModelRegistry(Settings(data_dir=tmp_path), None, loader=loader).batcher(_served(0)).max_wait_s == DRAFT_MAX_WAIT_S
+    assert (
+        ModelRegistry(Settings(data_dir=tmp_path), None, loader=loader).batcher(_served(0)).max_wait_s
+        == DRAFT_MAX_WAIT_S
+    )
     monkeypatch.setenv("ORAPO_DRAFT_WAIT_MS", "250")
     registry = ModelRegistry(Settings(data_dir=tmp_path), None, loader=loader)  # an engine Settings: read from the env
     assert registry.batcher(_served(0)).max_wait_s == 0.25

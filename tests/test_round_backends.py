@@ -56,7 +56,9 @@ def test_the_backend_is_local_by_default_and_read_from_the_environment(monkeypat
 def test_every_backend_setting_has_help_and_is_documented():
     root = Path(__file__).resolve().parents[1]
     pages = root / "docs" / "pages"
-    text = "".join((pages / name).read_text() for name in ("reference/configuration.md", "deploy/scaling-out-backends.md"))
+    text = "".join(
+        (pages / name).read_text() for name in ("reference/configuration.md", "deploy/scaling-out-backends.md")
+    )
     for name, field in RoundBackendSettings.model_fields.items():
         assert field.description, name
         assert f"ORAPO_{name.upper()}" in text, f"ORAPO_{name.upper()} is not documented"
@@ -66,16 +68,31 @@ def test_a_cluster_runs_the_same_command_with_its_python_and_the_launcher_before
     assert cluster_command(TRAIN, "training", settings()) == TRAIN
     launcher = "accelerate launch --config_file orapo_core/train/recipes/accelerate_zero2.yaml --num_processes 2"
     s = settings(round_launcher=launcher, round_python="/shared/orapo/.venv/bin/python")
-    assert cluster_command(TRAIN, "training", s) == [*launcher.split(), "-m", "app.cli", "train", "--config", "r.yaml",
-                                                      "--max_steps", "2"]
+    assert cluster_command(TRAIN, "training", s) == [
+        *launcher.split(),
+        "-m",
+        "app.cli",
+        "train",
+        "--config",
+        "r.yaml",
+        "--max_steps",
+        "2",
+    ]
     evaluate = [sys.executable, "-m", "app.cli", "rounds", "worker", "evaluate", "spec.json", "out.json"]
     assert cluster_command(evaluate, "evaluating", s) == ["/shared/orapo/.venv/bin/python", *evaluate[1:]]
 
 
 def test_a_cluster_job_gets_no_database_url_and_no_secret():
-    env = job_environment({"EXTRA": "1"}, environ={"ORAPO_DATABASE_URL": "postgresql://u:pw@db/x", "ORAPO_DEID_SECRET": "s",
-                                                   "ORAPO_DICOMWEB_PASSWORD": "p", "ORAPO_DATA_DIR": "/shared/data",
-                                                   "PATH": "/usr/bin"})
+    env = job_environment(
+        {"EXTRA": "1"},
+        environ={
+            "ORAPO_DATABASE_URL": "postgresql://u:pw@db/x",
+            "ORAPO_DEID_SECRET": "s",
+            "ORAPO_DICOMWEB_PASSWORD": "p",
+            "ORAPO_DATA_DIR": "/shared/data",
+            "PATH": "/usr/bin",
+        },
+    )
     assert "ORAPO_DATABASE_URL" not in env and "ORAPO_DEID_SECRET" not in env and "ORAPO_DICOMWEB_PASSWORD" not in env
     assert env["ORAPO_DATA_DIR"] == "/shared/data" and env["EXTRA"] == "1" and env["OMP_NUM_THREADS"] == "1"
     assert env["PYTHONPATH"].split(":")[0] == str(Path(__file__).resolve().parents[1])
@@ -92,8 +109,9 @@ def test_the_stored_job_is_the_cluster_handle_or_a_live_local_pid():
 
 def test_the_local_backend_runs_a_child_and_reports_its_exit_code(tmp_path):
     backend = Backends(settings()).of("local")
-    job = backend.submit(JobSpec([sys.executable, "-c", "print('hello'); raise SystemExit(3)"], tmp_path / "x.log",
-                                 "training", 1))
+    job = backend.submit(
+        JobSpec([sys.executable, "-c", "print('hello'); raise SystemExit(3)"], tmp_path / "x.log", "training", 1)
+    )
     assert job.backend == "local" and job.pid
     for _ in range(200):
         state = backend.poll(job)
@@ -123,8 +141,12 @@ class FakeSlurm:
         self.envs.append(kwargs.get("env"))
         tool = argv[0]
         if tool == "sbatch":
-            return subprocess.CompletedProcess(argv, 0 if self.sbatch.strip()[:1].isdigit() else 1,
-                                               self.sbatch if self.sbatch.strip()[:1].isdigit() else "", self.sbatch)
+            return subprocess.CompletedProcess(
+                argv,
+                0 if self.sbatch.strip()[:1].isdigit() else 1,
+                self.sbatch if self.sbatch.strip()[:1].isdigit() else "",
+                self.sbatch,
+            )
         if tool == "scontrol":
             return subprocess.CompletedProcess(argv, 0 if self.scontrol else 1, self.scontrol, self.scontrol_err)
         if tool == "sacct":
@@ -135,9 +157,11 @@ class FakeSlurm:
 
 
 def scontrol_line(state: str, exit_code: str = "0:0", reason: str = "None") -> str:
-    return (f"JobId=4711 JobName=orapo-round-3-training UserId=orapo(1000) JobState={state} Reason={reason} "
-            f"Dependency=(null) Requeue=0 Restarts=0 BatchFlag=1 ExitCode={exit_code} RunTime=00:01:02 "
-            f"Partition=gpu NodeList=gpu-01 StdOut=/shared/data/rounds/3/train.log\n")
+    return (
+        f"JobId=4711 JobName=orapo-round-3-training UserId=orapo(1000) JobState={state} Reason={reason} "
+        f"Dependency=(null) Requeue=0 Restarts=0 BatchFlag=1 ExitCode={exit_code} RunTime=00:01:02 "
+        f"Partition=gpu NodeList=gpu-01 StdOut=/shared/data/rounds/3/train.log\n"
+    )
 
 
 def slurm(fake: FakeSlurm, **values):
@@ -151,19 +175,34 @@ def slurm(fake: FakeSlurm, **values):
 def test_sbatch_gets_a_job_script_with_the_resources_and_the_same_command(tmp_path, monkeypatch):
     monkeypatch.setenv("ORAPO_DATABASE_URL", "postgresql://u:pw@db/x")
     fake = FakeSlurm(sbatch="4711;cluster-a\n")
-    backend, _ = slurm(fake, slurm_partition="gpu", slurm_gpus=1, slurm_time="04:00:00", slurm_mem="64G",
-                       slurm_cpus=8, slurm_args="--account=radiology --qos=normal",
-                       round_launcher="accelerate launch --num_processes 1")
+    backend, _ = slurm(
+        fake,
+        slurm_partition="gpu",
+        slurm_gpus=1,
+        slurm_time="04:00:00",
+        slurm_mem="64G",
+        slurm_cpus=8,
+        slurm_args="--account=radiology --qos=normal",
+        round_launcher="accelerate launch --num_processes 1",
+    )
     job = backend.submit(JobSpec(TRAIN, tmp_path / "train.log", "training", 3))
     assert job == JobHandle("slurm", "4711", "training", str(tmp_path / "train.log"))
     argv = fake.calls[0]
     assert argv[:4] == ["sbatch", "--parsable", "--account=radiology", "--qos=normal"]
     script = Path(argv[-1]).read_text()
     assert Path(argv[-1]) == tmp_path / "jobs" / "training.sbatch"
-    for line in ("#SBATCH --job-name=orapo-round-3-training", f"#SBATCH --output={tmp_path / 'train.log'}",
-                 "#SBATCH --open-mode=append", "#SBATCH --partition=gpu", "#SBATCH --gres=gpu:1",
-                 "#SBATCH --time=04:00:00", "#SBATCH --mem=64G", "#SBATCH --cpus-per-task=8", "#SBATCH --no-requeue",
-                 "exec accelerate launch --num_processes 1 -m app.cli train --config r.yaml --max_steps 2"):
+    for line in (
+        "#SBATCH --job-name=orapo-round-3-training",
+        f"#SBATCH --output={tmp_path / 'train.log'}",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --gres=gpu:1",
+        "#SBATCH --time=04:00:00",
+        "#SBATCH --mem=64G",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --no-requeue",
+        "exec accelerate launch --num_processes 1 -m app.cli train --config r.yaml --max_steps 2",
+    ):
         assert line in script.splitlines(), line
     assert "ORAPO_DATABASE_URL" not in fake.envs[0]  # sbatch exports its environment to the job: no secrets in it
 
@@ -175,19 +214,22 @@ def test_a_refused_submission_is_an_error_with_slurms_sentence(tmp_path):
     assert exc.value.code == "slurm_submit_failed" and "invalid partition specified: gpu" in exc.value.message
 
 
-@pytest.mark.parametrize(("state", "exit_code", "status", "code", "said"), [
-    ("PENDING", "0:0", "running", None, ""),
-    ("RUNNING", "0:0", "running", None, ""),
-    ("COMPLETING", "0:0", "running", None, ""),
-    ("COMPLETED", "0:0", "finished", 0, ""),
-    ("FAILED", "3:0", "finished", 3, "SLURM job 4711 failed: the worker exited with status 3"),
-    ("FAILED", "0:9", "finished", -9, "SLURM job 4711 failed: the worker was killed by SIGKILL"),
-    ("OUT_OF_MEMORY", "0:125", "finished", -125, "ran out of memory (OUT_OF_MEMORY)"),
-    ("TIMEOUT", "0:0", "finished", 1, "reached its time limit (TIMEOUT)"),
-    ("PREEMPTED", "0:0", "finished", 1, "was pre-empted"),
-    ("NODE_FAIL", "0:0", "finished", 1, "lost its node"),
-    ("CANCELLED", "0:15", "finished", -15, "was cancelled outside the app"),
-])
+@pytest.mark.parametrize(
+    ("state", "exit_code", "status", "code", "said"),
+    [
+        ("PENDING", "0:0", "running", None, ""),
+        ("RUNNING", "0:0", "running", None, ""),
+        ("COMPLETING", "0:0", "running", None, ""),
+        ("COMPLETED", "0:0", "finished", 0, ""),
+        ("FAILED", "3:0", "finished", 3, "SLURM job 4711 failed: the worker exited with status 3"),
+        ("FAILED", "0:9", "finished", -9, "SLURM job 4711 failed: the worker was killed by SIGKILL"),
+        ("OUT_OF_MEMORY", "0:125", "finished", -125, "ran out of memory (OUT_OF_MEMORY)"),
+        ("TIMEOUT", "0:0", "finished", 1, "reached its time limit (TIMEOUT)"),
+        ("PREEMPTED", "0:0", "finished", 1, "was pre-empted"),
+        ("NODE_FAIL", "0:0", "finished", 1, "lost its node"),
+        ("CANCELLED", "0:15", "finished", -15, "was cancelled outside the app"),
+    ],
+)
 def test_slurm_states_map_to_the_rounds_outcomes(state, exit_code, status, code, said):
     from app.services.rounds.backends.slurm import job_state
 
@@ -283,8 +325,9 @@ def test_a_ray_job_runs_the_same_command_from_the_checkout_with_the_apps_setting
     monkeypatch.setenv("ORAPO_DATA_DIR", "/shared/data")
     monkeypatch.setenv("ORAPO_DATABASE_URL", "postgresql://u:pw@db/x")
     client = FakeRayClient()
-    backend = RayBackend(settings(ray_address="http://head:8265", ray_gpus=1, round_launcher="accelerate launch"),
-                         client=client)
+    backend = RayBackend(
+        settings(ray_address="http://head:8265", ray_gpus=1, round_launcher="accelerate launch"), client=client
+    )
     job = backend.submit(JobSpec(TRAIN, tmp_path / "train.log", "training", 3))
     sent = client.submitted[0]
     root = Path(__file__).resolve().parents[1]
@@ -316,7 +359,10 @@ def test_ray_states_logs_and_stop(tmp_path):
     assert job_state("j", "SUCCEEDED", 0).ok
     failed = job_state("j", "FAILED", -9, "Job entrypoint command failed with exit code -9")
     assert failed.exit_code == -9 and "killed by SIGKILL" in failed.describe()
-    assert job_state("j", "FAILED", None, "Job supervisor actor died").describe() == "Ray job j failed: Job supervisor actor died"
+    assert (
+        job_state("j", "FAILED", None, "Job supervisor actor died").describe()
+        == "Ray job j failed: Job supervisor actor died"
+    )
     client.info = None
     assert RayBackend(settings(ray_address="http://head:8265"), client=client).poll(job).status == "gone"
 
@@ -366,13 +412,22 @@ def test_a_cluster_failure_fails_the_round_with_the_jobs_ending_and_log_tail(dat
     rounds.transition(record.id, "running")
     backend = ScriptedBackend([JobState("running"), job_state("7", "OUT_OF_MEMORY", "0:125")])
     watch = RoundWatch(database, Backends(settings(), current=backend))
-    plan = SimpleNamespace(round_id=record.id, round_dir=tmp_path, policy=SimpleNamespace(poll_s=0, cancel_grace_s=1),
-                           to_dict=lambda: {"round_id": record.id})
+    plan = SimpleNamespace(
+        round_id=record.id,
+        round_dir=tmp_path,
+        policy=SimpleNamespace(poll_s=0, cancel_grace_s=1),
+        to_dict=lambda: {"round_id": record.id},
+    )
     run = RunningRound(plan)
     ended = watch.child(run, ["orapo", "train"], tmp_path / "train.log", phase="training")
     assert not ended.ok and ended.reason == "OUT_OF_MEMORY"
     stored = rounds.get(record.id)
-    assert stored.metrics["job"] == {"backend": "slurm", "id": "7", "phase": "training", "log_path": str(tmp_path / "train.log")}
+    assert stored.metrics["job"] == {
+        "backend": "slurm",
+        "id": "7",
+        "phase": "training",
+        "log_path": str(tmp_path / "train.log"),
+    }
     assert stored.pid is None and (tmp_path / "plan.json").is_file()
     watch.fail(run, "worker_failed", watch.failure(run.job, ended, tmp_path / "train.log"))
     error = rounds.get(record.id).error

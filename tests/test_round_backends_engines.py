@@ -32,8 +32,9 @@ def cluster(request, monkeypatch):
 
     if request.param == "slurm":
         monkeypatch.setenv("SLURM_CONF", require_slurm())
-        return RoundBackendSettings(round_backend="slurm", slurm_partition="debug", slurm_mem="3G", slurm_time="00:10:00",
-                                    slurm_poll_s=1.0)
+        return RoundBackendSettings(
+            round_backend="slurm", slurm_partition="debug", slurm_mem="3G", slurm_time="00:10:00", slurm_poll_s=1.0
+        )
     return RoundBackendSettings(round_backend="ray", ray_address=require_ray(), ray_poll_s=0.5)
 
 
@@ -61,11 +62,14 @@ def service(env, **policy):
     from app.services.rounds.backends import Backends
 
     defaults = dict(recipe=SMOKE, min_heldout=1, eval_max_new_tokens=8, poll_s=0.2, cancel_grace_s=10.0)
-    return RoundService(env.db, env.settings, policy=RoundPolicy(**{**defaults, **policy}), backends=Backends(env.cluster))
+    return RoundService(
+        env.db, env.settings, policy=RoundPolicy(**{**defaults, **policy}), backends=Backends(env.cluster)
+    )
 
 
 def training_job(rounds, round_id, *, running: bool = True):
     """The round's training job as the round stores it, once submitted (and with `running`, once its process runs)."""
+
     def submitted():
         job = rounds.get_round(round_id).metrics.get("job") or {}
         if job.get("phase") != "training":
@@ -99,6 +103,7 @@ def test_cancelling_a_round_stops_its_job_on_the_cluster(env):
     cancelled = rounds.cancel_round(record.id, actor=env.admin)
     assert cancelled.status == "cancelled" and "boss" in cancelled.error
     backend = Backends(env.cluster).for_job(job)
+
     def ended_state():
         state = backend.poll(job)
         return None if state.active else state
@@ -116,11 +121,14 @@ def test_a_killed_job_fails_the_round_with_its_log_and_changes_nothing(env):
     rounds = service(env)
     record = rounds.start_round(actor=env.admin, settings=LONG_TRAINING, wait=False)
     training_job(rounds, record.id)
-    pids = wait_for(lambda: processes_with("app.cli", "train", str(rounds.round_dir(record.id))), 60, "the training process")
+    pids = wait_for(
+        lambda: processes_with("app.cli", "train", str(rounds.round_dir(record.id))), 60, "the training process"
+    )
     for pid in pids:
         os.kill(pid, signal.SIGKILL)  # what the kernel's out-of-memory killer does
-    record = wait_for(lambda: rounds.get_round(record.id).status != "running", 60, "the round to end") and \
-        rounds.get_round(record.id)
+    record = wait_for(
+        lambda: rounds.get_round(record.id).status != "running", 60, "the round to end"
+    ) and rounds.get_round(record.id)
     assert record.status == "failed" and record.error.startswith("worker_failed: "), record.error
     assert "SIGKILL" in record.error and "Last lines of train.log:" in record.error, record.error
     assert ModelVersionRepository(env.db).promoted().id == env.base.id

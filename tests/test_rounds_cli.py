@@ -41,8 +41,13 @@ def _sets(values: dict) -> list[str]:
 def test_rounds_run_wait_then_list_show_versions_and_rollback(cli_env, capsys):
     from db import AuditRepository, ModelVersionRepository
 
-    policy = {"min_heldout": 1, "eval_max_new_tokens": 8, "evaluate_in_subprocess": "false", "f1_tolerance": 1.0,
-              "reward_margin": -1.0}
+    policy = {
+        "min_heldout": 1,
+        "eval_max_new_tokens": 8,
+        "evaluate_in_subprocess": "false",
+        "f1_tolerance": 1.0,
+        "reward_margin": -1.0,
+    }
     code = main(["rounds", "run", "--wait", "--recipe", SMOKE, *_sets({**FAST_TRAINING, **policy})])
     out, err = capsys.readouterr()
     assert code == 0, err + out
@@ -76,7 +81,9 @@ def test_rounds_run_wait_then_list_show_versions_and_rollback(cli_env, capsys):
     # impossible gate rejects it while a detached supervisor process does the watching.
     from db import UserRepository
 
-    seed_study(cli_env.db, cli_env.settings, cli_env.phantom[2], author=UserRepository(cli_env.db).get_by_username("rita"))
+    seed_study(
+        cli_env.db, cli_env.settings, cli_env.phantom[2], author=UserRepository(cli_env.db).get_by_username("rita")
+    )
     impossible = {**policy, "reward_margin": 1.0}
     assert main(["rounds", "run", "--recipe", SMOKE, *_sets({**FAST_TRAINING, **impossible})]) == 0
     assert "Round 2 started (supervisor pid" in capsys.readouterr().out

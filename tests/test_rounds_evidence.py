@@ -20,21 +20,29 @@ from orapo_core.facts.metrics import clinical_efficacy
 
 
 def row(i, reference, stated, reward=None):
-    return {"study_id": f"s{i}", "labels": dict.fromkeys(stated, 1), "reference": dict.fromkeys(reference, 1),
-            "facts_score": reward}
+    return {
+        "study_id": f"s{i}",
+        "labels": dict.fromkeys(stated, 1),
+        "reference": dict.fromkeys(reference, 1),
+        "facts_score": reward,
+    }
 
 
 REFERENCE = [{"Cardiomegaly"}, {"Edema"}, {"Cardiomegaly", "Pleural Effusion"}, set(), {"Edema"}, {"Pleural Effusion"}]
 SERVED_STATED = [{"Cardiomegaly"}, set(), {"Cardiomegaly"}, {"Edema"}, {"Edema"}, set()]
 CANDIDATE_STATED = [{"Cardiomegaly"}, {"Edema"}, {"Cardiomegaly", "Pleural Effusion"}, set(), {"Edema"}, {"Edema"}]
-SERVED = [row(i, *study) for i, study in enumerate(zip(REFERENCE, SERVED_STATED, [0.6, 0.2, 0.5, 0.4, 0.9, 0.1],
-                                                       strict=True))]
-CANDIDATE = [row(i, *study) for i, study in enumerate(zip(REFERENCE, CANDIDATE_STATED, [0.7, 0.6, None, 0.5, 0.9, 0.3],
-                                                          strict=True))]
+SERVED = [
+    row(i, *study) for i, study in enumerate(zip(REFERENCE, SERVED_STATED, [0.6, 0.2, 0.5, 0.4, 0.9, 0.1], strict=True))
+]
+CANDIDATE = [
+    row(i, *study)
+    for i, study in enumerate(zip(REFERENCE, CANDIDATE_STATED, [0.7, 0.6, None, 0.5, 0.9, 0.3], strict=True))
+]
 
 
 def brute_force(metric, weights):
     """The metric of each model on the studies drawn (study i repeated weights[i] times), recomputed from scratch."""
+
     def value(rows):
         drawn = [r for r, k in zip(rows, weights, strict=True) for _ in range(int(k))]
         if metric == "macro_f1_14":
@@ -51,8 +59,9 @@ def test_the_paired_bootstrap_is_the_metric_recomputed_on_the_same_resampled_stu
     everything = brute_force(metric, [1] * len(SERVED))
     assert interval.delta == pytest.approx(everything) and interval.studies == 6
     if metric == "macro_f1_14":  # the point estimates are the evaluator's own numbers
-        assert interval.served == pytest.approx(clinical_efficacy([r["labels"] for r in SERVED],
-                                                                  [r["reference"] for r in SERVED]).macro_f1_14)
+        assert interval.served == pytest.approx(
+            clinical_efficacy([r["labels"] for r in SERVED], [r["reference"] for r in SERVED]).macro_f1_14
+        )
     else:  # the unscorable draft is left out of the candidate's mean, as evaluate_drafter leaves it out
         assert interval.candidate == pytest.approx((0.7 + 0.6 + 0.5 + 0.9 + 0.3) / 5)
     draws = [brute_force(metric, w) for w in resample_weights(6, 300, seed=7)]
@@ -101,8 +110,9 @@ def test_a_correction_adds_what_the_signed_report_states_and_the_draft_did_not_a
 def heldout_study(i, *positive):
     from app.services.rounds.heldout import HeldoutStudy
 
-    return HeldoutStudy(study_id=f"db-{i}", image_path=f"/x/{i}.png", findings="", impression="",
-                        labels=dict.fromkeys(positive, 1))
+    return HeldoutStudy(
+        study_id=f"db-{i}", image_path=f"/x/{i}.png", findings="", impression="", labels=dict.fromkeys(positive, 1)
+    )
 
 
 def test_the_top_up_draws_the_pool_in_chunks_until_each_corrected_finding_has_enough_negatives():
@@ -117,8 +127,10 @@ def test_the_top_up_draws_the_pool_in_chunks_until_each_corrected_finding_has_en
 
     def pool(start, n):  # a pool at "usual prevalence": every third film an effusion, every fifth edema too
         asked.append((start, n))
-        return [heldout_study(100 + i, *(["Pleural Effusion"] if i % 3 == 0 else []) + (["Edema"] if i % 5 == 0 else []))
-                for i in range(start, start + n)]
+        return [
+            heldout_study(100 + i, *(["Pleural Effusion"] if i % 3 == 0 else []) + (["Edema"] if i % 5 == 0 else []))
+            for i in range(start, start + n)
+        ]
 
     topped = top_up(heldout, ["Pleural Effusion", "Edema"], 15, pool, chunk=4)
     added = topped.studies[12:]
@@ -147,7 +159,9 @@ def test_the_top_up_stops_at_its_cap_and_leaves_a_finding_short():
 
     topped = top_up(heldout, ["Pleural Other"], 100, pool, limit=25, chunk=10)
     assert asked == [(0, 10), (10, 10), (20, 5)]
-    assert len(topped.studies) == 5 + 13 and negatives_short(topped.studies, ["Pleural Other"], 100) == {"Pleural Other": 82}
+    assert len(topped.studies) == 5 + 13 and negatives_short(topped.studies, ["Pleural Other"], 100) == {
+        "Pleural Other": 82
+    }
 
 
 def test_select_heldout_tops_up_from_a_usual_prevalence_pool_so_effusion_films_are_pleural_others_negatives(tmp_path):
@@ -160,8 +174,9 @@ def test_select_heldout_tops_up_from_a_usual_prevalence_pool_so_effusion_films_a
     settings = Settings(data_dir=tmp_path / "data", deid_secret="t")
     db = open_database(settings)
     corrected = ["Pleural Other", "Pleural Effusion"]
-    heldout = select_heldout(db, settings, min_heldout=5, phantom_studies=30, phantom_size=64,
-                             negatives_for=corrected, min_negatives=40)
+    heldout = select_heldout(
+        db, settings, min_heldout=5, phantom_studies=30, phantom_size=64, negatives_for=corrected, min_negatives=40
+    )
     own = [s for s in heldout.studies if not s.source]
     added = [s for s in heldout.studies if s.source == TOPUP_SOURCE]
     assert heldout.source == "phantomcxr_valid" and own and added
@@ -176,8 +191,10 @@ def test_select_heldout_tops_up_from_a_usual_prevalence_pool_so_effusion_films_a
     assert heldout.topped_up_for == corrected
 
     # drafted perfectly: the top-up's effusion films are effusion's recall for neither model, and Pleural Other's negatives
-    rows = [{"study_id": r.study_id, "labels": r.labels, "reference": r.labels, "source": r.source}
-            for r in heldout.records()]
+    rows = [
+        {"study_id": r.study_id, "labels": r.labels, "reference": r.labels, "source": r.source}
+        for r in heldout.records()
+    ]
     effusion = finding_check("Pleural Effusion", {}, rows, rows)
     assert effusion.served.recall.of == sum(is_positive(s.labels, "Pleural Effusion") for s in own)
     other = finding_check("Pleural Other", {}, rows, rows)
@@ -189,5 +206,10 @@ def test_select_heldout_tops_up_from_a_usual_prevalence_pool_so_effusion_films_a
     pool = sorted((settings.resolved_data_dir / "heldout").glob("phantomcxr-pool-*/*"))
     assert [p.name for p in pool] == ["0-100"] and pool[0].parent.name == "phantomcxr-pool-30000000-64"
     stamp = (pool[0] / ".complete").stat().st_mtime_ns
-    assert select_heldout(db, settings, min_heldout=5, phantom_studies=30, phantom_size=64, negatives_for=corrected,
-                          min_negatives=40) == heldout and (pool[0] / ".complete").stat().st_mtime_ns == stamp
+    assert (
+        select_heldout(
+            db, settings, min_heldout=5, phantom_studies=30, phantom_size=64, negatives_for=corrected, min_negatives=40
+        )
+        == heldout
+        and (pool[0] / ".complete").stat().st_mtime_ns == stamp
+    )

@@ -27,9 +27,16 @@ def model(n, wrong=(), *, reward_shift=0.0, false_effusions=0, source="holdout_s
             negatives += 1
             if negatives <= false_effusions:
                 stated.add("Pleural Effusion")
-        rows.append({"study_id": f"{source}-{i}", "draft": " ".join(sorted(stated)), "labels": dict.fromkeys(stated, 1),
-                     "reference": dict.fromkeys(reference, 1), "facts_score": 0.5 + 0.2 * math.sin(i) + reward_shift,
-                     "source": source})
+        rows.append(
+            {
+                "study_id": f"{source}-{i}",
+                "draft": " ".join(sorted(stated)),
+                "labels": dict.fromkeys(stated, 1),
+                "reference": dict.fromkeys(reference, 1),
+                "facts_score": 0.5 + 0.2 * math.sin(i) + reward_shift,
+                "source": source,
+            }
+        )
     return rows
 
 
@@ -65,8 +72,10 @@ def test_a_clearly_better_candidate_on_a_big_set_is_promoted_and_its_numbers_com
     lines = decision_lines(decision)
     assert lines[0] == "held-out: 2000 signed held-out studies of the clinic"
     assert lines[1].startswith("macro-F1 0.3061 (served 0.2857): +0.0205, 95% interval [")
-    assert ("Pleural Effusion (added by 5, removed by 0 corrections): recall 300/400 = 75.0% (served 266/400 = 66.5%); "
-            "false positives 0/1600 = 0.0% (served 0/1600 = 0.0%)") in lines
+    assert (
+        "Pleural Effusion (added by 5, removed by 0 corrections): recall 300/400 = 75.0% (served 266/400 = 66.5%); "
+        "false positives 0/1600 = 0.0% (served 0/1600 = 0.0%)"
+    ) in lines
 
 
 def test_a_clearly_worse_candidate_is_rejected():
@@ -92,7 +101,9 @@ def test_false_positives_rising_from_1_to_4_percent_are_not_promoted():
     assert old_rule_promotes(decision) and not decision.promote and not decision.hold
     assert "rise 3.0 points over the served model's 16/1600 = 1.0% (more than 2)" in decision.reason
     # at +1.5 points the same candidate passes; a finding corrected fewer than 3 times is not checked at all
-    assert decide(model(2000, every(4), reward_shift=0.05, false_effusions=40), served, changes=EFFUSION_CORRECTED).promote
+    assert decide(
+        model(2000, every(4), reward_shift=0.05, false_effusions=40), served, changes=EFFUSION_CORRECTED
+    ).promote
     rare = {"Pleural Effusion": {"added": 1, "removed": 1}}
     assert decide(candidate, served, changes=rare).promote and not decide(candidate, served, changes=rare).findings
 
@@ -102,20 +113,29 @@ def test_a_set_too_small_to_measure_a_corrected_findings_false_positives_says_so
     assert old_rule_promotes(decide(candidate, served))
     decision = decide(candidate, served, changes=EFFUSION_CORRECTED)
     assert decision.hold and not decision.promote
-    assert decision.reason == ("held for an administrator: too few held-out studies to measure the false positives of "
-                               "Pleural Effusion (20 without it): fewer than min_finding_negatives=100 for a 5% "
-                               "false-positive rate")
+    assert decision.reason == (
+        "held for an administrator: too few held-out studies to measure the false positives of "
+        "Pleural Effusion (20 without it): fewer than min_finding_negatives=100 for a 5% "
+        "false-positive rate"
+    )
     assert decision_lines(decision)[-1] == (
         "Pleural Effusion (added by 5, removed by 0 corrections): recall not measurable: 5 held-out studies with it, "
-        "fewer than min_finding_positives=10 (found 5/5, served 5/5); false positives 0/20 = 0.0% (served 0/20 = 0.0%)")
+        "fewer than min_finding_positives=10 (found 5/5, served 5/5); false positives 0/20 = 0.0% (served 0/20 = 0.0%)"
+    )
     smaller = GatePolicy(min_finding_negatives=20)  # an admin's own minimum; the 5 positives alone hold nothing
     assert decide(candidate, served, smaller, changes=EFFUSION_CORRECTED).promote
 
 
 def with_rare(rows, finding, positives, stated):
     """`rows` with `finding` in the reference of the first `positives` studies, stated on the first `stated`."""
-    return [dict(r, reference={**r["reference"], finding: 1}, labels={**r["labels"], finding: 1}) if i < stated
-            else dict(r, reference={**r["reference"], finding: 1}) if i < positives else r for i, r in enumerate(rows)]
+    return [
+        dict(r, reference={**r["reference"], finding: 1}, labels={**r["labels"], finding: 1})
+        if i < stated
+        else dict(r, reference={**r["reference"], finding: 1})
+        if i < positives
+        else r
+        for i, r in enumerate(rows)
+    ]
 
 
 def test_too_few_positives_for_a_corrected_findings_recall_holds_nothing_and_its_line_says_not_measurable():
@@ -127,40 +147,63 @@ def test_too_few_positives_for_a_corrected_findings_recall_holds_nothing_and_its
     assert "Pleural Other" not in decision.reason and "min_finding_positives" not in decision.reason
     assert "2 corrected finding(s) within the false-positive limits" in decision.reason
     other = decision_lines(decision)[-1]
-    assert other == ("Pleural Other (added by 150, removed by 0 corrections): recall not measurable: 4 held-out studies "
-                     "with it, fewer than min_finding_positives=10 (found 3/4, served 1/4); false positives 0/1996 = 0.0% "
-                     "(served 0/1996 = 0.0%)")
+    assert other == (
+        "Pleural Other (added by 150, removed by 0 corrections): recall not measurable: 4 held-out studies "
+        "with it, fewer than min_finding_positives=10 (found 3/4, served 1/4); false positives 0/1996 = 0.0% "
+        "(served 0/1996 = 0.0%)"
+    )
     assert decision_lines(decision)[-2].startswith("Pleural Effusion (added by 5, removed by 0 corrections): recall 3")
     measurable = decide(candidate, served, GatePolicy(min_finding_positives=4), changes=changes)
     assert "recall 3/4 = 75.0% (served 1/4 = 25.0%)" in decision_lines(measurable)[-1]
 
 
 #: What a real round's 150 corrections teaching pleural other changed (issue 40's measurement): 11 corrected findings.
-MANY_CORRECTED = {"Pleural Other": {"added": 150, "removed": 0}, "Lung Opacity": {"added": 21, "removed": 29},
-                  "Atelectasis": {"added": 23, "removed": 0}, "Pleural Effusion": {"added": 11, "removed": 5},
-                  "Lung Lesion": {"added": 10, "removed": 0}, "Pneumonia": {"added": 7, "removed": 0},
-                  "Consolidation": {"added": 7, "removed": 5}, "Support Devices": {"added": 7, "removed": 2},
-                  "Pneumothorax": {"added": 5, "removed": 0}, "Fracture": {"added": 4, "removed": 0},
-                  "Enlarged Cardiomediastinum": {"added": 4, "removed": 0}}
+MANY_CORRECTED = {
+    "Pleural Other": {"added": 150, "removed": 0},
+    "Lung Opacity": {"added": 21, "removed": 29},
+    "Atelectasis": {"added": 23, "removed": 0},
+    "Pleural Effusion": {"added": 11, "removed": 5},
+    "Lung Lesion": {"added": 10, "removed": 0},
+    "Pneumonia": {"added": 7, "removed": 0},
+    "Consolidation": {"added": 7, "removed": 5},
+    "Support Devices": {"added": 7, "removed": 2},
+    "Pneumothorax": {"added": 5, "removed": 0},
+    "Fracture": {"added": 4, "removed": 0},
+    "Enlarged Cardiomediastinum": {"added": 4, "removed": 0},
+}
 
 
 def test_with_eleven_corrected_findings_the_reason_names_only_those_that_fail_and_every_one_has_its_line():
     served = model(2000, every(3))
-    candidate = [dict(r, labels={**r["labels"], "Pleural Other": 1}) if i % 12 == 1 else r
-                 for i, r in enumerate(model(2000, every(4), reward_shift=0.05))]  # pleural other on 1 film in 12
+    candidate = [
+        dict(r, labels={**r["labels"], "Pleural Other": 1}) if i % 12 == 1 else r
+        for i, r in enumerate(model(2000, every(4), reward_shift=0.05))
+    ]  # pleural other on 1 film in 12
     decision = decide(candidate, served, changes=MANY_CORRECTED)
     assert not decision.promote and not decision.hold
     failing = [name for name in MANY_CORRECTED if name in decision.reason]
     assert failing == ["Pleural Other"] and decision.reason.count("false positives") == 1
     assert "Pleural Other false positives 167/2000 = 8.3% exceed 5% (served" in decision.reason
     assert [line.split(" (added")[0] for line in decision_lines(decision)[3:]] == [
-        "Enlarged Cardiomediastinum", "Lung Opacity", "Lung Lesion", "Consolidation", "Pneumonia", "Atelectasis",
-        "Pneumothorax", "Pleural Effusion", "Pleural Other", "Fracture", "Support Devices"]  # CheXpert order
+        "Enlarged Cardiomediastinum",
+        "Lung Opacity",
+        "Lung Lesion",
+        "Consolidation",
+        "Pneumonia",
+        "Atelectasis",
+        "Pneumothorax",
+        "Pleural Effusion",
+        "Pleural Other",
+        "Fracture",
+        "Support Devices",
+    ]  # CheXpert order
     # on 25 studies every one is too small to measure: one clause names them all, with their counts
     small = decide(model(25, every(5, 25), reward_shift=0.05), model(25, every(5, 25)), changes=MANY_CORRECTED)
     assert small.hold and small.reason.count("too few held-out studies") == 1
-    assert "Pleural Other (25 without it), Fracture (25 without it), Support Devices (20 without it): fewer than " \
-           "min_finding_negatives=100" in small.reason
+    assert (
+        "Pleural Other (25 without it), Fracture (25 without it), Support Devices (20 without it): fewer than "
+        "min_finding_negatives=100" in small.reason
+    )
 
 
 def test_topped_up_negatives_count_for_false_positives_only_and_say_where_they_came_from():
@@ -199,28 +242,36 @@ def test_a_topup_film_with_a_corrected_finding_is_a_negative_of_the_others_and_n
 
 def test_a_finding_the_capped_topup_left_short_of_negatives_is_held_and_the_reason_says_why():
     topup = [r for r in model(50, source=TOPUP_SOURCE) if "Pleural Effusion" not in r["reference"]]  # 40
-    decision = decide(model(25, every(5, 25), reward_shift=0.05) + topup, model(25, every(5, 25)) + topup,
-                      changes=EFFUSION_CORRECTED)
+    decision = decide(
+        model(25, every(5, 25), reward_shift=0.05) + topup, model(25, every(5, 25)) + topup, changes=EFFUSION_CORRECTED
+    )
     assert decision.hold
-    assert ("Pleural Effusion (60 without it): fewer than min_finding_negatives=100 for a 5% false-positive rate, even "
-            "after the PhantomCXR top-up, which stops at max_topup_studies=600 studies") in decision.reason
+    assert (
+        "Pleural Effusion (60 without it): fewer than min_finding_negatives=100 for a 5% false-positive rate, even "
+        "after the PhantomCXR top-up, which stops at max_topup_studies=600 studies"
+    ) in decision.reason
 
 
 def test_the_gate_settings_come_from_the_round_policy():
     from app.services.rounds import RoundPolicy
 
-    policy = RoundPolicy().updated({"max_finding_fpr": "0.1", "min_finding_negatives": "50", "gate_resamples": "200",
-                                    "max_topup_studies": "300"})
-    assert policy.gate == GatePolicy(max_finding_fpr=0.1, min_finding_negatives=50, gate_resamples=200,
-                                     max_topup_studies=300)
+    policy = RoundPolicy().updated(
+        {"max_finding_fpr": "0.1", "min_finding_negatives": "50", "gate_resamples": "200", "max_topup_studies": "300"}
+    )
+    assert policy.gate == GatePolicy(
+        max_finding_fpr=0.1, min_finding_negatives=50, gate_resamples=200, max_topup_studies=300
+    )
     assert GatePolicy.from_dict({"min_finding_negatives": "50", "f1_tolerance": "0.01", "other": 1}) == GatePolicy(
-        min_finding_negatives=50, f1_tolerance=0.01)
+        min_finding_negatives=50, f1_tolerance=0.01
+    )
 
 
 def test_an_evaluation_without_per_study_labels_is_held():
     from orapo_core.facts.metrics import EvalMetrics
 
-    old_rows = [{"study_id": "s1", "draft": "x", "facts_score": 0.5}]  # what the worker kept before the gate read labels
+    old_rows = [
+        {"study_id": "s1", "draft": "x", "facts_score": 0.5}
+    ]  # what the worker kept before the gate read labels
     decision = decide(old_rows, old_rows)
     assert decision.hold and "no per-study labels" in decision.reason
     assert decision.candidate == EvalMetrics(n_reports=1)
@@ -298,8 +349,10 @@ def test_rounds_show_and_the_round_page_print_the_verdict_then_the_numbers_the_c
     record = rounds.create(trigger="manual", config={})
     rounds.transition(record.id, "running")
     record = rounds.transition(record.id, "succeeded", metrics=RoundMetrics.update(phase="finished", gate=decision))
-    finding = ("Pleural Effusion (added by 5, removed by 0 corrections): recall 300/400 = 75.0% (served 266/400 = 66.5%); "
-               "false positives 64/1600 = 4.0% (served 16/1600 = 1.0%)")
+    finding = (
+        "Pleural Effusion (added by 5, removed by 0 corrections): recall 300/400 = 75.0% (served 266/400 = 66.5%); "
+        "false positives 64/1600 = 4.0% (served 16/1600 = 1.0%)"
+    )
 
     assert main(["rounds", "show", str(record.id)]) == 0
     shown = capsys.readouterr().out.splitlines()

@@ -38,8 +38,11 @@ def env(database, tmp_path, tiny_model, phantom):
     ModelVersionRepository(database).promote(base.id, actor=admin)
     train = [seed_study(database, settings, r, author=rad)[0] for r in phantom[:3]]
     held = [seed_study(database, settings, r, author=rad, split="holdout")[0] for r in phantom[3:5]]
-    return type("Env", (), dict(db=database, settings=settings, admin=admin, rad=rad, base=base, train=train,
-                                held=held, phantom=phantom))
+    return type(
+        "Env",
+        (),
+        dict(db=database, settings=settings, admin=admin, rad=rad, base=base, train=train, held=held, phantom=phantom),
+    )
 
 
 def service(env, **policy):
@@ -225,7 +228,9 @@ def test_round_csv_carries_labels_oracle_and_clinician_pairs_to_the_trainer(env)
     else:  # the CSV reader before the loaders were shared
         records = training_data.build_training_dataset(training_data.read_chexpert_csv(path))
     row = records[0]
-    assert row["oracle_report"].startswith("Findings:") and row["clinician_rejected"].startswith("Findings: The lungs are clear")
+    assert row["oracle_report"].startswith("Findings:") and row["clinician_rejected"].startswith(
+        "Findings: The lungs are clear"
+    )
     assert row["clinician_chosen"] == row["oracle_report"] and row["image"].size == (64, 64)
     assert any(v is not None for v in json.loads(row["labels"]).values())
 
@@ -246,10 +251,17 @@ def test_a_round_writes_the_pair_ids_and_stored_labels_the_loader_reads_in_one_p
     # would show) and its own pair: the round takes this version's pair, found by its id, and these labels.
     stored = {**label_report(first.text), "Fracture": 1}
     assert label_report(first.text).get("Fracture") != 1
-    latest = CorrectionRepository(env.db).amend(first.id, author_id=env.rad.id, text=first.text, labels=stored,
-                                                signed=True)
-    pair = PairRepository(env.db).add(study.id, prompt="p", chosen=first.text, rejected="Findings: An older draft.",
-                                      source="clinician_edit", correction_id=latest.id)
+    latest = CorrectionRepository(env.db).amend(
+        first.id, author_id=env.rad.id, text=first.text, labels=stored, signed=True
+    )
+    pair = PairRepository(env.db).add(
+        study.id,
+        prompt="p",
+        chosen=first.text,
+        rejected="Findings: An older draft.",
+        source="clinician_edit",
+        correction_id=latest.id,
+    )
     selection = select_round_studies(env.db, env.settings)
     (amended,) = [s for s in selection.new if s.study_id == study.id]
     assert amended.correction_id == latest.id and amended.pair_ids == (pair.id,)  # not the first version's pair
@@ -276,8 +288,12 @@ def test_a_bad_setting_is_refused_before_any_round_exists(env):
     rounds = service(env)
     # the first is refused by argparse; the others parse and used to crash a round at its first step (TRL checks them
     # only in training)
-    for settings, named in (({"max_steps": "lots"}, "max_steps"), ({"loss_type": "grpo2"}, "loss_type"),
-                            ({"scale_rewards": "sometimes"}, "scale_rewards"), ({"temperature": 0}, "temperature")):
+    for settings, named in (
+        ({"max_steps": "lots"}, "max_steps"),
+        ({"loss_type": "grpo2"}, "loss_type"),
+        ({"scale_rewards": "sometimes"}, "scale_rewards"),
+        ({"temperature": 0}, "temperature"),
+    ):
         with pytest.raises(OrapoError) as exc:
             rounds.request_round(settings=settings)
         assert exc.value.code == "invalid_setting" and named in exc.value.message
@@ -338,8 +354,9 @@ def test_the_default_round_recipe_trains_the_merger_the_tower_and_the_text_model
     from orapo_core.models.loading import load_for_training
     from orapo_core.train.config import parse_recipe
 
-    _, training, model_args = parse_recipe(DEFAULT_RECIPE, ["--output_dir", str(tmp_path), "--model_name_or_path",
-                                                             str(tiny_model)])
+    _, training, model_args = parse_recipe(
+        DEFAULT_RECIPE, ["--output_dir", str(tmp_path), "--model_name_or_path", str(tiny_model)]
+    )
     assert training.learning_rate >= 1e-4 and model_args.use_peft
     model = get_peft_model(load_for_training(model_args.model_name_or_path).model, get_peft_config(model_args))
     adapted = {name.rsplit(".lora_A", 1)[0] for name, _ in model.named_parameters() if ".lora_A" in name}

@@ -14,8 +14,9 @@ def test_a_candidate_with_finding_checks_is_also_scored_with_them_set_aside(tmp_
     import orapo_core.models.draft as draft
     import orapo_core.models.evaluate as evaluate
 
-    studies = [HeldoutStudy(f"s{i}", str(tmp_path / f"{i}.png"), "Findings.", "", {"Pneumothorax": i % 2})
-               for i in range(4)]
+    studies = [
+        HeldoutStudy(f"s{i}", str(tmp_path / f"{i}.png"), "Findings.", "", {"Pneumothorax": i % 2}) for i in range(4)
+    ]
     path = HeldoutSet("holdout_studies", studies, signed=4).write(tmp_path / "heldout.json")
     seen = []
 
@@ -30,8 +31,16 @@ def test_a_candidate_with_finding_checks_is_also_scored_with_them_set_aside(tmp_
     def fake_evaluate(drafter, records, **_):
         said = drafter.verifier is not None  # the checks state the finding everywhere; alone nothing
         seen.append((drafter.adapter, said))
-        predictions = [{"study_id": r.study_id, "draft": "x", "labels": {"Pneumothorax": int(said)},
-                        "reference": dict(r.labels), "facts_score": 0.5} for r in records]
+        predictions = [
+            {
+                "study_id": r.study_id,
+                "draft": "x",
+                "labels": {"Pneumothorax": int(said)},
+                "reference": dict(r.labels),
+                "facts_score": 0.5,
+            }
+            for r in records
+        ]
         return SimpleNamespace(predictions=predictions, metrics=EvalMetrics(seconds=1.0))
 
     monkeypatch.setattr(draft, "Drafter", FakeDrafter)

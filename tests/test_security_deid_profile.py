@@ -40,15 +40,30 @@ PHI_DATE = "19370521"  # every date of the table gets this one; a shift of 1 to 
 UID_ROOT = "1.2.826.0.1.3680043.8.498.1937052177."
 
 # Retained by the Retain Patient Characteristics Option as this project applies it.
-RETAINED = {"PatientSex", "PatientAge", "PatientSize", "PatientWeight", "PatientSexNeutered",
-            "PregnancyStatus", "SmokingStatus"}
+RETAINED = {
+    "PatientSex",
+    "PatientAge",
+    "PatientSize",
+    "PatientWeight",
+    "PatientSexNeutered",
+    "PregnancyStatus",
+    "SmokingStatus",
+}
 
 # The attributes the security issue found passing through unchanged (the last is not in Table E.1-1
 # at all; the project removes it too).
-REPORTED = ["AcquisitionDeviceProcessingDescription", "ConfidentialityConstraintOnPatientDataDescription",
-            "ReasonForTheImagingServiceRequest", "PatientTransportArrangements", "RequestedProcedureLocation",
-            "PersonTelephoneNumbers", "VerifyingOrganization", "RequestedContrastAgent", "ContrastBolusAgent",
-            "SoftwareVersions"]
+REPORTED = [
+    "AcquisitionDeviceProcessingDescription",
+    "ConfidentialityConstraintOnPatientDataDescription",
+    "ReasonForTheImagingServiceRequest",
+    "PatientTransportArrangements",
+    "RequestedProcedureLocation",
+    "PersonTelephoneNumbers",
+    "VerifyingOrganization",
+    "RequestedContrastAgent",
+    "ContrastBolusAgent",
+    "SoftwareVersions",
+]
 
 _BINARY = ("OB", "OW", "OD", "OF", "OL", "OV", "UN")
 _NUMBERS = ("US", "SS", "UL", "SL", "FL", "FD", "SV", "UV", "AT")
@@ -217,9 +232,14 @@ def test_what_the_options_keep_is_kept(keyword):
 # Issue 42: attributes that no edition of Table E.1-1 dicom-anonymizer ships (2023, 2024b, 2026c) lists, yet
 # that identify a patient: a birth or death date in an alternative calendar, and the retired order numbers.
 # The table's silence is no licence: the de-identifier removes every attribute of their kind the table omits.
-OUTSIDE_THE_TABLE = ["PatientBirthDateInAlternativeCalendar", "PatientDeathDateInAlternativeCalendar",
-                     "PlacerOrderNumberProcedure", "FillerOrderNumberProcedure",
-                     "PlacerOrderNumberImagingServiceRequestRetired", "FillerOrderNumberImagingServiceRequestRetired"]
+OUTSIDE_THE_TABLE = [
+    "PatientBirthDateInAlternativeCalendar",
+    "PatientDeathDateInAlternativeCalendar",
+    "PlacerOrderNumberProcedure",
+    "FillerOrderNumberProcedure",
+    "PlacerOrderNumberImagingServiceRequestRetired",
+    "FillerOrderNumberImagingServiceRequestRetired",
+]
 _TEXT_VRS = ("AE", "AS", "CS", "DA", "DS", "DT", "IS", "LO", "LT", "PN", "SH", "ST", "TM", "UC", "UI", "UR", "UT")
 
 
@@ -232,9 +252,11 @@ def _identifying_outside_the_table() -> list[int]:
     for tag, (vr, _vm, _name, _retired, keyword) in DicomDictionary.items():
         if deid.basic_action(tag) is not None or not keyword:
             continue
-        if (re.search(r"Birth|Death", keyword) and re.search(r"Date|Time", keyword)) \
-                or re.search(r"Accession|Placer|Filler", keyword) \
-                or (tag >> 16 == 0x0040 and keyword.endswith("Number") and vr.split(" or ")[0] in _TEXT_VRS):
+        if (
+            (re.search(r"Birth|Death", keyword) and re.search(r"Date|Time", keyword))
+            or re.search(r"Accession|Placer|Filler", keyword)
+            or (tag >> 16 == 0x0040 and keyword.endswith("Number") and vr.split(" or ")[0] in _TEXT_VRS)
+        ):
             found.append(tag)
     return sorted(found)
 

@@ -49,14 +49,17 @@ def test_phi_laden_uploads_and_refusals_leave_no_patient_data_in_the_log(tmp_pat
     recwarn.clear()
     with launched_app(settings, db) as (url, demo):
         rita = client(url, "rita", "rita-pass-1")
-        summary = rita.predict([handle_file(str(good)), handle_file(str(broken)), handle_file(str(text))],
-                               api_name="/upload_studies")[1]
+        summary = rita.predict(
+            [handle_file(str(good)), handle_file(str(broken)), handle_file(str(text))], api_name="/upload_studies"
+        )[1]
         assert "Stored" in summary and summary.count("Refused") == 2, summary  # the reader is told, by name
 
         # the same PHI-laden file from four clients at once (the race that used to log a traceback)
         readers = [client(url, "rita", "rita-pass-1") for _ in range(4)]
-        threads = [threading.Thread(target=r.predict, args=([handle_file(str(good))],),
-                                    kwargs={"api_name": "/upload_studies"}) for r in readers]
+        threads = [
+            threading.Thread(target=r.predict, args=([handle_file(str(good))],), kwargs={"api_name": "/upload_studies"})
+            for r in readers
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -67,10 +67,20 @@ def test_another_origin_cannot_create_an_admin_with_the_admins_cookie(served):
         assert "another site" in response.text
         assert "access-control-allow-origin" not in response.headers
     # the queue (what the page itself uses) and uploads are refused the same way
-    assert boss.post("/gradio_api/queue/join", json={"fn_index": 0, "data": [], "session_hash": "abc"},
-                     headers={"Origin": other_port}).status_code == 403
-    assert boss.post("/gradio_api/upload", files={"files": ("x.txt", b"x", "text/plain")},
-                     headers={"Origin": other_port}).status_code == 403
+    assert (
+        boss.post(
+            "/gradio_api/queue/join",
+            json={"fn_index": 0, "data": [], "session_hash": "abc"},
+            headers={"Origin": other_port},
+        ).status_code
+        == 403
+    )
+    assert (
+        boss.post(
+            "/gradio_api/upload", files={"files": ("x.txt", b"x", "text/plain")}, headers={"Origin": other_port}
+        ).status_code
+        == 403
+    )
     assert not any(name.startswith("mallory") for name in usernames(db))
 
     # the app's own page (same origin, as Chromium sends it) still creates one: the refusals above are the origin's
@@ -84,11 +94,20 @@ def test_no_answer_lets_another_origin_read_it_with_credentials(served):
     url, db = served
     other = "http://127.0.0.1:7999"
     boss = sign_in(url, "boss", "admin-pass-1")
-    preflight = boss.options("/gradio_api/run/create_user", headers={
-        "Origin": other, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"})
-    responses = [preflight, boss.get("/config", headers={"Origin": other}),
-                 boss.get("/gradio_api/info", headers={"Origin": other}),
-                 boss.get("/config", headers={"Origin": "http://localhost:7999"})]
+    preflight = boss.options(
+        "/gradio_api/run/create_user",
+        headers={
+            "Origin": other,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type",
+        },
+    )
+    responses = [
+        preflight,
+        boss.get("/config", headers={"Origin": other}),
+        boss.get("/gradio_api/info", headers={"Origin": other}),
+        boss.get("/config", headers={"Origin": "http://localhost:7999"}),
+    ]
     for response in responses:
         leaked = {k: v for k, v in response.headers.items() if k.lower().startswith("access-control-")}
         assert leaked == {}, (response.request.method, response.request.url, leaked)
@@ -106,8 +125,15 @@ def test_behind_a_proxy_only_the_public_origin_acts(tmp_path):
     with launched_app(settings, db) as (url, demo):
         boss = sign_in(url, "boss", "admin-pass-1")
         proxied = {"Host": "orapo.hospital.example"}
-        for number, origin in enumerate(("https://pacs.hospital.example", "http://orapo.hospital.example",
-                                         "https://orapo.hospital.example:8443", url, "null")):
+        for number, origin in enumerate(
+            (
+                "https://pacs.hospital.example",
+                "http://orapo.hospital.example",
+                "https://orapo.hospital.example:8443",
+                url,
+                "null",
+            )
+        ):
             response = create_user(boss, f"mallory{number}", Origin=origin, **proxied)
             assert response.status_code == 403, (origin, response.text[:300])
         assert not any(name.startswith("mallory") for name in usernames(db))
@@ -120,7 +146,9 @@ def test_the_origin_rule_on_its_own():
     from app.web_requests import from_own_page
 
     def scope(host: str, **headers: str) -> dict:
-        raw = [(b"host", host.encode())] + [(k.lower().replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
+        raw = [(b"host", host.encode())] + [
+            (k.lower().replace("_", "-").encode(), v.encode()) for k, v in headers.items()
+        ]
         return {"type": "http", "method": "POST", "headers": raw}
 
     here = "127.0.0.1:7981"

@@ -33,6 +33,7 @@ START_TIMEOUT_S = 60
 
 # --- a data folder with originals that carry PHI --------------------------------------------------------------------
 
+
 def phi_dicoms(folder: Path, count: int) -> tuple[list[Path], list[str]]:
     """`count` small CR DICOMs, each with its own made-up name, ID and address; returns them and those strings."""
     import numpy as np
@@ -76,6 +77,7 @@ def phi_found(data_dir: Path, phi: list[str]) -> list[str]:
 
 # --- `orapo serve` in a subprocess ------------------------------------------------------------------------------
 
+
 class Served:
     """`orapo serve --no-model` on a free local port, with its stdout and stderr kept in files."""
 
@@ -92,14 +94,23 @@ class Served:
         orapo = Path(sys.executable).with_name("orapo")
         command = [str(orapo)] if orapo.exists() else [sys.executable, "-m", "app.cli"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ORAPO_")}
-        env.update(ORAPO_DATA_DIR=str(self.settings.resolved_data_dir), ORAPO_DEID_SECRET="test-secret",
-                   GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+        env.update(
+            ORAPO_DATA_DIR=str(self.settings.resolved_data_dir),
+            ORAPO_DEID_SECRET="test-secret",
+            GRADIO_ANALYTICS_ENABLED="False",
+            HF_HUB_OFFLINE="1",
+            OMP_NUM_THREADS="1",
+        )
         self.out = self.root / f"serve-{self.starts}.out"
         self.err = self.root / f"serve-{self.starts}.err"
         with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.proc = subprocess.Popen([*command, "serve", "--no-model", "--host", "127.0.0.1",
-                                          "--port", str(self.port)],
-                                         cwd=Path(__file__).parents[1], env=env, stdout=out, stderr=err)
+            self.proc = subprocess.Popen(
+                [*command, "serve", "--no-model", "--host", "127.0.0.1", "--port", str(self.port)],
+                cwd=Path(__file__).parents[1],
+                env=env,
+                stdout=out,
+                stderr=err,
+            )
         url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -143,8 +154,9 @@ def signed_in(url: str, user: str = "rita", password: str = "rita-pass-1"):
 
 def upload_to_cache(http, paths: list[Path]) -> list[str]:
     """What a browser does on drop, before the upload event runs: the files go to Gradio's upload route."""
-    response = http.post("/gradio_api/upload",
-                         files=[("files", (p.name, p.read_bytes(), "application/dicom")) for p in paths])
+    response = http.post(
+        "/gradio_api/upload", files=[("files", (p.name, p.read_bytes(), "application/dicom")) for p in paths]
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -158,8 +170,10 @@ class HalfUpload:
         self.error: BaseException | None = None
         data = path.read_bytes()
         boundary = "orapo-phi-test-boundary"
-        self.head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{path.name}\"\r\n"
-                     f"Content-Type: application/dicom\r\n\r\n").encode() + data[: len(data) // 2]
+        self.head = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{path.name}"\r\n'
+            f"Content-Type: application/dicom\r\n\r\n"
+        ).encode() + data[: len(data) // 2]
         self.headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
         self.url, self.cookies = url, cookies
         self.thread = threading.Thread(target=self._send, daemon=True)
@@ -173,7 +187,9 @@ class HalfUpload:
         import httpx
 
         try:
-            with httpx.Client(base_url=self.url, cookies=self.cookies, timeout=90, headers={"Origin": self.url}) as http:
+            with httpx.Client(
+                base_url=self.url, cookies=self.cookies, timeout=90, headers={"Origin": self.url}
+            ) as http:
                 http.post("/gradio_api/upload", content=self._body(), headers=self.headers)
         except BaseException as exc:  # noqa: BLE001 - the server goes away under it: expected
             self.error = exc
@@ -209,6 +225,7 @@ def stored_image_files(settings) -> set[str]:
 
 
 # --- end to end -----------------------------------------------------------------------------------------------
+
 
 def test_a_killed_server_leaves_no_original_after_its_restart(served, tmp_path):
     """kill -9 mid-batch: whatever sat in the cache (whole uploads, a half-sent one) is gone once the server
@@ -296,8 +313,9 @@ def test_a_killed_servers_originals_go_at_the_next_start_while_another_server_ru
 
         def cache_of(server) -> Path:
             pid = server.proc.pid
-            return server_cache_dir(settings, ServerIdentity(socket.gethostname(), pid,
-                                                              round(psutil.Process(pid).create_time(), 2)))
+            return server_cache_dir(
+                settings, ServerIdentity(socket.gethostname(), pid, round(psutil.Process(pid).create_time(), 2))
+            )
 
         b_cache = cache_of(b)
         alice = signed_in(a_url)
@@ -323,6 +341,7 @@ def test_a_killed_servers_originals_go_at_the_next_start_while_another_server_ru
 
 
 # --- the sweep on a fake data folder --------------------------------------------------------------------------
+
 
 def _aged(path: Path, seconds: float, now: float) -> Path:
     os.utime(path, (now - seconds, now - seconds))
@@ -359,8 +378,14 @@ def test_the_start_sweep_empties_the_cache_of_the_old_layout_keeps_rows_and_remo
     # Storage: a study's files with their row, old and recent partial writes, old and recent orphans.
     study = StudyRepository(db).create("uidhash", "ANON-1")
     kept = [_file(storage / "ab" / "abcd" / "kept.dcm"), _file(storage / "ab" / "abcd" / "kept.png")]
-    StudyRepository(db).add_image(study.id, display_path="ab/abcd/kept.png", dicom_path="ab/abcd/kept.dcm",
-                                  width=1, height=1, source_format="dicom")
+    StudyRepository(db).add_image(
+        study.id,
+        display_path="ab/abcd/kept.png",
+        dicom_path="ab/abcd/kept.dcm",
+        width=1,
+        height=1,
+        source_format="dicom",
+    )
     old = ORPHAN_GRACE_S + 60
     _aged(_file(storage / "ab" / "abcd" / ".part-x8y9"), old, now)
     _aged(_file(storage / "cd" / "cdef" / ".part-q1w2"), old, now)
@@ -371,17 +396,25 @@ def test_the_start_sweep_empties_the_cache_of_the_old_layout_keeps_rows_and_remo
 
     report = sweep_at_start(settings, db, now=now)
 
-    assert (report.cache_files, report.exports, report.partial_images, report.orphan_images,
-            report.recent_unreferenced) == (5, 1, 2, 2, 2)
+    assert (
+        report.cache_files,
+        report.exports,
+        report.partial_images,
+        report.orphan_images,
+        report.recent_unreferenced,
+    ) == (5, 1, 2, 2, 2)
     assert list(cache.iterdir()) == []
     assert storage.is_dir()  # the link was removed, not followed
     assert not work_dir(settings).exists() or not any(work_dir(settings).iterdir())
-    assert sorted(p.relative_to(storage).as_posix() for p in storage.rglob("*") if p.is_file()) == \
-        sorted(p.relative_to(storage).as_posix() for p in kept + fresh)
+    assert sorted(p.relative_to(storage).as_posix() for p in storage.rglob("*") if p.is_file()) == sorted(
+        p.relative_to(storage).as_posix() for p in kept + fresh
+    )
     assert not (storage / "cd").exists()  # study folders it emptied go too
     line = report.line("start-up sweep")
-    assert line.startswith("orapo: start-up sweep: removed 5 file(s) from the upload cache, 1 expired export(s), "
-                           "2 partial image write(s), 2 stored image(s) without a database row; kept 2 ")
+    assert line.startswith(
+        "orapo: start-up sweep: removed 5 file(s) from the upload cache, 1 expired export(s), "
+        "2 partial image write(s), 2 stored image(s) without a database row; kept 2 "
+    )
     assert "Doe" not in line and "orphan" not in line  # counts, never names
 
     again = sweep_at_start(settings, db, now=now)
@@ -405,6 +438,7 @@ def test_the_stop_sweep_deletes_the_servers_own_folder_exports_included(tmp_path
 
 
 # --- several servers on one data folder -----------------------------------------------------------------------
+
 
 class Servers:
     """Server folders in one upload cache, each with an original in it, and the sign-of-life leases the sweeps
@@ -466,8 +500,11 @@ def test_a_start_deletes_dead_servers_folders_whole_and_keeps_live_ones(servers)
 
     killed, killed_id = servers.local_process()
     running, running_id = servers.local_process()
-    dead = [servers.folder(killed_id, "live"), servers.folder(ServerIdentity("elsewhere", 41, 1000.0), "expired"),
-            servers.folder(ServerIdentity("elsewhere", 42, 1000.0), None)]
+    dead = [
+        servers.folder(killed_id, "live"),
+        servers.folder(ServerIdentity("elsewhere", 41, 1000.0), "expired"),
+        servers.folder(ServerIdentity("elsewhere", 42, 1000.0), None),
+    ]
     live = [servers.folder(ServerIdentity("elsewhere", 43, 1000.0), "live"), servers.folder(running_id, "expired")]
     killed.send_signal(signal.SIGKILL)
     assert killed.wait(10) == -signal.SIGKILL
@@ -511,6 +548,8 @@ def test_the_leaders_sweep_deletes_dead_folders_at_once_and_ages_out_live_ones(s
     assert not dead.exists()
     for identity in (other, me):
         folder = server_cache_dir(servers.settings, identity)
-        assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == \
-            ["0a1b2c/Doe^John-1961.dcm", f"{EXPORTS}/{'c' * 32}/orapo-fhir.zip"]
+        assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == [
+            "0a1b2c/Doe^John-1961.dcm",
+            f"{EXPORTS}/{'c' * 32}/orapo-fhir.zip",
+        ]
     assert (report.cache_files, report.exports) == (1 + 2, 2)

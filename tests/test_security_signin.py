@@ -24,7 +24,6 @@ pytestmark = pytest.mark.slow  # a live server, and sign-ins that wait out locko
 ADDRESS_LIMIT = 8  # the test server's per-address limit, to keep the test short (the default is 20)
 
 
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from app.services.accounts.signin import SignInGuard
@@ -40,8 +39,9 @@ def server(tmp_path_factory):
 
 def attempt(url, username, password, address, **headers) -> httpx.Response:
     with httpx.Client(base_url=url, timeout=30) as http:
-        return http.post("/login", data={"username": username, "password": password},
-                         headers={"X-Forwarded-For": address, **headers})
+        return http.post(
+            "/login", data={"username": username, "password": password}, headers={"X-Forwarded-For": address, **headers}
+        )
 
 
 def signed_in(url, username, password, address="192.0.2.1") -> httpx.Client:
@@ -93,7 +93,8 @@ def test_failed_sign_ins_lock_the_account_until_an_admin_lifts_it(server):
 
     trail = actions(db, object_id="lena")
     assert [a for a, *_ in trail if a.startswith("auth.")] == (
-        ["auth.sign_in_failed"] * 5 + ["auth.lockout"] + ["auth.sign_in_failed"] * 2 + ["auth.unlock"])
+        ["auth.sign_in_failed"] * 5 + ["auth.lockout"] + ["auth.sign_in_failed"] * 2 + ["auth.unlock"]
+    )
     failed = [d for a, _, _, d in trail if a == "auth.sign_in_failed"]
     assert [d["reason"] for d in failed] == ["bad_credentials"] * 5 + ["locked_out"] * 2
     assert failed[0]["address"] == "198.51.100.7" and failed[-1]["address"] == "198.51.100.8"
@@ -127,17 +128,27 @@ def test_a_flood_of_names_from_one_address_writes_a_bounded_number_of_audit_rows
     url, settings, db, demo = server
     address, tries = "198.51.100.77", 120
     with httpx.Client(base_url=url, timeout=30) as http:
-        answers = [http.post("/login", data={"username": f"flood{i}", "password": "guess-guess"},
-                             headers={"X-Forwarded-For": address}).status_code for i in range(tries)]
+        answers = [
+            http.post(
+                "/login",
+                data={"username": f"flood{i}", "password": "guess-guess"},
+                headers={"X-Forwarded-For": address},
+            ).status_code
+            for i in range(tries)
+        ]
     assert answers[:ADDRESS_LIMIT] == [400] * ADDRESS_LIMIT and set(answers[ADDRESS_LIMIT:]) == {429}
     rows = [e for e in AuditRepository(db).query(limit=10_000) if (e.details or {}).get("address") == address]
     per_minute = int(ADDRESS_AUDITED.split()[0])
     assert len(rows) <= per_minute, len(rows)
     assert context_of(demo).signin.flush_summaries() >= 1  # what the server writes as it stops
-    summary, = [e for e in AuditRepository(db).query(action="auth.refusals_summarised", limit=100)
-                if e.object_id == address]
-    written = [e for e in AuditRepository(db).query(limit=10_000)
-               if (e.details or {}).get("address") == address and e.action != "auth.refusals_summarised"]
+    (summary,) = [
+        e for e in AuditRepository(db).query(action="auth.refusals_summarised", limit=100) if e.object_id == address
+    ]
+    written = [
+        e
+        for e in AuditRepository(db).query(limit=10_000)
+        if (e.details or {}).get("address") == address and e.action != "auth.refusals_summarised"
+    ]
     # every attempt is accounted for: a row of its own (one failure may write a lockout row too), or counted
     assert len(written) + summary.details["attempts_not_written"] >= tries
 
@@ -247,8 +258,9 @@ def test_a_disabled_account_gets_nothing_at_all(server, tmp_path):
     http = signed_in(url, "dana", "dana-pass-1", "192.0.2.50")
     note = tmp_path / "note.txt"
     note.write_bytes(b"cached for dana")
-    uploaded = http.post("/gradio_api/upload", files={"files": ("note.txt", note.read_bytes(), "text/plain")},
-                         headers={"Origin": url})
+    uploaded = http.post(
+        "/gradio_api/upload", files={"files": ("note.txt", note.read_bytes(), "text/plain")}, headers={"Origin": url}
+    )
     assert uploaded.status_code == 200, uploaded.text
     cached = f"/gradio_api/file={uploaded.json()[0]}"
     routes = ["/config", "/gradio_api/info", cached]
@@ -266,17 +278,25 @@ def test_cross_site_sign_in_and_sign_out_are_refused(server):
     url, settings, db, demo = server
     host = url.removeprefix("http://")
     evil = {"Origin": "https://evil.example"}
-    for headers in ({"Sec-Fetch-Site": "cross-site", **evil}, {"Sec-Fetch-Site": "same-site"}, evil,
-                    {"Origin": "null"}, {"Referer": "https://evil.example/page"}):
+    for headers in (
+        {"Sec-Fetch-Site": "cross-site", **evil},
+        {"Sec-Fetch-Site": "same-site"},
+        evil,
+        {"Origin": "null"},
+        {"Referer": "https://evil.example/page"},
+    ):
         forged = attempt(url, "rita", "rita-pass-1", "192.0.2.60", **headers)
         assert forged.status_code == 403 and "set-cookie" not in forged.headers, headers
     for headers in ({"Sec-Fetch-Site": "same-origin", "Origin": url}, {"Origin": url}, {"Referer": f"{url}/"}, {}):
         assert attempt(url, "rita", "rita-pass-1", "192.0.2.60", **headers).status_code == 200, headers
 
     http = signed_in(url, "rita", "rita-pass-1", "192.0.2.61")
-    for method, headers in (("GET", {"Sec-Fetch-Site": "cross-site"}), ("GET", {"Referer": "https://evil.example/"}),
-                            ("GET", {}),  # no sign that the app's own page asked
-                            ("POST", {"Origin": "https://evil.example"})):
+    for method, headers in (
+        ("GET", {"Sec-Fetch-Site": "cross-site"}),
+        ("GET", {"Referer": "https://evil.example/"}),
+        ("GET", {}),  # no sign that the app's own page asked
+        ("POST", {"Origin": "https://evil.example"}),
+    ):
         response = http.request(method, "/logout", headers=headers, follow_redirects=False)
         assert response.status_code == 403, (method, headers)
         assert http.get("/config").status_code == 200  # still signed in
@@ -289,8 +309,14 @@ def test_every_response_forbids_framing_and_sniffing(server):
     url, settings, db, demo = server
     http = signed_in(url, "omar", "omar-pass-1", "192.0.2.70")
     with httpx.Client(base_url=url, timeout=30) as anonymous:
-        responses = [anonymous.get("/"), anonymous.get("/config"), anonymous.post("/login", data={}),
-                     http.get("/config"), http.get("/gradio_api/info"), http.get("/gradio_api/nothing-here")]
+        responses = [
+            anonymous.get("/"),
+            anonymous.get("/config"),
+            anonymous.post("/login", data={}),
+            http.get("/config"),
+            http.get("/gradio_api/info"),
+            http.get("/gradio_api/nothing-here"),
+        ]
     http.close()
     for response in responses:
         assert response.headers["X-Frame-Options"] == "DENY", response.url

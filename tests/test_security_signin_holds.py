@@ -169,11 +169,17 @@ def test_proxy_headers_are_believed_only_from_the_proxies_a_site_names(tmp_path)
     with launched_app(web_settings(settings), db, signin=guard) as (url, demo):  # ORAPO_TRUSTED_PROXIES unset
         with httpx.Client(base_url=url, timeout=30) as http:
             for i in range(3):  # three guesses, each claiming another address
-                answer = http.post("/login", data={"username": f"who{i}", "password": "guess-guess"},
-                                   headers={"X-Forwarded-For": f"192.0.2.{i + 1}"})
+                answer = http.post(
+                    "/login",
+                    data={"username": f"who{i}", "password": "guess-guess"},
+                    headers={"X-Forwarded-For": f"192.0.2.{i + 1}"},
+                )
                 assert answer.status_code == 400
-            refused = http.post("/login", data={"username": "omar", "password": "omar-pass-1"},
-                                headers={"X-Forwarded-For": "192.0.2.200"})
+            refused = http.post(
+                "/login",
+                data={"username": "omar", "password": "omar-pass-1"},
+                headers={"X-Forwarded-For": "192.0.2.200"},
+            )
         assert refused.status_code == 429 and "network address" in refused.text  # all counted against 127.0.0.1
 
 

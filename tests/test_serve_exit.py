@@ -35,8 +35,14 @@ end_process(0)
 
 
 def run_busy(how: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", BUSY_TORCH, how], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", BUSY_TORCH, how],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
 
 
 @pytest.mark.slow

@@ -14,8 +14,13 @@ CONFIGURATION = Path(__file__).resolve().parents[1] / "docs" / "pages" / "refere
 def test_the_engine_settings_refuse_a_web_setting_instead_of_dropping_it(tmp_path):
     from orapo_core.config import Settings
 
-    for name, value in (("host", "0.0.0.0"), ("port", 80), ("database_url", "sqlite://"), ("max_upload_mb", 1),
-                        ("secure_cookies", True)):
+    for name, value in (
+        ("host", "0.0.0.0"),
+        ("port", 80),
+        ("database_url", "sqlite://"),
+        ("max_upload_mb", 1),
+        ("secure_cookies", True),
+    ):
         with pytest.raises(ValidationError):
             Settings(data_dir=tmp_path, **{name: value})
 

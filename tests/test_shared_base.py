@@ -36,8 +36,10 @@ def _adapter(base: Path, out: Path, seed: int, targets: list[str]) -> Path:
 @pytest.fixture(scope="module")
 def adapters(tiny_model: Path, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("adapters")
-    return (_adapter(tiny_model, root / "a1", 1, ["q_proj", "v_proj"]),
-            _adapter(tiny_model, root / "a2", 2, ["q_proj", "o_proj", "down_proj"]))
+    return (
+        _adapter(tiny_model, root / "a1", 1, ["q_proj", "v_proj"]),
+        _adapter(tiny_model, root / "a2", 2, ["q_proj", "o_proj", "down_proj"]),
+    )
 
 
 def _image() -> np.ndarray:
@@ -52,8 +54,9 @@ def _logits(loaded, lock=None):
 
     from orapo_core.models import render_prompt, to_rgb_image
 
-    inputs = loaded.processor(text=[render_prompt(loaded.processor)], images=[to_rgb_image(_image())],
-                              return_tensors="pt")
+    inputs = loaded.processor(
+        text=[render_prompt(loaded.processor)], images=[to_rgb_image(_image())], return_tensors="pt"
+    )
     with lock or contextlib.nullcontext(), torch.inference_mode(), loaded.using() as model:
         return model(**inputs).logits[0, -1].clone()
 
@@ -98,8 +101,10 @@ def test_drafts_on_a_shared_base_are_the_drafts_of_each_version_alone(tiny_model
     on_shared = [Drafter(shared.view(key, adapter), lock=shared.lock) for key, adapter in (("v0", None), ("v1", a1))]
     for drafter, adapter in zip(on_shared, (None, a1)):
         alone = Drafter.from_dir(tiny_model, adapter)
-        mine, theirs = drafter.draft(_image(), samples=2, max_new_tokens=8), alone.draft(_image(), samples=2,
-                                                                                          max_new_tokens=8)
+        mine, theirs = (
+            drafter.draft(_image(), samples=2, max_new_tokens=8),
+            alone.draft(_image(), samples=2, max_new_tokens=8),
+        )
         assert (mine.text, mine.samples) == (theirs.text, theirs.samples)
 
 
@@ -113,8 +118,10 @@ def versions_on_one_base(tmp_path: Path, tiny_model: Path, adapters):
     db = open_database(settings)
     repo = ModelVersionRepository(db)
     ids = [repo.create("tiny-base", base_model_path=str(tiny_model)).id]
-    ids += [repo.create(f"tiny-a{i}", base_model_path=str(tiny_model), adapter_path=str(a)).id
-            for i, a in enumerate(adapters, 1)]
+    ids += [
+        repo.create(f"tiny-a{i}", base_model_path=str(tiny_model), adapter_path=str(a)).id
+        for i, a in enumerate(adapters, 1)
+    ]
     return settings, db, ids
 
 
@@ -133,8 +140,10 @@ def test_the_registry_keeps_one_base_for_every_version_on_it(versions_on_one_bas
 
     monkeypatch.setattr(shared_base.SharedBase, "__init__", counting_init)
     registry = ModelRegistry(settings, db)
-    alone = {v: Drafter.from_dir(settings.model_dir, adapter).draft(_image(), samples=0, max_new_tokens=8).text
-             for v, adapter in ((v0, None), (v1, adapters[0]), (v2, adapters[1]))}
+    alone = {
+        v: Drafter.from_dir(settings.model_dir, adapter).draft(_image(), samples=0, max_new_tokens=8).text
+        for v, adapter in ((v0, None), (v1, adapters[0]), (v2, adapters[1]))
+    }
 
     def draft(expected: int) -> None:
         served = registry.served()

@@ -29,13 +29,19 @@ def clinic(data_dir, tmp_path, monkeypatch):
     db = open_database(settings)
     boss = UserRepository(db).create("boss", "boss-pass-1", role="admin")
     rita = UserRepository(db).create("rita", "rita-pass-1")
-    (data, _who), = phantom_dicoms(tmp_path / "phantoms", 1, seed=5151)
+    ((data, _who),) = phantom_dicoms(tmp_path / "phantoms", 1, seed=5151)
     outcome = ingest_bytes(data, "chest.dcm", db=db, settings=settings, user=rita)
     assert outcome.ok, outcome
-    draft = DraftRepository(db).create(outcome.study_id, model_name="starter", prompt="p",
-                                       text="Findings: Clear.\nImpression: Normal.")
-    return type("Clinic", (), dict(db=db, settings=settings, boss=boss, rita=rita, study_id=outcome.study_id,
-                                   draft_id=draft.id, original=data))
+    draft = DraftRepository(db).create(
+        outcome.study_id, model_name="starter", prompt="p", text="Findings: Clear.\nImpression: Normal."
+    )
+    return type(
+        "Clinic",
+        (),
+        dict(
+            db=db, settings=settings, boss=boss, rita=rita, study_id=outcome.study_id, draft_id=draft.id, original=data
+        ),
+    )
 
 
 def _sign(clinic):
@@ -91,7 +97,9 @@ def test_an_unreachable_archive_never_fails_the_signing_and_the_admin_sees_why(c
     monkeypatch.setenv("ORAPO_DICOMWEB_ATTEMPTS", "1")  # not four more tries over 30 s
     sr_send.set_sr_send_mode(clinic.db, clinic.boss, "on_sign")
     record = _sign(clinic)
-    assert record.signed_at is not None and StudyRepository(clinic.db).overview(clinic.study_id).study.status == "signed"
+    assert (
+        record.signed_at is not None and StudyRepository(clinic.db).overview(clinic.study_id).study.status == "signed"
+    )
     assert _join_sends(clinic.study_id) == 1
     last = sr_send.last_send(clinic.db)
     assert last.action == "sr.send_failed" and last.details["error"] == "archive_unreachable"
@@ -145,10 +153,13 @@ def test_signing_sends_the_sr_and_the_archive_finds_it(clinic, orthanc, monkeypa
         series_uid = series["0020000E"]["Value"][0]
         status, body = orthanc.request("GET", f"dicom-web/studies/{deid_uid}/series/{series_uid}/instances")
         assert [i["00080018"]["Value"][0] for i in json.loads(body)] == [last.details["sop_instance_uid"]]
-        status, body = orthanc.request("GET", f"dicom-web/studies/{deid_uid}/series/{series_uid}/"
-                                              f"instances/{last.details['sop_instance_uid']}")
-        assert status == 200 and read_report_sr(body[body.index(b"DICM") - 128:]).findings == \
-            "Small right pleural effusion."
+        status, body = orthanc.request(
+            "GET", f"dicom-web/studies/{deid_uid}/series/{series_uid}/instances/{last.details['sop_instance_uid']}"
+        )
+        assert (
+            status == 200
+            and read_report_sr(body[body.index(b"DICM") - 128 :]).findings == "Small right pleural effusion."
+        )
 
         # The manual button sends the same report again: the archive keeps it once.
         assert sr_send.send_now(clinic.db, clinic.settings, clinic.boss, clinic.study_id).ok

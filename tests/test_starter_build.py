@@ -26,8 +26,15 @@ def test_a_build_is_a_save_pretrained_folder_that_drafts(built):
     from orapo_core.data.phantom import generate_study
     from orapo_core.models import Drafter
 
-    assert {"config.json", "model.safetensors", "processor_config.json", "tokenizer.json", "chat_template.jinja",
-            "generation_config.json", "starter_card.json"} <= {p.name for p in built.iterdir()}
+    assert {
+        "config.json",
+        "model.safetensors",
+        "processor_config.json",
+        "tokenizer.json",
+        "chat_template.jinja",
+        "generation_config.json",
+        "starter_card.json",
+    } <= {p.name for p in built.iterdir()}
     assert not built.with_name("starter.partial").exists()
     drafter = Drafter.from_dir(built)
     assert type(drafter.loaded.model).__name__ == "Qwen2VLForConditionalGeneration"
@@ -43,8 +50,9 @@ def test_a_square_or_near_square_radiograph_becomes_one_visual_token(built):
     processor = load_model(built).processor
     # (1841, 1955): a portrait radiograph like pydicom-data's; even 3:1 fits the one-token pixel budget.
     for size, expected in [((96, 96), 1), ((512, 512), 1), ((1841, 1955), 1), ((3000, 1000), 1)]:
-        inputs = processor(text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[Image.new("RGB", size)],
-                           return_tensors="pt")
+        inputs = processor(
+            text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[Image.new("RGB", size)], return_tensors="pt"
+        )
         tokens = int((inputs["input_ids"] == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum())
         assert tokens == expected, (size, tokens)
 
@@ -61,7 +69,8 @@ def test_the_card_says_how_it_was_built(built):
     from orapo_core.models.starter.build import build_command
 
     assert build_command(built, WarmStartPlan(), StarterArchitecture()) == (
-        "orapo starter build --seed 0 --n-train 2000 --steps 300")  # the shipped starter's card says this
+        "orapo starter build --seed 0 --n-train 2000 --steps 300"
+    )  # the shipped starter's card says this
     prevalence = card["plan"]["prevalence"]
     from orapo_core.data.phantom import DEFAULT_PREVALENCE
 
@@ -147,15 +156,23 @@ def test_the_architecture_experiments_are_the_benchmarks_not_the_commands(data_d
     from orapo_core.errors import OrapoError
     from orapo_core.experimental.starter import starter_variant
 
-    for option in ("--image-side", "--patch-size", "--vision-n-train", "--vision-steps", "--perception-batch",
-                   "--rare-fraction"):
+    for option in (
+        "--image-side",
+        "--patch-size",
+        "--vision-n-train",
+        "--vision-steps",
+        "--perception-batch",
+        "--rare-fraction",
+    ):
         with pytest.raises(SystemExit):
             main(["starter", "build", option, "1"])
         assert "unrecognized arguments" in capsys.readouterr().err
-    for options, said in (({"vision_steps": -1}, "--vision-steps must be above 0"),
-                          ({"perception_batch": 0}, "--perception-batch must be above 0"),
-                          ({"rare_fraction": 1.5}, "--rare-fraction must lie in (0, 1]"),
-                          ({"image_side": 100, "patch_size": 24}, "multiple of twice --patch-size")):  # 100: not 2x2x24
+    for options, said in (
+        ({"vision_steps": -1}, "--vision-steps must be above 0"),
+        ({"perception_batch": 0}, "--perception-batch must be above 0"),
+        ({"rare_fraction": 1.5}, "--rare-fraction must lie in (0, 1]"),
+        ({"image_side": 100, "patch_size": 24}, "multiple of twice --patch-size"),
+    ):  # 100: not 2x2x24
         with pytest.raises(OrapoError, match="bad_option") as refused:
             starter_variant(**options)
         assert said in refused.value.message
@@ -177,8 +194,9 @@ def test_a_variant_with_a_quarter_patch_has_four_visual_tokens_and_says_so(tmp_p
     assert card["architecture"]["patch_size"] == 24
     assert card["command"].endswith("--image-side 96 --patch-size 24")
     processor = load_model(out).processor
-    inputs = processor(text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[Image.new("RGB", (512, 512))],
-                       return_tensors="pt")
+    inputs = processor(
+        text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[Image.new("RGB", (512, 512))], return_tensors="pt"
+    )
     assert int((inputs["input_ids"] == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum()) == 4
 
 
@@ -210,7 +228,9 @@ def test_the_benchmark_builds_a_variant_with_the_options_the_command_leaves_out(
         return Path(out)
 
     monkeypatch.setattr(starter_pkg, "build_starter", fake_build)
-    bench_starter.main(["--build-only", "--rebuild", str(tmp_path / "m"), "--rare-fraction", "0.5", "--patch-size", "24"])
+    bench_starter.main(
+        ["--build-only", "--rebuild", str(tmp_path / "m"), "--rare-fraction", "0.5", "--patch-size", "24"]
+    )
     assert seen["plan"].rare_fraction == 0.5 and seen["arch"].patch_size == 24
     assert main(["starter", "build", "--out", str(tmp_path / "n"), "--quiet", "--no-calibration"]) == 0
     assert seen["plan"].rare_fraction == 0.25 and seen["arch"] is None  # the shipped build's
@@ -230,8 +250,11 @@ def test_orapo_starter_build_writes_the_unfamiliar_film_calibration_beside_the_w
 
     real = unfamiliar.build_calibration
     monkeypatch.setattr(starter_pkg, "build_starter", copy_build)
-    monkeypatch.setattr(unfamiliar, "build_calibration",
-                        lambda loaded, cache_dir=None: real(loaded, cache_dir, n_reference=48, n_heldout=48, side=96))
+    monkeypatch.setattr(
+        unfamiliar,
+        "build_calibration",
+        lambda loaded, cache_dir=None: real(loaded, cache_dir, n_reference=48, n_heldout=48, side=96),
+    )
     out = tmp_path / "site-starter"
     assert main(["starter", "build", "--out", str(out), "--quiet"]) == 0
     assert unfamiliar.find_calibration(load_model(out, device="cpu")) is not None  # found, and fits these weights

@@ -43,8 +43,10 @@ def _drafted_labels(drafter, kind: str | None) -> list[dict]:
 
     prevalence = {k: 0.0 for k in DEFAULT_PREVALENCE} if kind is None else {kind: 1.0}
     # Seeds 5000+: neither the build's studies (seed 0) nor the benchmark's (1000).
-    images = [generate_study(np.random.default_rng([5000, i]), size=512, prevalence=prevalence).image
-              for i in range(STUDIES_PER_FINDING)]
+    images = [
+        generate_study(np.random.default_rng([5000, i]), size=512, prevalence=prevalence).image
+        for i in range(STUDIES_PER_FINDING)
+    ]
     return [label_report(d.text) for d in drafter.draft_many(images, samples=0, max_new_tokens=160)]
 
 
@@ -100,6 +102,8 @@ def test_the_starter_sees_rare_findings_but_rarely_says_them(drafter):
         i += 1
         if any(f.kind == "pneumothorax" and f.severity in ("moderate", "large") for f in study.findings):
             images.append(study.image)
-    said = [label_report(d.text).get("Pneumothorax") in (1, -1)
-            for d in drafter.draft_many(images, samples=0, max_new_tokens=160)]
+    said = [
+        label_report(d.text).get("Pneumothorax") in (1, -1)
+        for d in drafter.draft_many(images, samples=0, max_new_tokens=160)
+    ]
     assert sum(said) < 0.2 * len(said), f"the starter already reports pneumothorax in {sum(said)} of {len(said)}"

@@ -36,8 +36,10 @@ def test_qwen_special_tokens_are_single_ids_and_the_template_has_no_system_turn(
         assert len(tokenizer(token, add_special_tokens=False)["input_ids"]) == 1
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
     text = tokenizer.apply_chat_template(build_messages("Describe."), add_generation_prompt=True, tokenize=False)
-    assert text == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe.<|im_end|>\n" \
-                   "<|im_start|>assistant\n"
+    assert (
+        text == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
 
 
 @pytest.mark.slow

@@ -35,7 +35,11 @@ def test_no_test_module_imports_another_or_edits_sys_path() -> None:
         tree = ast.parse(path.read_text(), filename=str(path))
         for name in _imports(tree):
             last = name.split(".")[-1]
-            if last.startswith("test_") or last == "conftest" or name in ("tiny_vlms", "db_fixtures", "browser_harness"):
+            if (
+                last.startswith("test_")
+                or last == "conftest"
+                or name in ("tiny_vlms", "db_fixtures", "browser_harness")
+            ):
                 offenders.append(f"{path.name} imports {name}")
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", None) == "sys":
@@ -54,6 +58,7 @@ def test_shared_fixtures_are_defined_once_in_conftest() -> None:
 
 def test_browser_tests_start_chromium_through_the_harness() -> None:
     """`tests.support.browser.launch` sets `expect`'s wait; Playwright's own 5 s default fails on a busy machine."""
-    offenders = [path.name for path in _modules()
-                 if "chromium" + ".launch(" in path.read_text() and path.name != "browser.py"]
+    offenders = [
+        path.name for path in _modules() if "chromium" + ".launch(" in path.read_text() and path.name != "browser.py"
+    ]
     assert not offenders, offenders

@@ -33,18 +33,49 @@ def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys):
     from tests.support.tiny_vlms import build_tiny_vlm
 
     model_dir = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
-    csv_path = write_chexpert_csv(tmp_path / "data", [
-        {"findings": "Small right pleural effusion.", "impression": "Effusion.", "positive": ["Pleural Effusion"]},
-        {"findings": "The lungs are clear.", "impression": "No acute process.", "positive": ["No Finding"]},
-        {"findings": "Heart is enlarged.", "impression": "Cardiomegaly.", "positive": ["Cardiomegaly"],
-         "oracle": "FINDINGS: Cardiomegaly.\n\nIMPRESSION: Enlarged heart."},
-        {"findings": "Right pneumothorax.", "impression": "Pneumothorax.", "positive": ["Pneumothorax"]},
-    ])
+    csv_path = write_chexpert_csv(
+        tmp_path / "data",
+        [
+            {"findings": "Small right pleural effusion.", "impression": "Effusion.", "positive": ["Pleural Effusion"]},
+            {"findings": "The lungs are clear.", "impression": "No acute process.", "positive": ["No Finding"]},
+            {
+                "findings": "Heart is enlarged.",
+                "impression": "Cardiomegaly.",
+                "positive": ["Cardiomegaly"],
+                "oracle": "FINDINGS: Cardiomegaly.\n\nIMPRESSION: Enlarged heart.",
+            },
+            {"findings": "Right pneumothorax.", "impression": "Pneumothorax.", "positive": ["Pneumothorax"]},
+        ],
+    )
     out = tmp_path / "round"
-    code = main(["train", "--config", SMOKE, "--model_name_or_path", str(model_dir), "--train_csv", str(csv_path),
-                 "--output_dir", str(out), "--max_completion_length", "8", "--use_peft", "true", "--lora_r", "4",
-                 "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj", "--save_strategy", "steps",
-                 "--save_steps", "2"])
+    code = main(
+        [
+            "train",
+            "--config",
+            SMOKE,
+            "--model_name_or_path",
+            str(model_dir),
+            "--train_csv",
+            str(csv_path),
+            "--output_dir",
+            str(out),
+            "--max_completion_length",
+            "8",
+            "--use_peft",
+            "true",
+            "--lora_r",
+            "4",
+            "--lora_alpha",
+            "8",
+            "--lora_target_modules",
+            "q_proj",
+            "v_proj",
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "2",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
     assert json.loads((out / "orapo_miner_state.json").read_text())["ema"]["studies"]
@@ -62,13 +93,36 @@ def test_a_run_that_takes_no_optimizer_step_fails_and_saves_nothing(tmp_path, ca
     from tests.support.tiny_vlms import build_tiny_vlm
 
     model_dir = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
-    csv_path = write_chexpert_csv(tmp_path / "data", [
-        {"findings": "Right pneumothorax.", "impression": "Pneumothorax.", "positive": ["Pneumothorax"]},
-    ])
+    csv_path = write_chexpert_csv(
+        tmp_path / "data",
+        [
+            {"findings": "Right pneumothorax.", "impression": "Pneumothorax.", "positive": ["Pneumothorax"]},
+        ],
+    )
     out = tmp_path / "round"
-    code = main(["train", "--config", SMOKE, "--model_name_or_path", str(model_dir), "--train_csv", str(csv_path),
-                 "--output_dir", str(out), "--max_steps", "-1", "--num_train_epochs", "1",
-                 "--per_device_train_batch_size", "8", "--num_generations", "2", "--max_completion_length", "4"])
+    code = main(
+        [
+            "train",
+            "--config",
+            SMOKE,
+            "--model_name_or_path",
+            str(model_dir),
+            "--train_csv",
+            str(csv_path),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "-1",
+            "--num_train_epochs",
+            "1",
+            "--per_device_train_batch_size",
+            "8",
+            "--num_generations",
+            "2",
+            "--max_completion_length",
+            "4",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "no_training_steps" in err, err
     assert not (out / "config.json").exists() and not (out / "adapter_config.json").exists()

@@ -60,8 +60,12 @@ def test_bad_combinations_are_refused_with_a_fix(tmp_path, kwargs, fix):
 def test_studies_per_step_is_a_steps_rows_over_each_studys_rollouts(tmp_path):
     # 16 rows a step, 4 rollouts a study: 4 studies; accumulation multiplies the rows
     assert _config(tmp_path, per_device_train_batch_size=16, num_generations=4).studies_per_step == 4
-    assert _config(tmp_path, per_device_train_batch_size=8, num_generations=4,
-                   gradient_accumulation_steps=3).studies_per_step == 6
+    assert (
+        _config(
+            tmp_path, per_device_train_batch_size=8, num_generations=4, gradient_accumulation_steps=3
+        ).studies_per_step
+        == 6
+    )
     assert OraPOConfig.studies_per_step_of(4, 1, 8) == 1  # never 0: a step trains on at least one study
     assert OraPOConfig.studies_per_step_of(16, 2, 4) == 8
     # the steps a round takes: max_steps when set, else every epoch's steps, a partial step counted
@@ -76,25 +80,41 @@ def test_rewards_are_named_as_in_trls_grpo_script_and_reward_name_is_an_alias(tm
     assert _config(tmp_path, reward_name="rouge_l").reward_funcs == ["rouge_l"]
     both = _config(tmp_path, reward_funcs=["facts", "token_f1"], reward_weights=[1.0, 0.5])
     assert both.reward_funcs == ["facts", "token_f1"] and both.reward_weights == [1.0, 0.5]
-    _, from_cli, _ = parse_recipe(RECIPES / "smoke-cpu.yaml", ["--output_dir", str(tmp_path), "--reward_name", "",
-                                                                "--reward_funcs", "facts", "rouge_l",
-                                                                "--reward_weights", "1", "0.25"])
+    _, from_cli, _ = parse_recipe(
+        RECIPES / "smoke-cpu.yaml",
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--reward_name",
+            "",
+            "--reward_funcs",
+            "facts",
+            "rouge_l",
+            "--reward_weights",
+            "1",
+            "0.25",
+        ],
+    )
     assert from_cli.reward_funcs == ["facts", "rouge_l"] and from_cli.reward_weights == [1.0, 0.25]
 
 
 def test_yaml_cli_and_dict_build_the_same_config(tmp_path):
     recipe = RECIPES / "smoke-cpu.yaml"
     out = str(tmp_path / "out")
-    _, from_cli, model_cli = parse_recipe(recipe, ["--output_dir", out, "--dpo_beta", "0.3", "--max_rejected_per_group", "2",
-                                                   "--model_name_or_path", "/m"])
-    _, from_dict, model_dict = parse_recipe(recipe, {"output_dir": out, "dpo_beta": 0.3, "max_rejected_per_group": 2,
-                                                     "model_name_or_path": "/m"})
+    _, from_cli, model_cli = parse_recipe(
+        recipe,
+        ["--output_dir", out, "--dpo_beta", "0.3", "--max_rejected_per_group", "2", "--model_name_or_path", "/m"],
+    )
+    _, from_dict, model_dict = parse_recipe(
+        recipe, {"output_dir": out, "dpo_beta": 0.3, "max_rejected_per_group": 2, "model_name_or_path": "/m"}
+    )
     assert from_cli.to_dict() == from_dict.to_dict()
     assert from_cli.dpo_beta == 0.3 and from_cli.max_rejected_per_group == 2 and from_cli.num_generations == 2
     assert model_cli.model_name_or_path == model_dict.model_name_or_path == "/m"
     # a dict alone is a recipe too
-    script, alone, _ = parse_recipe(None, {"output_dir": out, "use_cpu": True, "bf16": False, "dpo_beta": 0.25,
-                                           "train_csv": "x.csv"})
+    script, alone, _ = parse_recipe(
+        None, {"output_dir": out, "use_cpu": True, "bf16": False, "dpo_beta": 0.25, "train_csv": "x.csv"}
+    )
     assert alone.dpo_beta == 0.25 and script.train_csv == "x.csv"
 
 
@@ -113,8 +133,11 @@ def test_every_recipe_parses(tmp_path, name):
     _, config, model = parse_recipe(RECIPES / name, ["--output_dir", str(tmp_path), "--bf16", "false"])
     assert config.num_generations >= 2
     if name.startswith("qwen"):
-        assert config.num_generations == 8 and model.use_peft and config.per_device_train_batch_size * 4 * \
-            config.gradient_accumulation_steps == 16 * 8
+        assert (
+            config.num_generations == 8
+            and model.use_peft
+            and config.per_device_train_batch_size * 4 * config.gradient_accumulation_steps == 16 * 8
+        )
 
 
 def test_accelerate_configs_name_their_zero_stage():
@@ -131,14 +154,19 @@ def test_recipes_parse_in_parallel_threads():
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda _: parse_recipe(RECIPES / "round-cpu.yaml",
-                                                       ["--model_name_or_path", "m", "--output_dir", "o"]),
-                                range(16)))
+        results = list(
+            pool.map(
+                lambda _: parse_recipe(RECIPES / "round-cpu.yaml", ["--model_name_or_path", "m", "--output_dir", "o"]),
+                range(16),
+            )
+        )
     assert {r[1].learning_rate for r in results} == {results[0][1].learning_rate}
     assert results[0][1].num_train_epochs == 3
 
 
-@pytest.mark.parametrize("value, expected", [("false", "none"), ("False", "none"), ("true", "group"), ("batch", "batch")])
+@pytest.mark.parametrize(
+    "value, expected", [("false", "none"), ("False", "none"), ("true", "group"), ("batch", "batch")]
+)
 def test_scale_rewards_given_as_text_is_read_before_training(tmp_path, value, expected):
     _, args, _ = parse_recipe(RECIPES / "round-cpu.yaml", ["--output_dir", str(tmp_path), "--scale_rewards", value])
     assert args.scale_rewards == expected

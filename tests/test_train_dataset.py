@@ -18,10 +18,13 @@ def test_oracle_is_the_correction_else_the_reference():
 
 
 def test_csv_rows_become_training_rows(tmp_path):
-    path = write_chexpert_csv(tmp_path, [
-        {"findings": "Small right effusion.", "impression": "Effusion.", "positive": ["Pleural Effusion"]},
-        {"findings": "Clear lungs.", "impression": "Normal.", "positive": ["No Finding"], "oracle": "Corrected."},
-    ])
+    path = write_chexpert_csv(
+        tmp_path,
+        [
+            {"findings": "Small right effusion.", "impression": "Effusion.", "positive": ["Pleural Effusion"]},
+            {"findings": "Clear lungs.", "impression": "Normal.", "positive": ["No Finding"], "oracle": "Corrected."},
+        ],
+    )
     records = load_training_records(path)
     assert [r.study_id for r in records] == ["train/patient00000/study1", "train/patient00001/study1"]
     assert records[0].labels["Pleural Effusion"] == 1 and records[0].labels["Edema"] is None

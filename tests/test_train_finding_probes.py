@@ -14,8 +14,14 @@ def test_targets_are_the_oracle_reports_facts_with_hedges_counted_present():
     from orapo_core.facts.ontology import CHEXPERT_14
     from orapo_core.train.finding_probes import finding_targets
 
-    said = dict(zip(CHEXPERT_14, finding_targets(
-        "There is a moderate right pneumothorax. No pleural effusion. Possible pneumonia at the left base.")))
+    said = dict(
+        zip(
+            CHEXPERT_14,
+            finding_targets(
+                "There is a moderate right pneumothorax. No pleural effusion. Possible pneumonia at the left base."
+            ),
+        )
+    )
     assert said["Pneumothorax"] == 1.0 and said["Pneumonia"] == 1.0
     assert said["Pleural Effusion"] == 0.0 and said["Cardiomegaly"] == 0.0
     empty = dict(zip(CHEXPERT_14, finding_targets("")))
@@ -34,8 +40,9 @@ def dataset(tmp_path_factory):
     return four_studies(tmp_path_factory.mktemp("images"))
 
 
-def test_the_probes_add_their_weighted_loss_to_the_same_forward_and_train_through_the_merger(tiny_model, dataset,
-                                                                                            tmp_path):
+def test_the_probes_add_their_weighted_loss_to_the_same_forward_and_train_through_the_merger(
+    tiny_model, dataset, tmp_path
+):
     from orapo_core.train.finding_probes import finding_targets
 
     trainer = make_trainer(tiny_model, dataset, tmp_path / "run", finding_probe_weight=2.0)
@@ -75,8 +82,11 @@ def test_the_probes_own_layers_join_the_optimizer_and_a_run_logs_their_losses(ti
     before = [p.detach().clone() for p in trainer.finding_probes.parameters()]
     trainer.train()
     groups = trainer.optimizer.param_groups
-    assert any(g["initial_lr"] == pytest.approx(1e-2) and any(p is q for p in g["params"] for q in trainer.finding_probes.parameters())
-               for g in groups)
+    assert any(
+        g["initial_lr"] == pytest.approx(1e-2)
+        and any(p is q for p in g["params"] for q in trainer.finding_probes.parameters())
+        for g in groups
+    )
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, trainer.finding_probes.parameters(), strict=True))
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert sum("orapo/finding_probe_visual_loss" in line for line in lines) == 2  # max_steps

@@ -85,12 +85,19 @@ def test_ema_smooths_the_weight_across_visits_and_eval_does_not_move_it():
 
 def test_clinician_pair_joins_and_makes_room(tmp_path):
     miner = OraclePairMiner(use_clinician_pairs=True)
-    (g,) = miner.mine([RolloutGroup("s1", [0.0, 0.0], oracle="fixed", clinician_chosen="fixed", clinician_rejected="draft")])
+    (g,) = miner.mine(
+        [RolloutGroup("s1", [0.0, 0.0], oracle="fixed", clinician_chosen="fixed", clinician_rejected="draft")]
+    )
     assert g.pairs == (MinedPair("fixed", rollout_index=0), MinedPair("fixed", rejected_text="draft"))
-    (only,) = miner.mine([RolloutGroup("s2", [1.0, 1.0], oracle="fixed", clinician_chosen="fixed", clinician_rejected="draft")])
+    (only,) = miner.mine(
+        [RolloutGroup("s2", [1.0, 1.0], oracle="fixed", clinician_chosen="fixed", clinician_rejected="draft")]
+    )
     assert only.pairs == (MinedPair("fixed", rejected_text="draft"),) and only.effective_weight == pytest.approx(0.05)
     off = OraclePairMiner(use_clinician_pairs=False)
-    assert off.mine([RolloutGroup("s2", [1.0], oracle="x", clinician_chosen="fixed", clinician_rejected="draft")])[0].pairs == ()
+    assert (
+        off.mine([RolloutGroup("s2", [1.0], oracle="x", clinician_chosen="fixed", clinician_rejected="draft")])[0].pairs
+        == ()
+    )
     path = tmp_path / "miner.json"
     miner.save(path)
     fresh = OraclePairMiner()

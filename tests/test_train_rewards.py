@@ -12,8 +12,15 @@ from orapo_core.train.rewards import REWARDS, RewardSettings, get_reward
 
 def _call(reward, completions, references):
     # TRL passes prompts, completion_ids, every column and trainer_state; unknown keywords must be ignored.
-    return reward(prompts=[None] * len(completions), completions=completions, completion_ids=[[1]] * len(completions),
-                  reference_report=references, labels=["{}"] * len(completions), trainer_state=None, log_metric=None)
+    return reward(
+        prompts=[None] * len(completions),
+        completions=completions,
+        completion_ids=[[1]] * len(completions),
+        reference_report=references,
+        labels=["{}"] * len(completions),
+        trainer_state=None,
+        log_metric=None,
+    )
 
 
 def test_rouge_l_by_hand():

@@ -28,8 +28,13 @@ def _answer_logps(model, batch, row: int, ids: torch.Tensor) -> float:
     mm_types = batch["mm_token_type_ids"][row][: batch["prompt_ids"].size(1)][batch["prompt_mask"][row].bool()]
     mm_types = torch.cat([mm_types, mm_types.new_zeros(len(ids))]).unsqueeze(0)
     with torch.no_grad():
-        logits = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), pixel_values=pixels,
-                       image_grid_thw=grid[row : row + 1], mm_token_type_ids=mm_types).logits
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            pixel_values=pixels,
+            image_grid_thw=grid[row : row + 1],
+            mm_token_type_ids=mm_types,
+        ).logits
     logps = torch.log_softmax(logits[0, len(prompt) - 1 : -1].float(), dim=-1)
     return logps.gather(1, ids.unsqueeze(1)).sum().item()
 
@@ -138,7 +143,8 @@ def test_with_a_kl_term_the_reference_log_probs_of_rejected_rollouts_are_trls_ow
     for row in paired:
         rejected = batch["completion_ids"][row][batch["completion_mask"][row].bool()]
         assert batch["orapo_ref_rejected_logps"][row].item() == pytest.approx(
-            _answer_logps(trainer.ref_model, batch, row, rejected), abs=1e-4)
+            _answer_logps(trainer.ref_model, batch, row, rejected), abs=1e-4
+        )
     # TRL's reference forward over all rows; then each study's prompt once and its oracle after it (the shared-prompt
     # path); none for the rejected rollouts
     studies = len({row // K for row in paired})
@@ -158,8 +164,17 @@ def test_two_training_steps_change_parameters_and_write_metrics_jsonl(tiny_model
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [line for line in lines if "orapo/zero_reward_frac" in line]
     assert [line["step"] for line in steps] == [1, 2]
-    for key in ("orapo/zero_reward_frac", "orapo/all_zero_group_frac", "orapo/dpo_weight", "orapo/pairs", "orapo/grpo_loss", "reward", "reward_std",
-                "orapo/reward_mean", "orapo/reward_std"):
+    for key in (
+        "orapo/zero_reward_frac",
+        "orapo/all_zero_group_frac",
+        "orapo/dpo_weight",
+        "orapo/pairs",
+        "orapo/grpo_loss",
+        "reward",
+        "reward_std",
+        "orapo/reward_mean",
+        "orapo/reward_std",
+    ):
         assert all(key in line for line in steps), key
     if any(line["orapo/pairs"] > 0 for line in steps):
         assert any("orapo/dpo_loss" in line and line["orapo/oracle_logp"] < 0 for line in steps)
@@ -171,13 +186,27 @@ def test_clinician_pair_rides_on_a_free_row(tiny_model, dataset, tmp_path):
     from orapo_core.train.dataset import build_training_dataset
 
     image = dataset[0]["image"]
-    clinician = build_training_dataset([{
-        "study_id": "c1", "image": image, "labels": {}, "reference_report": "Findings: The lungs are clear.",
-        "oracle_report": "Findings: No pleural effusion.", "clinician_chosen": "Findings: No pleural effusion.",
-        "clinician_rejected": "Findings: Small pleural effusion.",
-    }])
-    trainer = make_trainer(tiny_model, clinician, tmp_path / "run", use_clinician_pairs=True, zero_reward_threshold=0.5,
-                       max_rejected_per_group=1)
+    clinician = build_training_dataset(
+        [
+            {
+                "study_id": "c1",
+                "image": image,
+                "labels": {},
+                "reference_report": "Findings: The lungs are clear.",
+                "oracle_report": "Findings: No pleural effusion.",
+                "clinician_chosen": "Findings: No pleural effusion.",
+                "clinician_rejected": "Findings: Small pleural effusion.",
+            }
+        ]
+    )
+    trainer = make_trainer(
+        tiny_model,
+        clinician,
+        tmp_path / "run",
+        use_clinician_pairs=True,
+        zero_reward_threshold=0.5,
+        max_rejected_per_group=1,
+    )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
     batch = trainer._generate_and_score_completions([clinician[0]] * K)

@@ -32,8 +32,19 @@ HOOKS = {
     "create_optimizer": ("model",),
 }
 # What the trainer reads off a constructed GRPOTrainer.
-ATTRIBUTES = ("num_generations", "num_generations_eval", "reward_weights", "ref_model", "_metrics", "temperature",
-              "eos_token_ids", "max_completion_length", "_tokenizer", "accelerator", "reward_funcs")
+ATTRIBUTES = (
+    "num_generations",
+    "num_generations_eval",
+    "reward_weights",
+    "ref_model",
+    "_metrics",
+    "temperature",
+    "eos_token_ids",
+    "max_completion_length",
+    "_tokenizer",
+    "accelerator",
+    "reward_funcs",
+)
 
 
 def _parameters(function) -> list[str]:
@@ -47,7 +58,9 @@ def test_the_hooks_keep_their_names_and_parameters(name):
     from orapo_core.train.trainer import OraPOTrainer
 
     upstream = getattr(GRPOTrainer, name)
-    assert _parameters(upstream)[: len(HOOKS[name])] == list(HOOKS[name]), f"TRL changed {name}{inspect.signature(upstream)}"
+    assert _parameters(upstream)[: len(HOOKS[name])] == list(HOOKS[name]), (
+        f"TRL changed {name}{inspect.signature(upstream)}"
+    )
     if name in vars(OraPOTrainer) and name != "_get_per_token_logps_and_entropies":  # overridden: same call shape
         assert _parameters(getattr(OraPOTrainer, name)) == _parameters(upstream)
 
@@ -77,7 +90,9 @@ def test_the_helpers_the_trainer_imports_exist():
 def test_repeat_sampler_keeps_a_prompts_rollouts_contiguous():
     from trl.trainer.utils import RepeatSampler
 
-    indices = list(RepeatSampler(list(range(6)), mini_repeat_count=K, batch_size=3, repeat_count=1, shuffle=True, seed=0))
+    indices = list(
+        RepeatSampler(list(range(6)), mini_repeat_count=K, batch_size=3, repeat_count=1, shuffle=True, seed=0)
+    )
     groups = [indices[i : i + K] for i in range(0, len(indices), K)]
     assert all(len(set(g)) == 1 for g in groups) and sorted(g[0] for g in groups) == list(range(6))
 
@@ -120,7 +135,9 @@ def test_trls_fused_head_is_an_instance_forward_a_copy_must_drop(tiny_model):
     model = AutoModelForImageTextToText.from_pretrained(tiny_model)
     assert "forward" not in vars(model)
     add_fused_lm_head(model)
-    assert "forward" in vars(model), "TRL's fused head no longer patches the instance: revisit OraPOTrainer._frozen_copy"
+    assert "forward" in vars(model), (
+        "TRL's fused head no longer patches the instance: revisit OraPOTrainer._frozen_copy"
+    )
 
 
 def test_the_loss_types_the_config_accepts_are_the_ones_trl_computes():
@@ -129,5 +146,7 @@ def test_the_loss_types_the_config_accepts_are_the_ones_trl_computes():
     from orapo_core.train.config import TRL_LOSS_TYPES
 
     source = inspect.getsource(GRPOTrainer._compute_loss)
-    named = {name for line in source.splitlines() if "self.loss_type" in line for name in re.findall(r'"([a-z_]+)"', line)}
+    named = {
+        name for line in source.splitlines() if "self.loss_type" in line for name in re.findall(r'"([a-z_]+)"', line)
+    }
     assert named == set(TRL_LOSS_TYPES), f"TRL computes {sorted(named)}, the config accepts {sorted(TRL_LOSS_TYPES)}"

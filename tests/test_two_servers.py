@@ -23,9 +23,14 @@ import pytest
 from tests.support.databases import POSTGRES_URL, empty_database
 from tests.support.servers import ServeProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres,
-              pytest.mark.skipif(not POSTGRES_URL, reason="two servers share a PostgreSQL: set ORAPO_TEST_POSTGRES_URL "
-                                                          "(.ci/postgres.sh starts one)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not POSTGRES_URL,
+        reason="two servers share a PostgreSQL: set ORAPO_TEST_POSTGRES_URL (.ci/postgres.sh starts one)",
+    ),
+]
 
 LEASE_S = 3.0
 TICK_S = 3  # the cron `*/3 * * * *`, in seconds (tests.support.servers)
@@ -44,8 +49,13 @@ def two(tmp_path_factory):
         uid = next(f"uid-{k}" for k in range(1000) if split_for(f"uid-{k}") == "train")
         study = StudyRepository(database).create(uid, "ANON-1")  # one signed correction: a round may be requested
         CorrectionRepository(database).create(study.id, author_id=rita.id, text="Findings: Clear lungs.", signed=True)
-        env = {"ORAPO_DATA_DIR": str(root / "data"), "ORAPO_DATABASE_URL": database.url, "ORAPO_DEID_SECRET": "test-secret",
-               "ORAPO_LEADER_LEASE_S": str(LEASE_S), "ORAPO_ROUND_CHECK_S": "1"}
+        env = {
+            "ORAPO_DATA_DIR": str(root / "data"),
+            "ORAPO_DATABASE_URL": database.url,
+            "ORAPO_DEID_SECRET": "test-secret",
+            "ORAPO_LEADER_LEASE_S": str(LEASE_S),
+            "ORAPO_ROUND_CHECK_S": "1",
+        }
         servers = [ServeProcess(root, name, env, seconds_cron=True).launch() for name in ("a", "b")]
         try:
             for server in servers:
@@ -82,7 +92,9 @@ def _firings(two, since: float) -> Counter:
     for entry in AuditRepository(two.db).query(actor_name="scheduler", limit=10_000):
         if entry.created_at.timestamp() < since:
             continue
-        if entry.action == "round.create" or (entry.action == "round.refused" and entry.details.get("code") == "round_active"):
+        if entry.action == "round.create" or (
+            entry.action == "round.refused" and entry.details.get("code") == "round_active"
+        ):
             fired[int(entry.created_at.timestamp()) // TICK_S] += 1
     return fired
 

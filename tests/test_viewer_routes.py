@@ -28,14 +28,17 @@ def http_as(url: str, username: str | None = None, password: str | None = None):
         yield http
 
 
-@pytest.mark.parametrize("values,dtype", [
-    (np.array([[0, 4095], [31964, 17]], dtype=np.uint16), "uint16"),
-    (np.array([[0, 4095], [31964, 17]], dtype=np.int32), "uint16"),  # a modality LUT's int32, still 16-bit values
-    (np.array([[-1024, 3071], [0, 17]], dtype=np.int32), "int16"),  # CT-like, rescaled below zero
-    (np.array([[-1, 70000], [0, 17]], dtype=np.int32), "float32"),  # beyond 16 bits: exact as float32 still
-    (np.array([[0, 255], [7, 17]], dtype=np.uint8), "uint8"),
-    (np.array([[0.5, 2.25], [-3.0, 17.0]], dtype=np.float64), "float32"),  # a rescale slope of 0.5
-])
+@pytest.mark.parametrize(
+    "values,dtype",
+    [
+        (np.array([[0, 4095], [31964, 17]], dtype=np.uint16), "uint16"),
+        (np.array([[0, 4095], [31964, 17]], dtype=np.int32), "uint16"),  # a modality LUT's int32, still 16-bit values
+        (np.array([[-1024, 3071], [0, 17]], dtype=np.int32), "int16"),  # CT-like, rescaled below zero
+        (np.array([[-1, 70000], [0, 17]], dtype=np.int32), "float32"),  # beyond 16 bits: exact as float32 still
+        (np.array([[0, 255], [7, 17]], dtype=np.uint8), "uint8"),
+        (np.array([[0.5, 2.25], [-3.0, 17.0]], dtype=np.float64), "float32"),  # a rescale slope of 0.5
+    ],
+)
 def test_the_wire_type_holds_every_value_exactly(values, dtype):
     from app.services.reading.viewer import _wire_array
 
@@ -82,8 +85,11 @@ def test_another_radiologist_cannot_fetch_the_image(served):
     from app.viewer_routes import PREFIX, pixels_url
 
     url, settings, study_id, image_id = served
-    addresses = [pixels_url(study_id, image_id), f"{PREFIX}/studies/{study_id}/pixels",
-                 f"{PREFIX}/studies/{study_id}/render.png?preset=lung"]
+    addresses = [
+        pixels_url(study_id, image_id),
+        f"{PREFIX}/studies/{study_id}/pixels",
+        f"{PREFIX}/studies/{study_id}/render.png?preset=lung",
+    ]
     with http_as(url, "omar", "omar-pass-1") as omar:
         for address in addresses:
             refused = omar.get(address)

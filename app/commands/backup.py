@@ -24,9 +24,11 @@ def run(args: argparse.Namespace) -> int:
 
     settings = WebSettings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))
     result = backup(settings, Path(args.out), actor=_cli_actor())
-    print(f"Backed up the {result.kind} database at revision {result.revision or 'none'} ({counts_line(result.counts)}) "
-          f"and {result.files - 1 - result.secret} image and model files to {result.path}: "
-          f"{result.files} files, {result.size / 1e6:.1f} MB.")
+    print(
+        f"Backed up the {result.kind} database at revision {result.revision or 'none'} ({counts_line(result.counts)}) "
+        f"and {result.files - 1 - result.secret} image and model files to {result.path}: "
+        f"{result.files} files, {result.size / 1e6:.1f} MB."
+    )
     if result.secret:
         print(f"warning: {SECRET_WARNING.format(file=result.path / SECRET_FILE)}", file=sys.stderr)
     else:

@@ -19,8 +19,10 @@ def benchmarks_dir() -> Path:
 def _runnable(path: Path) -> bool:
     """Whether a module of the package has a command line (`if __name__ == "__main__":` at its top level)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    return any(isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == '__name__ == "__main__"'
-               for node in tree.body)
+    return any(
+        isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == '__name__ == "__main__"'
+        for node in tree.body
+    )
 
 
 def available() -> dict[str, str]:
@@ -28,8 +30,11 @@ def available() -> dict[str, str]:
     folder = benchmarks_dir()
     if not (folder / "__init__.py").is_file():
         return {}
-    return {p.stem.removeprefix("bench_"): f"benchmarks.{p.stem}" for p in sorted(folder.glob("*.py"))
-            if not p.stem.startswith("_") and _runnable(p)}
+    return {
+        p.stem.removeprefix("bench_"): f"benchmarks.{p.stem}"
+        for p in sorted(folder.glob("*.py"))
+        if not p.stem.startswith("_") and _runnable(p)
+    }
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
     found = available()
     if not args.name:
         if not found:
-            raise OrapoError("no_benchmarks", "Benchmarks ship with a source checkout; none were found next to this installation.")
+            raise OrapoError(
+                "no_benchmarks", "Benchmarks ship with a source checkout; none were found next to this installation."
+            )
         for name, module in found.items():
             path = benchmarks_dir() / f"{module.rsplit('.', 1)[1]}.py"
             doc = ast.get_docstring(ast.parse(path.read_text())) or ""
@@ -57,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     names = {**{m: m for m in found.values()}, **{m.rsplit(".", 1)[1]: m for m in found.values()}, **found}
     module = names.get(args.name) or names.get(args.name.replace("-", "_"))
     if module is None:
-        raise OrapoError("unknown_benchmark", f"There is no benchmark '{args.name}'; choose one of: {', '.join(found) or 'none'}.")
+        raise OrapoError(
+            "unknown_benchmark", f"There is no benchmark '{args.name}'; choose one of: {', '.join(found) or 'none'}."
+        )
     # the checkout's root, where `benchmarks` (and `tests.support`, which some benchmarks use) import from; the
     # working directory stays the caller's, so relative paths in ARGS mean what they say
     root = str(benchmarks_dir().parent)

@@ -16,20 +16,37 @@ import argparse
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("image", help="a DICOM, PNG or JPEG file")
-    parser.add_argument("--model", default=None, metavar="DIR",
-                        help="checkpoint folder (default: ORAPO_MODEL_DIR, else the starter model)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="DIR",
+        help="checkpoint folder (default: ORAPO_MODEL_DIR, else the starter model)",
+    )
     parser.add_argument("--adapter", default=None, metavar="DIR", help="a LoRA adapter folder saved by a round")
-    parser.add_argument("--samples", type=int, default=4, metavar="K",
-                        help="sampled drafts used to score each sentence's confidence (default 4; 0 for none)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=4,
+        metavar="K",
+        help="sampled drafts used to score each sentence's confidence (default 4; 0 for none)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=192, metavar="N", help="longest draft in tokens")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampled drafts")
-    parser.add_argument("--min-agreement", type=float, default=None, metavar="SHARE",
-                        help="leave out a sentence stating a finding that fewer than this share of the samples state "
-                             "(default ORAPO_DRAFT_MIN_AGREEMENT, as the app drafts; 0 for the greedy draft as it is)")
+    parser.add_argument(
+        "--min-agreement",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="leave out a sentence stating a finding that fewer than this share of the samples state "
+        "(default ORAPO_DRAFT_MIN_AGREEMENT, as the app drafts; 0 for the greedy draft as it is)",
+    )
     parser.add_argument("--json", action="store_true", help="print the draft and its provenance as JSON")
-    parser.add_argument("--calibrate", action="store_true",
-                        help="compute the model's unfamiliar-film calibration first if it has none (once; a minute "
-                             "or more), so the draft says whether the film is unlike the model's training films")
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="compute the model's unfamiliar-film calibration first if it has none (once; a minute "
+        "or more), so the draft says whether the film is unlike the model's training films",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,8 +76,13 @@ def run(args: argparse.Namespace) -> int:
     if image.meta.get("not_drafted"):  # only chest radiographs are drafted (orapo_core.imaging.scope)
         raise OrapoError("not_a_chest_radiograph", f"{name} is {image.meta['not_drafted']}: not drafted.")
     agreement = settings.draft_min_agreement if args.min_agreement is None else args.min_agreement
-    drafter = Drafter.from_dir(model_dir, args.adapter, model_version=args.adapter and Path(args.adapter).name,
-                               min_agreement=agreement, calibration_cache=settings.models_dir / "calibrations")
+    drafter = Drafter.from_dir(
+        model_dir,
+        args.adapter,
+        model_version=args.adapter and Path(args.adapter).name,
+        min_agreement=agreement,
+        calibration_cache=settings.models_dir / "calibrations",
+    )
     films = getattr(drafter, "films", None)  # the unfamiliar-film check (orapo_core.models.unfamiliar)
     if films is not None and args.calibrate and films.calibration() is None:
         print("Calibrating the unfamiliar-film check for this model (once; a minute or more)...", file=sys.stderr)
@@ -90,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
     for fact in draft.flagged:
         print(f"  flagged: {fact}")
     for sentence in draft.withheld:
-        print(f"  left out (not confirmed: too few samples said it, or the finding verifier did not find it): {sentence}")
+        print(
+            f"  left out (not confirmed: too few samples said it, or the finding verifier did not find it): {sentence}"
+        )
     for sentence in draft.added:
         print(f"  added by the finding check (read on the image, not written by the model): {sentence}")
     if draft.unfamiliar is None:

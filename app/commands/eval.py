@@ -19,14 +19,26 @@ import argparse
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="model folder (default ORAPO_MODEL_DIR, else the starter)")
     parser.add_argument("--adapter", default=None, help="a LoRA adapter folder to apply")
-    parser.add_argument("--data", required=True, help="a dataset CSV or folder (PhantomCXR, CheXpert Plus, MIMIC-CXR, IU X-ray)")
+    parser.add_argument(
+        "--data", required=True, help="a dataset CSV or folder (PhantomCXR, CheXpert Plus, MIMIC-CXR, IU X-ray)"
+    )
     parser.add_argument("--split", default=None, help="only records of this split (e.g. test)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many studies")
     parser.add_argument("--max-new-tokens", type=int, default=160)
-    parser.add_argument("--batch-size", type=int, default=8, metavar="N",
-                        help="images drafted per generate call (default 8; the greedy texts do not depend on it)")
-    parser.add_argument("--min-agreement", type=float, default=None, metavar="SHARE",
-                        help="the drafts' operating point (default ORAPO_DRAFT_MIN_AGREEMENT, as the app drafts; 0: greedy)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=8,
+        metavar="N",
+        help="images drafted per generate call (default 8; the greedy texts do not depend on it)",
+    )
+    parser.add_argument(
+        "--min-agreement",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="the drafts' operating point (default ORAPO_DRAFT_MIN_AGREEMENT, as the app drafts; 0: greedy)",
+    )
     parser.add_argument("--json", dest="json_out", default=None, help="write metrics and predictions to this JSON file")
 
 
@@ -56,16 +68,23 @@ def run(args: argparse.Namespace) -> int:
     def progress(done: int, total: int) -> None:
         print(f"\r{done}/{total} studies", end="", file=sys.stderr, flush=True)
 
-    result = evaluate_drafter(drafter, records, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                              progress=progress)
+    result = evaluate_drafter(
+        drafter, records, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, progress=progress
+    )
     print(file=sys.stderr)
     m = result.metrics
-    print(f"studies: {m.n_reports}" + (f" (findings kept where >= {agreement:g} of 4 samples state them)"
-                                       if agreement else " (greedy drafts)"))
-    print(f"14 observations: macro P/R/F1 {m.macro_precision_14:.3f}/{m.macro_recall_14:.3f}/{m.macro_f1_14:.3f}"
-          f"  micro P/R/F1 {m.micro_precision_14:.3f}/{m.micro_recall_14:.3f}/{m.micro_f1_14:.3f}")
-    print(f"5 observations: macro P/R/F1 {m.macro_precision_5:.3f}/{m.macro_recall_5:.3f}/{m.macro_f1_5:.3f}"
-          f"  micro P/R/F1 {m.micro_precision_5:.3f}/{m.micro_recall_5:.3f}/{m.micro_f1_5:.3f}")
+    print(
+        f"studies: {m.n_reports}"
+        + (f" (findings kept where >= {agreement:g} of 4 samples state them)" if agreement else " (greedy drafts)")
+    )
+    print(
+        f"14 observations: macro P/R/F1 {m.macro_precision_14:.3f}/{m.macro_recall_14:.3f}/{m.macro_f1_14:.3f}"
+        f"  micro P/R/F1 {m.micro_precision_14:.3f}/{m.micro_recall_14:.3f}/{m.micro_f1_14:.3f}"
+    )
+    print(
+        f"5 observations: macro P/R/F1 {m.macro_precision_5:.3f}/{m.macro_recall_5:.3f}/{m.macro_f1_5:.3f}"
+        f"  micro P/R/F1 {m.micro_precision_5:.3f}/{m.micro_recall_5:.3f}/{m.micro_f1_5:.3f}"
+    )
     for name, f1 in m.f1_per_class.items():
         print(f"  {name:28s} F1 {f1:.3f}  (support {m.support_per_class[name]})")
     print(f"mean report length: {m.mean_report_length:.1f} words; mean FactS reward: {m.facts_reward_mean}")

@@ -17,9 +17,15 @@ import sys
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", metavar="REPORTS.csv", help="CSV with an `id` column and a report text column")
-    parser.add_argument("-o", "--output", metavar="LABELS.csv", required=True, help="where to write the labels ('-' for stdout)")
-    parser.add_argument("--schema", choices=("chexpert", "chestxray14"), default="chexpert", help="label space (default: chexpert)")
-    parser.add_argument("--text-column", default="report", metavar="NAME", help="column holding the report text (default: report)")
+    parser.add_argument(
+        "-o", "--output", metavar="LABELS.csv", required=True, help="where to write the labels ('-' for stdout)"
+    )
+    parser.add_argument(
+        "--schema", choices=("chexpert", "chestxray14"), default="chexpert", help="label space (default: chexpert)"
+    )
+    parser.add_argument(
+        "--text-column", default="report", metavar="NAME", help="column holding the report text (default: report)"
+    )
     parser.add_argument("--id-column", default="id", metavar="NAME", help="column holding the report id (default: id)")
 
 

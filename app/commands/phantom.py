@@ -19,13 +19,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder (created if missing)")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
     parser.add_argument("--size", type=int, default=512, help="image width and height in pixels (default 512)")
-    parser.add_argument("--format", choices=("png", "dicom", "both"), default="png", help="image files to write (default png)")
+    parser.add_argument(
+        "--format", choices=("png", "dicom", "both"), default="png", help="image files to write (default png)"
+    )
     parser.add_argument("--png-bits", type=int, choices=(8, 16), default=8, help="PNG bit depth (default 8)")
-    parser.add_argument("--prevalence", type=_prevalence, nargs="*", default=[], metavar="FINDING=P",
-                        help="override a finding's prevalence, e.g. pneumothorax=0.05 'Pleural Effusion=0.3'")
-    parser.add_argument("--conspicuity", choices=("clear", "subtle"), default="clear",
-                        help="how visible small findings (nodule, rib fracture, pleural thickening) are drawn: "
-                             "clear (default) or subtle (the first PhantomCXR rendering, below what 96 px shows)")
+    parser.add_argument(
+        "--prevalence",
+        type=_prevalence,
+        nargs="*",
+        default=[],
+        metavar="FINDING=P",
+        help="override a finding's prevalence, e.g. pneumothorax=0.05 'Pleural Effusion=0.3'",
+    )
+    parser.add_argument(
+        "--conspicuity",
+        choices=("clear", "subtle"),
+        default="clear",
+        help="how visible small findings (nodule, rib fracture, pleural thickening) are drawn: "
+        "clear (default) or subtle (the first PhantomCXR rendering, below what 96 px shows)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -40,8 +52,16 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet and (done % step == 0 or done == total):
             print(f"phantom: {done}/{total} studies", file=sys.stderr, flush=True)
 
-    csv_path = write_dataset(args.out, args.n, seed=args.seed, size=args.size, formats=formats,
-                             prevalence=prevalence, progress=progress, png_bits=args.png_bits,
-                             conspicuity=args.conspicuity)
+    csv_path = write_dataset(
+        args.out,
+        args.n,
+        seed=args.seed,
+        size=args.size,
+        formats=formats,
+        prevalence=prevalence,
+        progress=progress,
+        png_bits=args.png_bits,
+        conspicuity=args.conspicuity,
+    )
     print(csv_path)
     return 0

@@ -18,12 +18,28 @@ import sys
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="rounds_command", metavar="ACTION", required=True)
     run = sub.add_parser("run", help="start a round on the signed, untrained corrections")
-    run.add_argument("--wait", action="store_true", help="watch it here until it is promoted, rejected, failed or cancelled")
-    run.add_argument("--recipe", default=None, help="training recipe YAML (default: the configured one, round-cpu.yaml)")
-    run.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a recipe value (learning_rate=1e-5) or a round policy (f1_tolerance=0.01, "
-                          "replay_fraction=0.5); repeatable")
-    run.add_argument("--resume", type=int, default=None, metavar="ROUND", help="resume a failed or cancelled round from its last checkpoint")
+    run.add_argument(
+        "--wait", action="store_true", help="watch it here until it is promoted, rejected, failed or cancelled"
+    )
+    run.add_argument(
+        "--recipe", default=None, help="training recipe YAML (default: the configured one, round-cpu.yaml)"
+    )
+    run.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe value (learning_rate=1e-5) or a round policy (f1_tolerance=0.01, "
+        "replay_fraction=0.5); repeatable",
+    )
+    run.add_argument(
+        "--resume",
+        type=int,
+        default=None,
+        metavar="ROUND",
+        help="resume a failed or cancelled round from its last checkpoint",
+    )
     run.add_argument("--round", type=int, default=None, help=argparse.SUPPRESS)  # the detached supervisor's way in
     lst = sub.add_parser("list", help="list rounds, newest first")
     lst.add_argument("--status", action="append", default=None, help="only rounds in this status (repeatable)")
@@ -49,7 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     on_off = schedule.add_mutually_exclusive_group()
     on_off.add_argument("--enable", dest="schedule_enabled", action="store_const", const=True, default=None)
     on_off.add_argument("--disable", dest="schedule_enabled", action="store_const", const=False)
-    schedule.add_argument("--threshold", type=int, default=None, help="start a round at this many new signed corrections")
+    schedule.add_argument(
+        "--threshold", type=int, default=None, help="start a round at this many new signed corrections"
+    )
     t_on_off = schedule.add_mutually_exclusive_group()
     t_on_off.add_argument("--threshold-on", dest="threshold_enabled", action="store_const", const=True, default=None)
     t_on_off.add_argument("--threshold-off", dest="threshold_enabled", action="store_const", const=False)
@@ -123,8 +141,9 @@ def _spawn_supervisor(settings, round_id: int) -> int:
     from app.services.rounds.processes import launch, python_command
 
     folder = settings.rounds_dir / str(round_id)
-    process = launch(python_command("-m", "app.cli", "rounds", "run", "--wait", "--round", str(round_id)),
-                     folder / "supervisor.log")
+    process = launch(
+        python_command("-m", "app.cli", "rounds", "run", "--wait", "--round", str(round_id)), folder / "supervisor.log"
+    )
     return process.pid
 
 
@@ -155,11 +174,14 @@ def run(args: argparse.Namespace) -> int:
         if args.round is not None:
             record = service.run_round(args.round, wait=False, actor=actor)
         else:
-            record = service.request_round(actor=actor, recipe=args.recipe, settings=parse_settings(args.settings),
-                                           resume_from=args.resume)
+            record = service.request_round(
+                actor=actor, recipe=args.recipe, settings=parse_settings(args.settings), resume_from=args.resume
+            )
             if not args.wait:
                 pid = _spawn_supervisor(settings, record.id)
-                print(f"Round {record.id} started (supervisor pid {pid}); follow it with `orapo rounds show {record.id}`.")
+                print(
+                    f"Round {record.id} started (supervisor pid {pid}); follow it with `orapo rounds show {record.id}`."
+                )
                 return 0
             record = service.run_round(record.id, wait=False, actor=actor)
         try:
@@ -181,8 +203,19 @@ def run(args: argparse.Namespace) -> int:
     if command == "show":
         details = service.round_details(args.round, log_lines=args.log_lines)
         if args.json:
-            print(json.dumps(_plain({"round": details.round, "version": details.version, "log_tail": details.log_tail,
-                                     "metrics_history": details.metrics_history}), indent=1))
+            print(
+                json.dumps(
+                    _plain(
+                        {
+                            "round": details.round,
+                            "version": details.version,
+                            "log_tail": details.log_tail,
+                            "metrics_history": details.metrics_history,
+                        }
+                    ),
+                    indent=1,
+                )
+            )
             return 0
         r = details.round
         print(_round_line(r))
@@ -213,8 +246,11 @@ def run(args: argparse.Namespace) -> int:
             return 0
         for v in rows:
             heldout = heldout_metrics(v)
-            numbers = (f"  macro-F1 {heldout.macro_f1_14:.3f}  FactS {heldout.facts_reward_mean:.3f}"
-                       if heldout.macro_f1_14 is not None and heldout.facts_reward_mean is not None else "")
+            numbers = (
+                f"  macro-F1 {heldout.macro_f1_14:.3f}  FactS {heldout.facts_reward_mean:.3f}"
+                if heldout.macro_f1_14 is not None and heldout.facts_reward_mean is not None
+                else ""
+            )
             mark = "*" if v.status == "promoted" else " "
             print(f"{mark}{v.id}\t{v.name}\t{v.status}\tparent {v.parent_id}\tround {v.round_id}{numbers}")
         return 0
@@ -231,16 +267,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"Round {r.id} {r.status}.")
         return 0
     if command == "schedule":
-        changes = {k: v for k, v in dict(schedule_enabled=args.schedule_enabled, corrections_threshold=args.threshold,
-                                         threshold_enabled=args.threshold_enabled).items() if v is not None}
+        changes = {
+            k: v
+            for k, v in dict(
+                schedule_enabled=args.schedule_enabled,
+                corrections_threshold=args.threshold,
+                threshold_enabled=args.threshold_enabled,
+            ).items()
+            if v is not None
+        }
         if args.cron is not None:
             changes["cron"] = args.cron or None
         s = set_schedule(database, actor=actor, **changes) if changes else get_schedule(database)
         when = next_run(s.cron) if s.cron and s.schedule_enabled else None
-        print(f"schedule: {s.cron or '-'} ({'enabled' if s.schedule_enabled else 'disabled'})"
-              + (f", next {when:%Y-%m-%d %H:%M %Z}" if when else ""))
-        print(f"threshold: {s.corrections_threshold or '-'} new corrections "
-              f"({'enabled' if s.threshold_enabled else 'disabled'})")
+        print(
+            f"schedule: {s.cron or '-'} ({'enabled' if s.schedule_enabled else 'disabled'})"
+            + (f", next {when:%Y-%m-%d %H:%M %Z}" if when else "")
+        )
+        print(
+            f"threshold: {s.corrections_threshold or '-'} new corrections "
+            f"({'enabled' if s.threshold_enabled else 'disabled'})"
+        )
         if changes:
             print("A running app picks the change up within a minute.", file=sys.stderr)
         return 0

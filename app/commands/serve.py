@@ -71,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
     with stop_signals() as stop:
         try:
             demo.queue(default_concurrency_limit=4).launch(
-                server_name=host, server_port=port, quiet=True, prevent_thread_lock=True,
+                server_name=host,
+                server_port=port,
+                quiet=True,
+                prevent_thread_lock=True,
                 **launch_options(settings, database),
             )
             # uvicorn runs the lifespan's shutdown only once every open request ended, and Gradio's close waits
@@ -80,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"OraPO is ready: open http://{host}:{port}/ in a browser.", flush=True)
             if first_admin:
                 name, password = first_admin
-                print(f"First sign-in: user '{name}', one-time password '{password}' (shown once; change it at first sign-in).", flush=True)
+                print(
+                    f"First sign-in: user '{name}', one-time password '{password}' (shown once; change it at first sign-in).",
+                    flush=True,
+                )
             while not stop.wait(0.5):
                 pass
         finally:

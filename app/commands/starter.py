@@ -21,17 +21,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
     build = sub.add_parser("build", help="build the starter model (default into <ORAPO_DATA_DIR>/models/starter)")
     build.add_argument("--out", default=None, metavar="DIR", help="folder to write (default <data>/models/starter)")
     build.add_argument("--seed", type=int, default=0, help="same seed, same model on the same machine (default 0)")
-    build.add_argument("--n-train", type=int, default=None, metavar="N",
-                       help="PhantomCXR studies to warm-start on (default 2000)")
-    build.add_argument("--steps", type=int, default=None, metavar="N", help="report training steps (default 300; after 1000 steps of the vision tower alone)")
-    build.add_argument("--minutes", type=float, default=None, metavar="M",
-                       help="stop training when the whole build has run this long (default 9)")
-    build.add_argument("--if-missing", action="store_true",
-                       help="do nothing if the folder holds a model; copy the shipped one if it matches")
+    build.add_argument(
+        "--n-train", type=int, default=None, metavar="N", help="PhantomCXR studies to warm-start on (default 2000)"
+    )
+    build.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="report training steps (default 300; after 1000 steps of the vision tower alone)",
+    )
+    build.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        metavar="M",
+        help="stop training when the whole build has run this long (default 9)",
+    )
+    build.add_argument(
+        "--if-missing",
+        action="store_true",
+        help="do nothing if the folder holds a model; copy the shipped one if it matches",
+    )
     build.add_argument("--quiet", action="store_true", help="no progress bar")
-    build.add_argument("--no-calibration", action="store_true",
-                       help="skip the unfamiliar-film calibration written beside the weights (about a minute); the "
-                            "server then computes it while it warms the model up")
+    build.add_argument(
+        "--no-calibration",
+        action="store_true",
+        help="skip the unfamiliar-film calibration written beside the weights (about a minute); the "
+        "server then computes it while it warms the model up",
+    )
     info = sub.add_parser("info", help="show the starter model's build card")
     info.add_argument("--model", default=None, metavar="DIR", help="folder to describe (default <data>/models/starter)")
 
@@ -52,8 +70,11 @@ def _build(args: argparse.Namespace) -> int:
 
     out = Path(args.out).expanduser() if args.out else Settings().models_dir / "starter"
     plan = WarmStartPlan(seed=args.seed)
-    for option, name, value in (("n-train", "n_train", args.n_train), ("steps", "steps", args.steps),
-                                ("minutes", "max_minutes", args.minutes)):
+    for option, name, value in (
+        ("n-train", "n_train", args.n_train),
+        ("steps", "steps", args.steps),
+        ("minutes", "max_minutes", args.minutes),
+    ):
         if value is not None:
             if value <= 0:
                 raise OrapoError("bad_option", f"--{option} must be above 0, not {value}.")
@@ -83,8 +104,10 @@ def _calibrate(folder: Path) -> None:
     from orapo_core.models import unfamiliar
     from orapo_core.models.loading import load_model
 
-    print("starter: computing the unfamiliar-film calibration (PhantomCXR films through the vision tower)...",
-          file=sys.stderr)
+    print(
+        "starter: computing the unfamiliar-film calibration (PhantomCXR films through the vision tower)...",
+        file=sys.stderr,
+    )
     calibration = unfamiliar.build_calibration(load_model(folder, device="cpu"))
     written = folder / unfamiliar.CALIBRATION_FILE
     where = written if written.is_file() else "nowhere (the folder is read-only)"

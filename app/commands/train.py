@@ -46,8 +46,13 @@ def run(args: argparse.Namespace) -> int:
     if dry_run:
         from dataclasses import asdict
 
-        print(json.dumps({"script": asdict(script_args), "model": asdict(model_args), "training": training_args.to_dict()},
-                         indent=2, default=str))
+        print(
+            json.dumps(
+                {"script": asdict(script_args), "model": asdict(model_args), "training": training_args.to_dict()},
+                indent=2,
+                default=str,
+            )
+        )
         return 0
     from orapo_core.train.run import train_round
 

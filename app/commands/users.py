@@ -22,7 +22,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     disable.add_argument("name")
     enable = sub.add_parser("enable", help="enable a disabled user again")
     enable.add_argument("name")
-    passwd = sub.add_parser("passwd", help="reset a user's password (prints a one-time password unless --password-stdin)")
+    passwd = sub.add_parser(
+        "passwd", help="reset a user's password (prints a one-time password unless --password-stdin)"
+    )
     passwd.add_argument("name")
     passwd.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
 

@@ -62,12 +62,18 @@ class ScheduleRepository(Repository):
         with self._session() as session:
             row = session.get(ScheduleSetting, 1)
             if row is None:
-                row = ScheduleSetting(id=1, cron=None, schedule_enabled=False, corrections_threshold=None, threshold_enabled=False)
+                row = ScheduleSetting(
+                    id=1, cron=None, schedule_enabled=False, corrections_threshold=None, threshold_enabled=False
+                )
                 session.add(row)
             changes = {
                 k: v
-                for k, v in dict(cron=cron, schedule_enabled=schedule_enabled, corrections_threshold=corrections_threshold,
-                                 threshold_enabled=threshold_enabled).items()
+                for k, v in dict(
+                    cron=cron,
+                    schedule_enabled=schedule_enabled,
+                    corrections_threshold=corrections_threshold,
+                    threshold_enabled=threshold_enabled,
+                ).items()
                 if v is not _UNSET
             }
             for key, value in changes.items():
@@ -99,8 +105,10 @@ class ArchiveSettingsRepository(Repository):
 
     def update(self, *, sr_send: str, actor: Actor = None) -> ArchiveSettings:
         if sr_send not in SR_SEND_MODES:
-            raise OrapoError("invalid_sr_send", f"Sending reports to the archive is one of {', '.join(SR_SEND_MODES)}, "
-                                                f"not {sr_send!r}.")
+            raise OrapoError(
+                "invalid_sr_send",
+                f"Sending reports to the archive is one of {', '.join(SR_SEND_MODES)}, not {sr_send!r}.",
+            )
         with self._session() as session:
             row = session.get(ArchiveSetting, 1)
             if row is None:
@@ -158,7 +166,9 @@ class AuditRepository(Repository):
             if actor_name is not None:
                 query = query.where(AuditLog.actor_name == actor_name)
             if action is not None:
-                query = query.where(AuditLog.action.startswith(action) if action.endswith(".") else AuditLog.action == action)
+                query = query.where(
+                    AuditLog.action.startswith(action) if action.endswith(".") else AuditLog.action == action
+                )
             if object_type is not None:
                 query = query.where(AuditLog.object_type == object_type)
             if object_id is not None:
@@ -177,7 +187,9 @@ class DashboardRepository(Repository):
             holdout = int(session.scalar(select(func.count(Study.id)).where(Study.split == "holdout")) or 0)
             corrections = int(session.scalar(select(func.count(Correction.id))) or 0)
             latest = (
-                select(Correction.study_id, func.max(Correction.version).label("version")).group_by(Correction.study_id).subquery()
+                select(Correction.study_id, func.max(Correction.version).label("version"))
+                .group_by(Correction.study_id)
+                .subquery()
             )
             latest_rows = session.execute(
                 select(Correction.accepted_unchanged, Correction.signed_at, Correction.trained_in_round, Study.split)
@@ -185,7 +197,9 @@ class DashboardRepository(Repository):
                 .join(Study, Study.id == Correction.study_id)
             ).all()
             pairs_by_source: dict[str, int] = {}
-            for source, n in session.execute(select(PreferencePair.source, func.count(PreferencePair.id)).group_by(PreferencePair.source)):
+            for source, n in session.execute(
+                select(PreferencePair.source, func.count(PreferencePair.id)).group_by(PreferencePair.source)
+            ):
                 pairs_by_source[source] = int(n)
         accepted = sum(1 for r in latest_rows if r.accepted_unchanged)
         return DashboardCounts(

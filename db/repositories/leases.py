@@ -42,9 +42,14 @@ class LeaseRepository(Repository):
                     update(Lease)
                     .where(Lease.name == name, or_(Lease.holder == holder, Lease.expires_at <= now))
                     # SET reads the row as it was: a renewal keeps its acquired_at, a takeover starts a new one
-                    .values(acquired_at=case((Lease.holder == holder, Lease.acquired_at), else_=now), holder=holder,
-                            renewed_at=now, expires_at=now + ttl_s)
-                    .execution_options(synchronize_session=False))
+                    .values(
+                        acquired_at=case((Lease.holder == holder, Lease.acquired_at), else_=now),
+                        holder=holder,
+                        renewed_at=now,
+                        expires_at=now + ttl_s,
+                    )
+                    .execution_options(synchronize_session=False)
+                )
                 if taken.rowcount == 1:
                     return True
                 if session.get(Lease, name) is not None:
@@ -60,8 +65,12 @@ class LeaseRepository(Repository):
         """End `holder`'s lease now (the row stays, expired); False when it was not theirs."""
         with self._session() as session:
             now = database_now(session)
-            ended = session.execute(update(Lease).where(Lease.name == name, Lease.holder == holder)
-                                    .values(expires_at=now).execution_options(synchronize_session=False))
+            ended = session.execute(
+                update(Lease)
+                .where(Lease.name == name, Lease.holder == holder)
+                .values(expires_at=now)
+                .execution_options(synchronize_session=False)
+            )
             return ended.rowcount == 1
 
     def get(self, name: str) -> LeaseRecord | None:
@@ -75,5 +84,7 @@ class LeaseRepository(Repository):
         """Every lease whose name starts with `prefix`, live or expired, by name."""
         with self._session() as session:
             now = database_now(session)
-            rows = session.scalars(select(Lease).where(Lease.name.startswith(prefix, autoescape=True)).order_by(Lease.name))
+            rows = session.scalars(
+                select(Lease).where(Lease.name.startswith(prefix, autoescape=True)).order_by(Lease.name)
+            )
             return [_record(row, now) for row in rows]

@@ -66,7 +66,11 @@ def _study(session: Session, study_id: int) -> Study:
 
 
 def _latest_versions():
-    return select(Correction.study_id, func.max(Correction.version).label("version")).group_by(Correction.study_id).subquery()
+    return (
+        select(Correction.study_id, func.max(Correction.version).label("version"))
+        .group_by(Correction.study_id)
+        .subquery()
+    )
 
 
 class DraftRepository(Repository):
@@ -120,7 +124,10 @@ class DraftRepository(Repository):
 
     def for_study(self, study_id: int) -> list[DraftRecord]:
         with self._session() as session:
-            return [draft_record(d) for d in session.scalars(select(Draft).where(Draft.study_id == study_id).order_by(Draft.id))]
+            return [
+                draft_record(d)
+                for d in session.scalars(select(Draft).where(Draft.study_id == study_id).order_by(Draft.id))
+            ]
 
 
 class CorrectionRepository(Repository):
@@ -141,8 +148,9 @@ class CorrectionRepository(Repository):
         with self._session() as session:
             if session.scalar(select(Correction.id).where(Correction.study_id == study_id).limit(1)) is not None:
                 raise OrapoError("correction_exists", "This study already has a report; amend it instead.")
-            return self._add(session, study_id, author_id, text, draft_id, labels, accepted_unchanged, signed, 1, None,
-                             reading_order)
+            return self._add(
+                session, study_id, author_id, text, draft_id, labels, accepted_unchanged, signed, 1, None, reading_order
+            )
 
     def amend(
         self,
@@ -160,19 +168,46 @@ class CorrectionRepository(Repository):
             previous = session.get(Correction, correction_id)
             if previous is None:
                 raise OrapoError("correction_not_found", f"There is no correction with id {correction_id}.")
-            latest = session.scalar(select(func.max(Correction.version)).where(Correction.study_id == previous.study_id))
+            latest = session.scalar(
+                select(func.max(Correction.version)).where(Correction.study_id == previous.study_id)
+            )
             if latest != previous.version:
-                raise OrapoError("stale_correction", "This report has been amended since you opened it; reload it first.")
+                raise OrapoError(
+                    "stale_correction", "This report has been amended since you opened it; reload it first."
+                )
             return self._add(
-                session, previous.study_id, author_id, text, previous.draft_id, labels if labels is not None else previous.labels,
-                accepted_unchanged, signed, previous.version + 1, previous.id, reading_order,
+                session,
+                previous.study_id,
+                author_id,
+                text,
+                previous.draft_id,
+                labels if labels is not None else previous.labels,
+                accepted_unchanged,
+                signed,
+                previous.version + 1,
+                previous.id,
+                reading_order,
             )
 
-    def _add(self, session, study_id, author_id, text, draft_id, labels, accepted_unchanged, signed, version, previous_id,
-             reading_order=None) -> CorrectionRecord:
+    def _add(
+        self,
+        session,
+        study_id,
+        author_id,
+        text,
+        draft_id,
+        labels,
+        accepted_unchanged,
+        signed,
+        version,
+        previous_id,
+        reading_order=None,
+    ) -> CorrectionRecord:
         if reading_order is not None and reading_order not in READING_ORDERS:
-            raise OrapoError("invalid_reading_order", f"A reading order is one of {', '.join(READING_ORDERS)}, "
-                                                      f"not {reading_order!r}.")
+            raise OrapoError(
+                "invalid_reading_order",
+                f"A reading order is one of {', '.join(READING_ORDERS)}, not {reading_order!r}.",
+            )
         study = _study(session, study_id)
         if session.get(User, author_id) is None:
             raise OrapoError("user_not_found", f"There is no user with id {author_id}.")
@@ -199,7 +234,9 @@ class CorrectionRepository(Repository):
         try:
             session.flush()
         except IntegrityError as exc:  # the same version written by someone else meanwhile
-            raise OrapoError("stale_correction", "This report was changed by someone else meanwhile; reload it first.") from exc
+            raise OrapoError(
+                "stale_correction", "This report was changed by someone else meanwhile; reload it first."
+            ) from exc
         study.status = "signed" if signed else "corrected"
         return correction_record(correction)
 
@@ -211,7 +248,9 @@ class CorrectionRepository(Repository):
                 raise OrapoError("correction_not_found", f"There is no correction with id {correction_id}.")
             if correction.signed_at is not None:
                 raise OrapoError("already_signed", "This report is already signed; amend it to change it.")
-            latest = session.scalar(select(func.max(Correction.version)).where(Correction.study_id == correction.study_id))
+            latest = session.scalar(
+                select(func.max(Correction.version)).where(Correction.study_id == correction.study_id)
+            )
             if latest != correction.version:
                 raise OrapoError("stale_correction", "Only the latest version of a report can be signed.")
             correction.signed_at = utcnow()
@@ -227,13 +266,17 @@ class CorrectionRepository(Repository):
 
     def latest_for_study(self, study_id: int) -> CorrectionRecord | None:
         with self._session() as session:
-            c = session.scalar(select(Correction).where(Correction.study_id == study_id).order_by(Correction.version.desc()).limit(1))
+            c = session.scalar(
+                select(Correction).where(Correction.study_id == study_id).order_by(Correction.version.desc()).limit(1)
+            )
             return None if c is None else correction_record(c)
 
     def history(self, study_id: int) -> list[CorrectionRecord]:
         """Every version of the study's report, oldest first."""
         with self._session() as session:
-            rows = session.scalars(select(Correction).where(Correction.study_id == study_id).order_by(Correction.version))
+            rows = session.scalars(
+                select(Correction).where(Correction.study_id == study_id).order_by(Correction.version)
+            )
             return [correction_record(c) for c in rows]
 
     def untrained(self, *, signed_only: bool = True, limit: int | None = None) -> list[CorrectionRecord]:
@@ -269,7 +312,9 @@ class CorrectionRepository(Repository):
             studies = {s.id: s for s in session.scalars(select(Study).where(Study.id.in_({c.study_id for c in rows})))}
             held_out = sorted(c.id for c in rows if studies[c.study_id].split == "holdout")
             if held_out:
-                raise OrapoError("holdout_study", f"Corrections {held_out} belong to held-out studies and are never trained on.")
+                raise OrapoError(
+                    "holdout_study", f"Corrections {held_out} belong to held-out studies and are never trained on."
+                )
             for c in rows:
                 c.trained_in_round = round_id
                 studies[c.study_id].status = "trained"
@@ -282,16 +327,20 @@ class AutosaveRepository(Repository):
     def put(self, user_id: int, study_id: int, text: str, *, base_version: int = 0) -> AutosaveRecord:
         with self._session() as session:
             _study(session, study_id)
-            row = session.scalar(select(ReportAutosave).where(ReportAutosave.user_id == user_id,
-                                                              ReportAutosave.study_id == study_id))
+            row = session.scalar(
+                select(ReportAutosave).where(ReportAutosave.user_id == user_id, ReportAutosave.study_id == study_id)
+            )
             if row is None:
                 try:
                     with session.begin_nested():
                         row = ReportAutosave(user_id=user_id, study_id=study_id, text=text, base_version=base_version)
                         session.add(row)
                 except IntegrityError:  # the same reader's other tab wrote it first: write over that one
-                    row = session.scalar(select(ReportAutosave).where(ReportAutosave.user_id == user_id,
-                                                                      ReportAutosave.study_id == study_id))
+                    row = session.scalar(
+                        select(ReportAutosave).where(
+                            ReportAutosave.user_id == user_id, ReportAutosave.study_id == study_id
+                        )
+                    )
                     assert row is not None
             row.text, row.base_version, row.saved_at = text, base_version, utcnow()
             session.flush()
@@ -299,15 +348,17 @@ class AutosaveRepository(Repository):
 
     def get(self, user_id: int, study_id: int) -> AutosaveRecord | None:
         with self._session() as session:
-            row = session.scalar(select(ReportAutosave).where(ReportAutosave.user_id == user_id,
-                                                              ReportAutosave.study_id == study_id))
+            row = session.scalar(
+                select(ReportAutosave).where(ReportAutosave.user_id == user_id, ReportAutosave.study_id == study_id)
+            )
             return None if row is None else _autosave_record(row)
 
     def discard(self, user_id: int, study_id: int, *, base_version: int | None = None) -> bool:
         """Delete the reader's unsaved text of the study (with `base_version`, only one edited from that version)."""
         with self._session() as session:
-            row = session.scalar(select(ReportAutosave).where(ReportAutosave.user_id == user_id,
-                                                              ReportAutosave.study_id == study_id))
+            row = session.scalar(
+                select(ReportAutosave).where(ReportAutosave.user_id == user_id, ReportAutosave.study_id == study_id)
+            )
             if row is None or (base_version is not None and row.base_version != base_version):
                 return False
             session.delete(row)
@@ -315,5 +366,10 @@ class AutosaveRepository(Repository):
 
 
 def _autosave_record(row: ReportAutosave) -> AutosaveRecord:
-    return AutosaveRecord(user_id=row.user_id, study_id=row.study_id, text=row.text, base_version=row.base_version,
-                          saved_at=must_utc(row.saved_at))
+    return AutosaveRecord(
+        user_id=row.user_id,
+        study_id=row.study_id,
+        text=row.text,
+        base_version=row.base_version,
+        saved_at=must_utc(row.saved_at),
+    )

@@ -160,7 +160,9 @@ class StudyRepository(Repository):
                 raise OrapoError("image_exists", "This image has already been uploaded.") from exc
             return image_record(image)
 
-    def find_image(self, study_id: int, *, sop_instance_uid_hash: str, dicom_path: str | None = None) -> ImageRecord | None:
+    def find_image(
+        self, study_id: int, *, sop_instance_uid_hash: str, dicom_path: str | None = None
+    ) -> ImageRecord | None:
         """The study's image of this instance; `dicom_path` also finds a row stored before instances were recorded."""
         with self._session() as session:
             same = Image.sop_instance_uid_hash == sop_instance_uid_hash
@@ -183,7 +185,10 @@ class StudyRepository(Repository):
 
     def images(self, study_id: int) -> list[ImageRecord]:
         with self._session() as session:
-            return [image_record(i) for i in session.scalars(select(Image).where(Image.study_id == study_id).order_by(Image.id))]
+            return [
+                image_record(i)
+                for i in session.scalars(select(Image).where(Image.study_id == study_id).order_by(Image.id))
+            ]
 
     def get_image(self, image_id: int) -> ImageRecord:
         with self._session() as session:
@@ -196,8 +201,9 @@ class StudyRepository(Repository):
         """Every file of the storage folder an image row names (DICOM and display), storage-relative: what the
         start-up sweep must keep."""
         with self._session() as session:
-            return {path for row in session.execute(select(Image.dicom_path, Image.display_path)) for path in row
-                    if path}
+            return {
+                path for row in session.execute(select(Image.dicom_path, Image.display_path)) for path in row if path
+            }
 
     def _set(self, study_id: int, **values) -> StudyRecord:
         with self._session() as session:
@@ -251,7 +257,10 @@ class StudyRepository(Repository):
             for image in session.scalars(select(Image).where(Image.study_id.in_(ids)).order_by(Image.id)):
                 images.setdefault(image.study_id, []).append(image_record(image))
             latest_draft_ids = select(func.max(Draft.id)).where(Draft.study_id.in_(ids)).group_by(Draft.study_id)
-            drafts = {d.study_id: draft_record(d) for d in session.scalars(select(Draft).where(Draft.id.in_(latest_draft_ids)))}
+            drafts = {
+                d.study_id: draft_record(d)
+                for d in session.scalars(select(Draft).where(Draft.id.in_(latest_draft_ids)))
+            }
             latest_versions = (
                 select(Correction.study_id, func.max(Correction.version).label("version"))
                 .where(Correction.study_id.in_(ids))
@@ -263,7 +272,8 @@ class StudyRepository(Repository):
                 for c in session.scalars(
                     select(Correction).join(
                         latest_versions,
-                        (Correction.study_id == latest_versions.c.study_id) & (Correction.version == latest_versions.c.version),
+                        (Correction.study_id == latest_versions.c.study_id)
+                        & (Correction.version == latest_versions.c.version),
                     )
                 )
             }

@@ -100,17 +100,34 @@ class PairRepository(Repository):
         correction_id: int | None = None,
         round_id: int | None = None,
     ) -> PairRecord:
-        return self.add_many([dict(study_id=study_id, prompt=prompt, chosen=chosen, rejected=rejected, source=source,
-                                   image_id=image_id, correction_id=correction_id, round_id=round_id)])[0]
+        return self.add_many(
+            [
+                dict(
+                    study_id=study_id,
+                    prompt=prompt,
+                    chosen=chosen,
+                    rejected=rejected,
+                    source=source,
+                    image_id=image_id,
+                    correction_id=correction_id,
+                    round_id=round_id,
+                )
+            ]
+        )[0]
 
     def add_many(self, pairs: Iterable[dict[str, Any]]) -> list[PairRecord]:
         """Several pairs in one transaction; each dict has `add`'s keyword names. Held-out studies are refused."""
         rows = []
         for p in pairs:
             if p.get("source") not in PAIR_SOURCES:
-                raise OrapoError("invalid_pair_source", f"A pair's source is one of {', '.join(PAIR_SOURCES)}, not {p.get('source')!r}.")
+                raise OrapoError(
+                    "invalid_pair_source",
+                    f"A pair's source is one of {', '.join(PAIR_SOURCES)}, not {p.get('source')!r}.",
+                )
             if p.get("chosen") == p.get("rejected"):
-                raise OrapoError("invalid_pair", "A preference pair needs a chosen text different from the rejected one.")
+                raise OrapoError(
+                    "invalid_pair", "A preference pair needs a chosen text different from the rejected one."
+                )
             rows.append(PreferencePair(**p))
         with self._session() as session:
             study_ids = {r.study_id for r in rows}
@@ -120,7 +137,9 @@ class PairRepository(Repository):
                 raise OrapoError("study_not_found", f"There are no studies with ids {missing}.")
             held_out = sorted(i for i, s in studies.items() if s.split == "holdout")
             if held_out:
-                raise OrapoError("holdout_study", f"Studies {held_out} are held out for evaluation; no pairs are made from them.")
+                raise OrapoError(
+                    "holdout_study", f"Studies {held_out} are held out for evaluation; no pairs are made from them."
+                )
             session.add_all(rows)
             session.flush()
             return [pair_record(r) for r in rows]
@@ -168,18 +187,33 @@ class PairRepository(Repository):
 
 
 class RoundRepository(Repository):
-    def create(self, *, trigger: str = "manual", config: dict[str, Any] | None = None, started_by: int | None = None,
-               actor: Actor = None) -> RoundRecord:
+    def create(
+        self,
+        *,
+        trigger: str = "manual",
+        config: dict[str, Any] | None = None,
+        started_by: int | None = None,
+        actor: Actor = None,
+    ) -> RoundRecord:
         if trigger not in ROUND_TRIGGERS:
-            raise OrapoError("invalid_trigger", f"A round's trigger is one of {', '.join(ROUND_TRIGGERS)}, not {trigger!r}.")
+            raise OrapoError(
+                "invalid_trigger", f"A round's trigger is one of {', '.join(ROUND_TRIGGERS)}, not {trigger!r}."
+            )
         with self._session() as session:
             if session.get_bind().dialect.name == "postgresql":
                 # PostgreSQL hands out ids before commit: without this, two requests could each commit and look
                 # for the other before the older one committed, and both rounds would run. Held to the commit,
                 # the lock makes id order commit order, so the newer request always sees the older one.
                 session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ROUND_CREATE_LOCK})
-            r = TrainingRound(status="queued", trigger=trigger, config=dict(config or {}), progress=0.0, metrics={}, log="",
-                              started_by=started_by)
+            r = TrainingRound(
+                status="queued",
+                trigger=trigger,
+                config=dict(config or {}),
+                progress=0.0,
+                metrics={},
+                log="",
+                started_by=started_by,
+            )
             session.add(r)
             session.flush()
             audit(session, actor, "round.create", "training_round", r.id, {"trigger": trigger})
@@ -211,8 +245,15 @@ class RoundRepository(Repository):
             counted = dict(session.execute(query).all())
         return {status: int(counted.get(status, 0)) for status in ROUND_STATUSES}
 
-    def transition(self, round_id: int, status: str, *, error: str | None = None, metrics: dict[str, Any] | None = None,
-                   actor: Actor = None) -> RoundRecord:
+    def transition(
+        self,
+        round_id: int,
+        status: str,
+        *,
+        error: str | None = None,
+        metrics: dict[str, Any] | None = None,
+        actor: Actor = None,
+    ) -> RoundRecord:
         """Move a round along an allowed edge of `ROUND_TRANSITIONS`, stamping start and finish times."""
         if status not in ROUND_STATUSES:
             raise OrapoError("invalid_status", f"A round status is one of {', '.join(ROUND_STATUSES)}, not {status!r}.")
@@ -232,11 +273,19 @@ class RoundRepository(Repository):
                 r.error = error
             if metrics:
                 r.metrics = {**(r.metrics or {}), **metrics}
-            audit(session, actor, f"round.{status}", "training_round", r.id, {"from": previous, **({"error": error} if error else {})})
+            audit(
+                session,
+                actor,
+                f"round.{status}",
+                "training_round",
+                r.id,
+                {"from": previous, **({"error": error} if error else {})},
+            )
             return round_record(r)
 
-    def update_progress(self, round_id: int, progress: float, *, log_append: str | None = None,
-                        metrics: dict[str, Any] | None = None) -> RoundRecord:
+    def update_progress(
+        self, round_id: int, progress: float, *, log_append: str | None = None, metrics: dict[str, Any] | None = None
+    ) -> RoundRecord:
         """A running round reports in; reports for a round no longer running are refused."""
         with self._session() as session:
             r = self._load(session, round_id)
@@ -283,9 +332,18 @@ class ModelVersionRepository(Repository):
         created_by: int | None = None,
     ) -> ModelVersionRecord:
         with self._session() as session:
-            v = ModelVersion(name=name, base_model_path=base_model_path, adapter_path=adapter_path, metrics=dict(metrics or {}),
-                             parent_id=parent_id, round_id=round_id, study_ids_seen=sorted(set(study_ids_seen)),
-                             config=dict(config or {}), status="candidate", created_by=created_by)
+            v = ModelVersion(
+                name=name,
+                base_model_path=base_model_path,
+                adapter_path=adapter_path,
+                metrics=dict(metrics or {}),
+                parent_id=parent_id,
+                round_id=round_id,
+                study_ids_seen=sorted(set(study_ids_seen)),
+                config=dict(config or {}),
+                status="candidate",
+                created_by=created_by,
+            )
             session.add(v)
             session.flush()
             return version_record(v)
@@ -318,7 +376,9 @@ class ModelVersionRepository(Repository):
                 return version_record(v)
             if v.status == "rejected":
                 raise OrapoError("version_rejected", f"Model version {version_id} was rejected and cannot be promoted.")
-            previous = list(session.scalars(select(ModelVersion).where(ModelVersion.status == "promoted").with_for_update()))
+            previous = list(
+                session.scalars(select(ModelVersion).where(ModelVersion.status == "promoted").with_for_update())
+            )
             for p in previous:
                 p.status = "retired"
             session.flush()  # the retirement reaches the database before the unique promoted slot is taken
@@ -326,21 +386,31 @@ class ModelVersionRepository(Repository):
             try:
                 session.flush()
             except IntegrityError as exc:  # another promotion won the race (SQLite has no SELECT ... FOR UPDATE)
-                raise OrapoError("promote_conflict", "Another version was promoted at the same moment; reload and try again.") from exc
+                raise OrapoError(
+                    "promote_conflict", "Another version was promoted at the same moment; reload and try again."
+                ) from exc
             v.reason = _with_reason(v.reason, reason)
             if v.round_id is not None:
                 r = session.get(TrainingRound, v.round_id)
                 if r is not None and r.status == "succeeded":
                     r.status = "promoted"
-            audit(session, actor, "version.promote", "model_version", v.id,
-                  {"retired": [p.id for p in previous], **({"reason": reason} if reason else {})})
+            audit(
+                session,
+                actor,
+                "version.promote",
+                "model_version",
+                v.id,
+                {"retired": [p.id for p in previous], **({"reason": reason} if reason else {})},
+            )
             return version_record(v)
 
     def reject(self, version_id: int, *, reason: str | None = None, actor: Actor = None) -> ModelVersionRecord:
         with self._session() as session:
             v = self._load(session, version_id, for_update=True)
             if v.status != "candidate":
-                raise OrapoError("invalid_transition", f"Model version {version_id} is {v.status}; only a candidate can be rejected.")
+                raise OrapoError(
+                    "invalid_transition", f"Model version {version_id} is {v.status}; only a candidate can be rejected."
+                )
             v.status = "rejected"
             v.reason = _with_reason(v.reason, reason)
             if v.round_id is not None:

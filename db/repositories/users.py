@@ -101,7 +101,9 @@ class UserRepository(Repository):
         except IntegrityError as exc:  # two admins adding the same name at once
             raise OrapoError("user_exists", f"A user named {name!r} already exists.") from exc
 
-    def create_with_one_time_password(self, username: str, *, role: str = "radiologist", actor: Actor = None) -> tuple[UserRecord, str]:
+    def create_with_one_time_password(
+        self, username: str, *, role: str = "radiologist", actor: Actor = None
+    ) -> tuple[UserRecord, str]:
         """A new user with a generated password they must change at first sign-in; the password is returned once."""
         password = generate_password()
         return self.create(username, password, role=role, must_change_password=True, actor=actor), password
@@ -166,7 +168,9 @@ class UserRepository(Repository):
     def enable(self, username: str, *, actor: Actor = None) -> UserRecord:
         return self._set_active(username, True, actor)
 
-    def set_password(self, username: str, password: str, *, must_change_password: bool = False, actor: Actor = None) -> UserRecord:
+    def set_password(
+        self, username: str, password: str, *, must_change_password: bool = False, actor: Actor = None
+    ) -> UserRecord:
         """An administrator's reset (or the user's own change once signed in)."""
         check_password_strength(password)
         with self._session() as session:
@@ -187,7 +191,14 @@ class UserRepository(Repository):
         with self._session() as session:
             user = self._load(session, username)
             user.active = active
-            audit(session, actor, "user.enable" if active else "user.disable", "user", user.id, {"username": user.username})
+            audit(
+                session,
+                actor,
+                "user.enable" if active else "user.disable",
+                "user",
+                user.id,
+                {"username": user.username},
+            )
             return _record(user)
 
     @staticmethod

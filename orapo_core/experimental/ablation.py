@@ -55,8 +55,10 @@ class AblationConfig(OraPOConfig):
 
     def __post_init__(self) -> None:
         if self.use_clinician_pairs and self.oracle_mode in ("sft", "none"):
-            raise ValueError("AblationConfig: use_clinician_pairs needs oracle_mode='dpo' (a pair is a DPO signal): "
-                             "set one or the other.")
+            raise ValueError(
+                "AblationConfig: use_clinician_pairs needs oracle_mode='dpo' (a pair is a DPO signal): "
+                "set one or the other."
+            )
         super().__post_init__()
 
 
@@ -65,8 +67,13 @@ class AblationTrainer(OraPOTrainer):
 
     args: AblationConfig  # checked by __init__
 
-    def __init__(self, model: Any, reward_funcs: list[RewardFunction] | None = None,
-                 args: AblationConfig | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: list[RewardFunction] | None = None,
+        args: AblationConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(args, AblationConfig):
             raise TypeError("AblationTrainer needs an AblationConfig as `args`.")
         super().__init__(model, reward_funcs, args, **kwargs)
@@ -90,8 +97,9 @@ class AblationTrainer(OraPOTrainer):
             return None
         return super().oracle_loss(model, inputs)
 
-    def pair_losses(self, model: torch.nn.Module, inputs: dict[str, Any], rows: torch.Tensor,
-                    batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    def pair_losses(
+        self, model: torch.nn.Module, inputs: dict[str, Any], rows: torch.Tensor, batch: dict[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.args.oracle_mode != "sft":
             return super().pair_losses(model, inputs, rows, batch)
         chosen = self._chosen_logps(model, batch, length_normalize=True)
@@ -102,12 +110,15 @@ def parse_ablation_recipe(
     config_path: str | Path | None = None, overrides: Mapping[str, Any] | Sequence[str] | None = None
 ) -> tuple[OraPOScriptArguments, AblationConfig, ModelConfig]:
     """`parse_recipe` into an `AblationConfig`: the same recipes and overrides, the ablation's oracle modes too."""
-    return cast("tuple[OraPOScriptArguments, AblationConfig, ModelConfig]",
-                parse_recipe(config_path, overrides, config_class=AblationConfig))
+    return cast(
+        "tuple[OraPOScriptArguments, AblationConfig, ModelConfig]",
+        parse_recipe(config_path, overrides, config_class=AblationConfig),
+    )
 
 
-def train_ablation_round(script_args: OraPOScriptArguments, training_args: AblationConfig, model_args: ModelConfig,
-                         **kwargs: Any) -> Path:
+def train_ablation_round(
+    script_args: OraPOScriptArguments, training_args: AblationConfig, model_args: ModelConfig, **kwargs: Any
+) -> Path:
     """`orapo_core.train.run.train_round` with `AblationTrainer`: one round of an ablation method."""
     from orapo_core.train.run import train_round
 
@@ -119,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     ablation's oracle modes (e.g. `--oracle_mode none --use_clinician_pairs false` for GRPO alone)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] != "--config" or len(argv) < 2:
-        print("usage: python -m orapo_core.experimental.ablation --config RECIPE.yaml [--key value ...]", file=sys.stderr)
+        print(
+            "usage: python -m orapo_core.experimental.ablation --config RECIPE.yaml [--key value ...]", file=sys.stderr
+        )
         return 2
     script_args, training_args, model_args = parse_ablation_recipe(argv[1], argv[2:])
     out = train_ablation_round(script_args, training_args, model_args)

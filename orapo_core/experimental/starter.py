@@ -24,9 +24,14 @@ from orapo_core.models.starter.sft import WarmStartPlan
 PLAN_OPTIONS = ("n_train", "steps", "max_minutes", "vision_n_train", "vision_steps", "perception_batch")
 
 
-def starter_variant(*, seed: int = 0, rare_fraction: float | None = None, image_side: int | None = None,
-                    patch_size: int | None = None, **plan: float | int | None
-                    ) -> tuple[WarmStartPlan, StarterArchitecture | None]:
+def starter_variant(
+    *,
+    seed: int = 0,
+    rare_fraction: float | None = None,
+    image_side: int | None = None,
+    patch_size: int | None = None,
+    **plan: float | int | None,
+) -> tuple[WarmStartPlan, StarterArchitecture | None]:
     """The plan and architecture of a starter variant; None values keep the shipped build's, and the architecture
     is None when neither `image_side` nor `patch_size` is given (the shipped one). `plan` takes `PLAN_OPTIONS`."""
     unknown = sorted(set(plan) - set(PLAN_OPTIONS))
@@ -50,6 +55,9 @@ def starter_variant(*, seed: int = 0, rare_fraction: float | None = None, image_
     side = image_side or IMAGE_SIDE
     patch = patch_size or side // 2
     if side < 32 or patch < 4 or side % (2 * patch):
-        raise OrapoError("bad_option", f"--image-side {side} must be at least 32 and a multiple of twice "
-                                       f"--patch-size {patch} (at least 4): patches are merged 2x2 into tokens.")
+        raise OrapoError(
+            "bad_option",
+            f"--image-side {side} must be at least 32 and a multiple of twice "
+            f"--patch-size {patch} (at least 4): patches are merged 2x2 into tokens.",
+        )
     return warm, StarterArchitecture(image_side=side, patch_size=patch)

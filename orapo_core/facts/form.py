@@ -44,7 +44,9 @@ CONTRADICTION_FACTOR = 0.5
 MISSING_SECTION_FACTOR = 0.5
 
 _QUALIFIER_PATTERNS = [pattern for name in ("laterality", "severity", "location") for pattern, _ in V.ATTRIBUTES[name]]
-_FUNCTION_WORDS = r"a|an|the|and|or|of|in|on|at|to|with|is|are|there|seen|noted|lobe|lobes|side|sided|zone|zones|lung|lungs"
+_FUNCTION_WORDS = (
+    r"a|an|the|and|or|of|in|on|at|to|with|is|are|there|seen|noted|lobe|lobes|side|sided|zone|zones|lung|lungs"
+)
 _FRAGMENT_RE = re.compile(
     r"(?:(?:" + "|".join(_QUALIFIER_PATTERNS) + "|" + _FUNCTION_WORDS + r")(?![\w-])[\s,;-]*)+",
 )

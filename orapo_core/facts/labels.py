@@ -46,7 +46,9 @@ def normalize_labels(labels: object) -> dict[str, int | None]:
         try:
             labels = json.loads(text)
         except json.JSONDecodeError:
-            raise OrapoError("bad_labels", "Reference labels must be a dict or its JSON text, e.g. {\"Edema\": 1}.") from None
+            raise OrapoError(
+                "bad_labels", 'Reference labels must be a dict or its JSON text, e.g. {"Edema": 1}.'
+            ) from None
     if not isinstance(labels, dict):
         raise OrapoError("bad_labels", f"Reference labels must be a dict, not {type(labels).__name__}.")
     # pandas/datasets spell names with underscores now and then ("Pleural_Effusion").

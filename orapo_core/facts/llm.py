@@ -21,9 +21,9 @@ from orapo_core.facts.text import Sentence, split_sentences
 
 PROMPT = (
     "You extract atomic clinical facts from a chest X-ray report. Sentences are numbered.\n"
-    "Return only JSON: {{\"facts\": [{{\"sentence\": <number>, \"mention\": <exact words from that sentence>, "
-    "\"observation\": <one of: {observations}>, \"polarity\": \"positive\"|\"negative\"|\"uncertain\", "
-    "\"attributes\": {{<laterality|location|severity|change>: <value>}}}}]}}.\n\n{sentences}"
+    'Return only JSON: {{"facts": [{{"sentence": <number>, "mention": <exact words from that sentence>, '
+    '"observation": <one of: {observations}>, "polarity": "positive"|"negative"|"uncertain", '
+    '"attributes": {{<laterality|location|severity|change>: <value>}}}}]}}.\n\n{sentences}'
 )
 
 

@@ -74,16 +74,24 @@ class EvalMetrics:
 
     def headline(self) -> dict[str, float | None]:
         """Macro-F1, precision and recall over the 14, keyed as stored: what a benchmark's JSON keeps of a model."""
-        return {"macro_f1_14": self.macro_f1_14, "macro_precision_14": self.macro_precision_14,
-                "macro_recall_14": self.macro_recall_14}
+        return {
+            "macro_f1_14": self.macro_f1_14,
+            "macro_precision_14": self.macro_precision_14,
+            "macro_recall_14": self.macro_recall_14,
+        }
 
     def with_values(self, **values: Any) -> EvalMetrics:
         """A copy with these metrics set (what the evaluator adds to `clinical_efficacy`'s)."""
         return replace(self, **values)
 
 
-def clinical_efficacy(predicted: list[dict], reference: list[dict], *, observations: Sequence[str] = CHEXPERT_14,
-                      texts: list[str] | None = None) -> EvalMetrics:
+def clinical_efficacy(
+    predicted: list[dict],
+    reference: list[dict],
+    *,
+    observations: Sequence[str] = CHEXPERT_14,
+    texts: list[str] | None = None,
+) -> EvalMetrics:
     """Micro/macro P/R/F1 over all observations (`_14`) and the five (`_5`), per-class F1, report length."""
     if len(predicted) != len(reference):
         raise OrapoError("metrics_shape", f"{len(predicted)} predicted label sets but {len(reference)} references.")
@@ -103,7 +111,9 @@ def clinical_efficacy(predicted: list[dict], reference: list[dict], *, observati
         if not names:
             continue
         tp, fp, fn = (sum(counts[n][i] for n in names) for i in range(3))
-        values[f"micro_precision_{suffix}"], values[f"micro_recall_{suffix}"], values[f"micro_f1_{suffix}"] = _prf(tp, fp, fn)
+        values[f"micro_precision_{suffix}"], values[f"micro_recall_{suffix}"], values[f"micro_f1_{suffix}"] = _prf(
+            tp, fp, fn
+        )
         per = [_prf(*counts[n]) for n in names]
         for i, kind in enumerate(("precision", "recall", "f1")):
             values[f"macro_{kind}_{suffix}"] = sum(v[i] for v in per) / len(per)

@@ -47,7 +47,15 @@ CHESTXRAY14: tuple[str, ...] = (
 )
 
 # Findings ChestX-ray14 names that CheXpert folds into a broader observation or leaves out.
-EXTRA_CONCEPTS: tuple[str, ...] = ("Nodule", "Mass", "Infiltration", "Emphysema", "Fibrosis", "Pleural Thickening", "Hernia")
+EXTRA_CONCEPTS: tuple[str, ...] = (
+    "Nodule",
+    "Mass",
+    "Infiltration",
+    "Emphysema",
+    "Fibrosis",
+    "Pleural Thickening",
+    "Hernia",
+)
 
 # Every concept a fact may carry: CheXpert's observations (less the derived No Finding) and the extras.
 CONCEPTS: tuple[str, ...] = CHEXPERT_14[1:] + EXTRA_CONCEPTS
@@ -94,9 +102,7 @@ CONCEPT_TO_CHESTXRAY14: dict[str, str | None] = {
 
 # The schema mapping between the two label spaces, ChestX-ray14 -> CheXpert (None: not covered).
 CHESTXRAY14_TO_CHEXPERT: dict[str, str | None] = {
-    name: CONCEPT_TO_CHEXPERT[concept]
-    for concept, name in CONCEPT_TO_CHESTXRAY14.items()
-    if name is not None
+    name: CONCEPT_TO_CHEXPERT[concept] for concept, name in CONCEPT_TO_CHESTXRAY14.items() if name is not None
 }
 
 SCHEMAS: dict[str, tuple[str, ...]] = {"chexpert": CHEXPERT_14, "chestxray14": CHESTXRAY14}
@@ -109,7 +115,9 @@ def schema_labels(schema: str) -> tuple[str, ...]:
     except KeyError:
         from orapo_core.errors import OrapoError
 
-        raise OrapoError("unknown_schema", f"Schema {schema!r} is not known; use one of: {', '.join(SCHEMAS)}.") from None
+        raise OrapoError(
+            "unknown_schema", f"Schema {schema!r} is not known; use one of: {', '.join(SCHEMAS)}."
+        ) from None
 
 
 def project(concept: str, schema: str) -> str | None:

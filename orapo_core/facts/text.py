@@ -23,7 +23,9 @@ class Sentence:
 
 
 _HEADER_RE = re.compile(
-    r"(?:(?<=^)|(?<=[\n.]))[ \t]*(?P<name>" + "|".join(sorted((re.escape(h) for h in SECTION_HEADERS), key=len, reverse=True)) + r")[ \t]*:",
+    r"(?:(?<=^)|(?<=[\n.]))[ \t]*(?P<name>"
+    + "|".join(sorted((re.escape(h) for h in SECTION_HEADERS), key=len, reverse=True))
+    + r")[ \t]*:",
     re.IGNORECASE,
 )
 # A sentence ends at . ? ! followed by space and not inside a number ("1.5 cm") or after "vs.",

@@ -82,14 +82,29 @@ TABLE_EDITION = "dicomfields_2026c"
 
 # The table's lists, one per Basic Profile action.
 _TABLE_LISTS = {
-    "D_TAGS": "D", "Z_TAGS": "Z", "X_TAGS": "X", "U_TAGS": "U", "Z_D_TAGS": "Z/D",
-    "X_Z_TAGS": "X/Z", "X_D_TAGS": "X/D", "X_Z_D_TAGS": "X/Z/D", "X_Z_U_STAR_TAGS": "X/Z/U*",
+    "D_TAGS": "D",
+    "Z_TAGS": "Z",
+    "X_TAGS": "X",
+    "U_TAGS": "U",
+    "Z_D_TAGS": "Z/D",
+    "X_Z_TAGS": "X/Z",
+    "X_D_TAGS": "X/D",
+    "X_Z_D_TAGS": "X/Z/D",
+    "X_Z_U_STAR_TAGS": "X/Z/U*",
 }
 
 # Retain Patient Characteristics Option, as applied here (see the module docstring).
-_RETAINED = frozenset({
-    "PatientSex", "PatientSexNeutered", "PatientAge", "PatientSize", "PatientWeight", "PregnancyStatus", "SmokingStatus",
-})
+_RETAINED = frozenset(
+    {
+        "PatientSex",
+        "PatientSexNeutered",
+        "PatientAge",
+        "PatientSize",
+        "PatientWeight",
+        "PregnancyStatus",
+        "SmokingStatus",
+    }
+)
 # Dates of the table that the Modified Dates Option does not cover: they keep the profile's action.
 _NOT_SHIFTED = frozenset({"PatientBirthDate", "PatientBirthTime"})
 # Not in Table E.1-1, removed all the same.
@@ -173,7 +188,8 @@ def _identifying_outside_table(tag: int, vr: str, keyword: str) -> bool:
     """Whether an attribute the table omits names a birth or death date, an accession, placer or filler (order)
     number, or is a textual "...Number" of group 0040 (Modality Worklist and Procedure Step: orders and requests)."""
     return bool(_IDENTIFYING_KEYWORD.search(keyword)) or (
-        tag >> 16 == 0x0040 and keyword.endswith("Number") and vr not in _BINARY_NUMBERS)
+        tag >> 16 == 0x0040 and keyword.endswith("Number") and vr not in _BINARY_NUMBERS
+    )
 
 
 def _digest(secret: str, purpose: str, value: str) -> bytes:
@@ -210,8 +226,11 @@ def unseal_archive_uid(secret: str, token: str) -> str:
     except (InvalidToken, ValueError, UnicodeError):
         from orapo_core.errors import OrapoError
 
-        raise OrapoError("archive_link_invalid", "The link to the archive's study cannot be read with this "
-                                                 "de-identification secret (ORAPO_DEID_SECRET changed?).") from None
+        raise OrapoError(
+            "archive_link_invalid",
+            "The link to the archive's study cannot be read with this "
+            "de-identification secret (ORAPO_DEID_SECRET changed?).",
+        ) from None
 
 
 def pseudonym(secret: str, patient_key: str) -> str:
@@ -297,7 +316,9 @@ class _Scrubber:
 _HHMMSS = r"(?:[01]\d|2[0-3])(?:[0-5]\d(?:(?:[0-5]\d|60)(?:\.\d{1,6})?)?)?"
 _VALUE_FORMS = {
     "DA": re.compile(r"(?P<y>\d{4})(?P<m>\d{2})(?P<d>\d{2})"),
-    "DT": re.compile(r"(?P<y>\d{4})(?:(?P<m>\d{2})(?:(?P<d>\d{2})(?:" + _HHMMSS + r")?)?)?(?:[+-](?:0\d|1[0-4])[0-5]\d)?"),
+    "DT": re.compile(
+        r"(?P<y>\d{4})(?:(?P<m>\d{2})(?:(?P<d>\d{2})(?:" + _HHMMSS + r")?)?)?(?:[+-](?:0\d|1[0-4])[0-5]\d)?"
+    ),
     "TM": re.compile(_HHMMSS),
     "AS": re.compile(r"\d{3}[DWMY]"),
     "DS": re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"),
@@ -311,13 +332,24 @@ _MAX_CHARS = {"DA": 8, "DT": 26, "TM": 13, "AS": 4, "DS": 16, "IS": 12, "CS": 16
 # since an empty Type 2 element is how DICOM says "unknown", where a missing one makes the stored instance
 # non-conformant. Every other bad value is removed: a Type 3 attribute may be absent, and for a Type 1 one an
 # empty value breaks the rule as much as a missing one does (and would pass for a value to a lax reader).
-_EMPTIED_WHEN_INVALID = frozenset({
-    "PatientBirthDate", "PatientSex", "StudyDate", "StudyTime", "SeriesNumber", "Laterality", "InstanceNumber",
-    "PatientOrientation", "ContentDate", "ContentTime",
-})
+_EMPTIED_WHEN_INVALID = frozenset(
+    {
+        "PatientBirthDate",
+        "PatientSex",
+        "StudyDate",
+        "StudyTime",
+        "SeriesNumber",
+        "Laterality",
+        "InstanceNumber",
+        "PatientOrientation",
+        "ContentDate",
+        "ContentTime",
+    }
+)
 
-NONCONFORMANT_NOTE = ("Some header values did not conform to DICOM and were dropped; "
-                      "the image and the rest of its header are kept.")
+NONCONFORMANT_NOTE = (
+    "Some header values did not conform to DICOM and were dropped; the image and the rest of its header are kept."
+)
 
 
 def conforms(vr: str, value: object) -> bool:

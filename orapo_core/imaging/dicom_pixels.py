@@ -79,7 +79,11 @@ def read_dataset(data: bytes) -> Dataset:
         # reading, which names the transfer syntax unless the pixels are compressed.
         implicit, little = ds.original_encoding
         pixel_elem = ds.get_item("PixelData") if "PixelData" in ds else None
-        if implicit is None or getattr(pixel_elem, "is_undefined_length", False) or getattr(pixel_elem, "length", 0) == 0xFFFFFFFF:
+        if (
+            implicit is None
+            or getattr(pixel_elem, "is_undefined_length", False)
+            or getattr(pixel_elem, "length", 0) == 0xFFFFFFFF
+        ):
             raise OrapoError(
                 "unsupported_transfer_syntax",
                 "This DICOM file does not say how its pixels are encoded; export it again as a standard DICOM file.",
@@ -108,16 +112,29 @@ def check_image_header(ds: Dataset, max_pixels: int) -> None:
     """Every refusal that the header alone can justify, before any pixel is decoded."""
     kind = _object_kind(ds)
     if kind is not None:
-        raise OrapoError("not_an_image_object", f"This file is {kind}, which holds no image; upload the radiograph itself.")
+        raise OrapoError(
+            "not_an_image_object", f"This file is {kind}, which holds no image; upload the radiograph itself."
+        )
     if "PixelData" not in ds:
         if "FloatPixelData" in ds or "DoubleFloatPixelData" in ds:
-            raise OrapoError("unsupported_format", "This DICOM file holds floating-point pixels, which are not accepted; upload the radiograph as exported by the modality.")
-        raise OrapoError("no_pixel_data", "This DICOM file holds no image (no pixel data); upload the radiograph itself, or export it again if the file was cut short.")
+            raise OrapoError(
+                "unsupported_format",
+                "This DICOM file holds floating-point pixels, which are not accepted; upload the radiograph as exported by the modality.",
+            )
+        raise OrapoError(
+            "no_pixel_data",
+            "This DICOM file holds no image (no pixel data); upload the radiograph itself, or export it again if the file was cut short.",
+        )
     rows, columns = int(ds.get("Rows") or 0), int(ds.get("Columns") or 0)
     if rows <= 0 or columns <= 0 or "BitsAllocated" not in ds:
-        raise OrapoError("dimension_mismatch", "This DICOM file does not give the size of its image; it is damaged, export it again.")
+        raise OrapoError(
+            "dimension_mismatch", "This DICOM file does not give the size of its image; it is damaged, export it again."
+        )
     if int(ds.BitsAllocated) > 16:
-        raise OrapoError("unsupported_format", f"This DICOM file holds {int(ds.BitsAllocated)}-bit pixels, which are not accepted; upload the radiograph as exported for viewing (8 to 16 bits).")
+        raise OrapoError(
+            "unsupported_format",
+            f"This DICOM file holds {int(ds.BitsAllocated)}-bit pixels, which are not accepted; upload the radiograph as exported for viewing (8 to 16 bits).",
+        )
     if rows * columns > max_pixels:
         raise OrapoError(
             "too_many_pixels",
@@ -240,7 +257,10 @@ def decode_first_frame(ds: Dataset) -> DecodedFrame:
         stored = stored.astype(stored.dtype.newbyteorder("="))
     rows, columns = int(ds.Rows), int(ds.Columns)
     if stored.shape[:2] != (rows, columns):
-        raise OrapoError("dimension_mismatch", f"This DICOM file says its image is {columns} x {rows} pixels, but the image decodes to another size; it is damaged, export it again.")
+        raise OrapoError(
+            "dimension_mismatch",
+            f"This DICOM file says its image is {columns} x {rows} pixels, but the image decodes to another size; it is damaged, export it again.",
+        )
     grey, photometric_out, coloured = _grey(stored, ds, notes)
     monochrome1 = str(ds.get("PhotometricInterpretation", "")).upper() == "MONOCHROME1"
     colour = photometric_out not in ("MONOCHROME1", "MONOCHROME2")

@@ -190,16 +190,28 @@ def _ingest_raster(data: bytes, kind: str, *, secret: str, max_pixels: int) -> I
     content = hashlib.sha256(pixels.tobytes()).hexdigest()
     rows, columns = pixels.shape
     meta = {
-        "view_position": None, "laterality": None, "modality": None, "body_part": None,
-        "rows": rows, "columns": columns, "photometric_interpretation": "MONOCHROME2",
-        "transfer_syntax": None, "transfer_syntax_name": None, "number_of_frames": 1, "pixel_spacing": None,
-        "burned_in_annotation": None, "bits_stored": raster.bits_stored,
+        "view_position": None,
+        "laterality": None,
+        "modality": None,
+        "body_part": None,
+        "rows": rows,
+        "columns": columns,
+        "photometric_interpretation": "MONOCHROME2",
+        "transfer_syntax": None,
+        "transfer_syntax_name": None,
+        "number_of_frames": 1,
+        "pixel_spacing": None,
+        "burned_in_annotation": None,
+        "bits_stored": raster.bits_stored,
         "window_source": "identity" if raster.bits_stored == 8 else "min_max",
-        "patient_pseudonym": None, "patient_sex": None, "patient_age": None,
+        "patient_pseudonym": None,
+        "patient_sex": None,
+        "patient_age": None,
         "study_uid": hashed_uid(secret, "study:" + content),
         "series_uid": hashed_uid(secret, "series:" + content),
         "sop_instance_uid": hashed_uid(secret, "instance:" + content),
-        "study_date": None, "colour_share": raster.colour_share,
+        "study_date": None,
+        "colour_share": raster.colour_share,
     }
     meta["not_drafted"] = out_of_scope(meta, kind)
     return IngestedImage(

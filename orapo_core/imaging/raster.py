@@ -36,9 +36,13 @@ def decode_raster(data: bytes, kind: str, max_pixels: int) -> RasterImage:
         image: Image.Image = Image.open(io.BytesIO(data), formats=[label])
         width, height = image.size
     except Image.DecompressionBombError:
-        raise OrapoError("too_many_pixels", f"This {label} image is too large to be a radiograph; it may be a decompression bomb.") from None
+        raise OrapoError(
+            "too_many_pixels", f"This {label} image is too large to be a radiograph; it may be a decompression bomb."
+        ) from None
     except Exception as exc:
-        raise OrapoError("truncated_file", f"This {label} file is incomplete or damaged; copy or export it again.") from exc
+        raise OrapoError(
+            "truncated_file", f"This {label} file is incomplete or damaged; copy or export it again."
+        ) from exc
     if width * height > max_pixels:
         raise OrapoError(
             "too_many_pixels",
@@ -48,7 +52,10 @@ def decode_raster(data: bytes, kind: str, max_pixels: int) -> RasterImage:
         image.load()
         image = ImageOps.exif_transpose(image)
     except Exception as exc:  # Pillow raises OSError or SyntaxError on cut or broken streams
-        raise OrapoError("truncated_file", f"This {label} file is incomplete or damaged (it ends too early); copy or export it again.") from exc
+        raise OrapoError(
+            "truncated_file",
+            f"This {label} file is incomplete or damaged (it ends too early); copy or export it again.",
+        ) from exc
 
     notes: list[str] = []
     coloured = 0.0

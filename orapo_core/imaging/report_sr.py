@@ -66,8 +66,10 @@ PRESENCE = {"positive": "present", "negative": "absent", "uncertain": "undetermi
 _UID_NAMESPACE = uuid.UUID("5f0e7a52-93c4-4d1e-8a3b-2c6d0f9e41a7")
 _RANK = {"absent": 1, "undetermined": 2, "present": 3}
 #: The Comment a sentence the finding check added (and the reader kept) is named in, the sentence after the colon.
-ADDED_NOTE = ("Added to the model's draft by an automatic finding check (read on the image, not written by the "
-              "model); kept by the signing reader: ")  # the labeler's aggregation: a positive anywhere wins
+ADDED_NOTE = (
+    "Added to the model's draft by an automatic finding check (read on the image, not written by the "
+    "model); kept by the signing reader: "
+)  # the labeler's aggregation: a positive anywhere wins
 
 # FactS concept -> (scheme, code value, meaning, source). Devices are coded by their kind (`_DEVICE_CODES`).
 _PS316 = "DICOM PS3.16 via pydicom.sr.codedict"
@@ -99,8 +101,11 @@ _DEVICE_CODES: dict[str, tuple[str, str, str]] = {
     "stent": ("SCT", "65818007", "Stent"),
     "valve prosthesis": ("SCT", "25510005", "Heart valve prosthesis"),
 }
-_LATERALITY = {"left": ("SCT", "7771000", "Left"), "right": ("SCT", "24028007", "Right"),
-               "bilateral": ("SCT", "51440002", "Bilateral")}
+_LATERALITY = {
+    "left": ("SCT", "7771000", "Left"),
+    "right": ("SCT", "24028007", "Right"),
+    "bilateral": ("SCT", "51440002", "Bilateral"),
+}
 
 
 @dataclass(frozen=True)
@@ -157,8 +162,14 @@ def coded_findings(text: str) -> list[CodedFinding]:
         if old is None or _RANK[presence] > _RANK[old.presence]:
             found[key] = entry
         elif _RANK[presence] == _RANK[old.presence] and old.laterality != side:
-            found[key] = CodedFinding(old.concept, scheme, value, meaning, presence,
-                                      old.laterality if side is None else (side if old.laterality is None else None))
+            found[key] = CodedFinding(
+                old.concept,
+                scheme,
+                value,
+                meaning,
+                presence,
+                old.laterality if side is None else (side if old.laterality is None else None),
+            )
     return list(found.values())
 
 
@@ -179,9 +190,19 @@ def _codes() -> Any:
     return codes
 
 
-def build_report_sr(images: Iterable[Dataset], *, report: str, reader: str, model: str | None, organization: str,
-                    report_key: Iterable[object], signed_at: dt.datetime, software_version: str = "",
-                    dated_by_signing: bool = False, added: Iterable[str] = ()) -> bytes:
+def build_report_sr(
+    images: Iterable[Dataset],
+    *,
+    report: str,
+    reader: str,
+    model: str | None,
+    organization: str,
+    report_key: Iterable[object],
+    signed_at: dt.datetime,
+    software_version: str = "",
+    dated_by_signing: bool = False,
+    added: Iterable[str] = (),
+) -> bytes:
     """The Comprehensive SR of a signed report about `images` (the study's de-identified pydicom Datasets, the
     first one's patient and study attributes copied), as DICOM bytes.
 
@@ -209,65 +230,115 @@ def build_report_sr(images: Iterable[Dataset], *, report: str, reader: str, mode
     added = tuple(dict.fromkeys(" ".join(str(a).split()) for a in added if str(a).strip()))
 
     def image_refs() -> list[ImageContentItem]:
-        return [hd.sr.ImageContentItem(name=codes.DCM.BestIllustrationOfFinding, referenced_sop_class_uid=e.SOPClassUID,
-                                       referenced_sop_instance_uid=e.SOPInstanceUID, relationship_type=RT.INFERRED_FROM)
-                for e in evidence]
+        return [
+            hd.sr.ImageContentItem(
+                name=codes.DCM.BestIllustrationOfFinding,
+                referenced_sop_class_uid=e.SOPClassUID,
+                referenced_sop_instance_uid=e.SOPInstanceUID,
+                relationship_type=RT.INFERRED_FROM,
+            )
+            for e in evidence
+        ]
 
-    root = hd.sr.ContainerContentItem(name=codes.LN.DiagnosticImagingReport, template_id="2000",
-                                      is_content_continuous=False)
+    root = hd.sr.ContainerContentItem(
+        name=codes.LN.DiagnosticImagingReport, template_id="2000", is_content_continuous=False
+    )
     root.ContentSequence = hd.sr.ContentSequence()
-    root.ContentSequence.extend(hd.sr.LanguageOfContentItemAndDescendants(_code("RFC5646", "en-US", "English (United States)")))
+    root.ContentSequence.extend(
+        hd.sr.LanguageOfContentItemAndDescendants(_code("RFC5646", "en-US", "English (United States)"))
+    )
     person = hd.sr.ObserverContext(
         observer_type=codes.DCM.Person,
         observer_identifying_attributes=hd.sr.PersonObserverIdentifyingAttributes(
-            name=reader_name, organization_name=organization, role_in_organization=codes.DCM.Physician))
+            name=reader_name, organization_name=organization, role_in_organization=codes.DCM.Physician
+        ),
+    )
     device = None
     if model:
         device = hd.sr.ObserverContext(
             observer_type=codes.DCM.Device,
             observer_identifying_attributes=hd.sr.DeviceObserverIdentifyingAttributes(
-                uid=_uid("orapo-model", model), name=model[:64], manufacturer_name=MANUFACTURER,
-                model_name=model[:64]))
-    root.ContentSequence.extend(hd.sr.ObservationContext(observer_person_context=person, observer_device_context=device))
+                uid=_uid("orapo-model", model), name=model[:64], manufacturer_name=MANUFACTURER, model_name=model[:64]
+            ),
+        )
+    root.ContentSequence.extend(
+        hd.sr.ObservationContext(observer_person_context=person, observer_device_context=device)
+    )
 
     section = hd.sr.ContainerContentItem(name=codes.DCM.Findings, relationship_type=RT.CONTAINS)
     section.ContentSequence = hd.sr.ContentSequence()
     if findings:
-        section.ContentSequence.append(_with_children(
-            hd.sr.TextContentItem(name=codes.DCM.Finding, value=findings, relationship_type=RT.CONTAINS),
-            image_refs()))
+        section.ContentSequence.append(
+            _with_children(
+                hd.sr.TextContentItem(name=codes.DCM.Finding, value=findings, relationship_type=RT.CONTAINS),
+                image_refs(),
+            )
+        )
     for finding in coded_findings(report):
         children = []  # the concept modifier first: it qualifies the concept the other children are about
         if finding.laterality in _LATERALITY:
-            children.append(hd.sr.CodeContentItem(name=codes.SCT.Laterality, value=_code(*_LATERALITY[finding.laterality]),
-                                                  relationship_type=RT.HAS_CONCEPT_MOD))
-        children.append(hd.sr.CodeContentItem(name=codes.DCM.PresenceOfProperty, value=_presence_code(finding.presence),
-                                              relationship_type=RT.HAS_PROPERTIES))
+            children.append(
+                hd.sr.CodeContentItem(
+                    name=codes.SCT.Laterality,
+                    value=_code(*_LATERALITY[finding.laterality]),
+                    relationship_type=RT.HAS_CONCEPT_MOD,
+                )
+            )
+        children.append(
+            hd.sr.CodeContentItem(
+                name=codes.DCM.PresenceOfProperty,
+                value=_presence_code(finding.presence),
+                relationship_type=RT.HAS_PROPERTIES,
+            )
+        )
         children.extend(image_refs())
-        section.ContentSequence.append(_with_children(
-            hd.sr.CodeContentItem(name=codes.DCM.Finding, value=_code(finding.scheme, finding.value, finding.meaning),
-                                  relationship_type=RT.CONTAINS), children))
+        section.ContentSequence.append(
+            _with_children(
+                hd.sr.CodeContentItem(
+                    name=codes.DCM.Finding,
+                    value=_code(finding.scheme, finding.value, finding.meaning),
+                    relationship_type=RT.CONTAINS,
+                ),
+                children,
+            )
+        )
     for sentence in added:
-        section.ContentSequence.append(hd.sr.TextContentItem(name=codes.DCM.Comment, value=ADDED_NOTE + sentence,
-                                                             relationship_type=RT.CONTAINS))
+        section.ContentSequence.append(
+            hd.sr.TextContentItem(name=codes.DCM.Comment, value=ADDED_NOTE + sentence, relationship_type=RT.CONTAINS)
+        )
     root.ContentSequence.append(section)
     conclusions = hd.sr.ContainerContentItem(name=codes.DCM.Impressions, relationship_type=RT.CONTAINS)
     conclusions.ContentSequence = hd.sr.ContentSequence()
     if impression:
         conclusions.ContentSequence.append(
-            hd.sr.TextContentItem(name=codes.DCM.Impression, value=impression, relationship_type=RT.CONTAINS))
+            hd.sr.TextContentItem(name=codes.DCM.Impression, value=impression, relationship_type=RT.CONTAINS)
+        )
     root.ContentSequence.append(conclusions)
 
-    day, time = (signed_at.strftime("%Y%m%d"), signed_at.strftime("%H%M%S")) if dated_by_signing \
+    day, time = (
+        (signed_at.strftime("%Y%m%d"), signed_at.strftime("%H%M%S"))
+        if dated_by_signing
         else _report_date(first, signed_at)
+    )
     sr = hd.sr.ComprehensiveSR(
-        evidence=evidence, content=root,
+        evidence=evidence,
+        content=root,
         series_instance_uid=_uid("orapo-sr-series", first.StudyInstanceUID),
-        series_number=SERIES_NUMBER, sop_instance_uid=_uid("orapo-sr", *key),
-        instance_number=1, manufacturer=MANUFACTURER, is_complete=True, is_final=True, is_verified=True,
-        verifying_observer_name=reader_name, verifying_organization=organization,
-        series_description="Signed report (OraPO)", content_date=day, content_time=time,
-        series_date=day, series_time=time, specific_character_set="ISO_IR 192",
+        series_number=SERIES_NUMBER,
+        sop_instance_uid=_uid("orapo-sr", *key),
+        instance_number=1,
+        manufacturer=MANUFACTURER,
+        is_complete=True,
+        is_final=True,
+        is_verified=True,
+        verifying_observer_name=reader_name,
+        verifying_organization=organization,
+        series_description="Signed report (OraPO)",
+        content_date=day,
+        content_time=time,
+        series_date=day,
+        series_time=time,
+        specific_character_set="ISO_IR 192",
         **({"software_versions": software_version} if software_version else {}),
     )
     sr.InstanceCreationDate, sr.InstanceCreationTime = day, time
@@ -276,8 +347,12 @@ def build_report_sr(images: Iterable[Dataset], *, report: str, reader: str, mode
         offset = int(utc_offset.total_seconds() // 60)
         sr.TimezoneOffsetFromUTC = f"{'+' if offset >= 0 else '-'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
     sr.VerifyingObserverSequence[0].VerificationDateTime = day + time
-    for keyword in ("PatientIdentityRemoved", "DeidentificationMethod", "DeidentificationMethodCodeSequence",
-                    "LongitudinalTemporalInformationModified"):
+    for keyword in (
+        "PatientIdentityRemoved",
+        "DeidentificationMethod",
+        "DeidentificationMethodCodeSequence",
+        "LongitudinalTemporalInformationModified",
+    ):
         if keyword in first:
             setattr(sr, keyword, first[keyword].value)
     buffer = io.BytesIO()
@@ -285,9 +360,12 @@ def build_report_sr(images: Iterable[Dataset], *, report: str, reader: str, mode
     data = buffer.getvalue()
     back = read_report_sr(data)
     meant = [(c.scheme, c.value, c.presence, c.laterality) for c in coded_findings(report)]
-    if (back.findings, back.impression, back.reader) != (findings, impression, reader_name.rstrip("^")) \
-            or [(c.scheme, c.value, c.presence, c.laterality) for c in back.coded] != meant \
-            or set(back.referenced_instances) != {e.SOPInstanceUID for e in evidence} or back.added != added:
+    if (
+        (back.findings, back.impression, back.reader) != (findings, impression, reader_name.rstrip("^"))
+        or [(c.scheme, c.value, c.presence, c.laterality) for c in back.coded] != meant
+        or set(back.referenced_instances) != {e.SOPInstanceUID for e in evidence}
+        or back.added != added
+    ):
         raise OrapoError("sr_invalid", "The structured report did not read back as it was written; nothing was kept.")
     return data
 
@@ -323,8 +401,17 @@ def _evidence(image: object) -> Dataset:
     evidence = Dataset()
     evidence.update(image)
     evidence.pop("PixelData", None)
-    for keyword in ("PatientName", "PatientID", "PatientBirthDate", "PatientSex", "AccessionNumber", "StudyID",
-                    "StudyDate", "StudyTime", "ReferringPhysicianName"):
+    for keyword in (
+        "PatientName",
+        "PatientID",
+        "PatientBirthDate",
+        "PatientSex",
+        "AccessionNumber",
+        "StudyID",
+        "StudyDate",
+        "StudyTime",
+        "ReferringPhysicianName",
+    ):
         if keyword not in evidence:
             setattr(evidence, keyword, "")
     return evidence
@@ -361,7 +448,7 @@ def read_report_sr(data: bytes) -> ReportSR:
         if item.ValueType == "TEXT" and name in ("121071", "121073"):
             texts[name] = str(item.TextValue)
         elif item.ValueType == "TEXT" and name == "121106" and str(item.TextValue).startswith(ADDED_NOTE):
-            added.append(str(item.TextValue)[len(ADDED_NOTE):])
+            added.append(str(item.TextValue)[len(ADDED_NOTE) :])
         elif item.ValueType == "PNAME" and name == "121008":  # Person Observer Name
             reader = str(item.PersonName).rstrip("^")
         elif item.ValueType == "TEXT" and name == "121013":  # Device Observer Name
@@ -375,18 +462,33 @@ def read_report_sr(data: bytes) -> ReportSR:
                 child_name = child.ConceptNameCodeSequence[0].CodeValue
                 if child.ValueType == "CODE" and child_name == "121052":
                     presence = {"121053": "present", "121054": "absent"}.get(
-                        child.ConceptCodeSequence[0].CodeValue, "undetermined")
+                        child.ConceptCodeSequence[0].CodeValue, "undetermined"
+                    )
                 elif child.ValueType == "CODE" and child_name == "272741003":
                     side = str(child.ConceptCodeSequence[0].CodeMeaning).lower()
-            coded.append(CodedFinding(_concept_of(str(value.CodingSchemeDesignator), str(value.CodeValue)),
-                                      str(value.CodingSchemeDesignator), str(value.CodeValue),
-                                      str(value.CodeMeaning), presence, side))
+            coded.append(
+                CodedFinding(
+                    _concept_of(str(value.CodingSchemeDesignator), str(value.CodeValue)),
+                    str(value.CodingSchemeDesignator),
+                    str(value.CodeValue),
+                    str(value.CodeMeaning),
+                    presence,
+                    side,
+                )
+            )
     return ReportSR(
-        sop_instance_uid=str(sr.SOPInstanceUID), study_instance_uid=str(sr.StudyInstanceUID),
-        findings=texts.get("121071", ""), impression=texts.get("121073", ""), coded=tuple(coded), reader=reader,
-        device=device, referenced_instances=tuple(sorted(referenced)),
-        verified=sr.get("VerificationFlag") == "VERIFIED", final=sr.get("PreliminaryFlag") == "FINAL",
-        added=tuple(added))
+        sop_instance_uid=str(sr.SOPInstanceUID),
+        study_instance_uid=str(sr.StudyInstanceUID),
+        findings=texts.get("121071", ""),
+        impression=texts.get("121073", ""),
+        coded=tuple(coded),
+        reader=reader,
+        device=device,
+        referenced_instances=tuple(sorted(referenced)),
+        verified=sr.get("VerificationFlag") == "VERIFIED",
+        final=sr.get("PreliminaryFlag") == "FINAL",
+        added=tuple(added),
+    )
 
 
 def _walk(sequence: Iterable[Dataset]) -> Iterator[Dataset]:

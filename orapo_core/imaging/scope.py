@@ -53,10 +53,21 @@ COLOUR_LIMIT = 0.05
 
 _CHEST_WORDS = re.compile(r"^(CHEST|THORA)|^(LUNGS?|CXR|TORAX)$")
 _MODALITY_NAMES = {
-    "CT": "a CT", "MR": "an MR image", "US": "an ultrasound", "NM": "a nuclear medicine image",
-    "PT": "a PET image", "MG": "a mammogram", "XA": "an angiogram", "RF": "a fluoroscopy image",
-    "PX": "a panoramic dental X-ray", "IO": "an intra-oral X-ray", "ES": "an endoscopy image",
-    "XC": "a photograph", "SM": "a microscopy slide", "OP": "an eye photograph", "ECG": "an ECG",
+    "CT": "a CT",
+    "MR": "an MR image",
+    "US": "an ultrasound",
+    "NM": "a nuclear medicine image",
+    "PT": "a PET image",
+    "MG": "a mammogram",
+    "XA": "an angiogram",
+    "RF": "a fluoroscopy image",
+    "PX": "a panoramic dental X-ray",
+    "IO": "an intra-oral X-ray",
+    "ES": "an endoscopy image",
+    "XC": "a photograph",
+    "SM": "a microscopy slide",
+    "OP": "an eye photograph",
+    "ECG": "an ECG",
 }
 
 
@@ -103,8 +114,10 @@ def out_of_scope(meta: Mapping[str, Any], source_format: str) -> str | None:
 def far_reason(ratio: float) -> str:
     """Why an image whose header cannot say what it is is not drafted when the drafting model's unfamiliar-film
     score puts it far from every film it was calibrated on (`orapo_core.models.unfamiliar`)."""
-    return (f"an image far unlike the films the drafting model knows (unfamiliar-film score {ratio:.1f} times its "
-            "flag threshold), most likely not a chest radiograph")
+    return (
+        f"an image far unlike the films the drafting model knows (unfamiliar-film score {ratio:.1f} times its "
+        "flag threshold), most likely not a chest radiograph"
+    )
 
 
 def not_drafted_sentence(study_id: int, reason: str) -> str:

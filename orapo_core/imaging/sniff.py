@@ -16,17 +16,25 @@ PNG = "png"
 JPEG = "jpeg"
 
 _EXTENSIONS = {
-    ".dcm": DICOM, ".dicom": DICOM, ".dic": DICOM,
+    ".dcm": DICOM,
+    ".dicom": DICOM,
+    ".dic": DICOM,
     ".png": PNG,
-    ".jpg": JPEG, ".jpeg": JPEG, ".jpe": JPEG, ".jfif": JPEG,
+    ".jpg": JPEG,
+    ".jpeg": JPEG,
+    ".jpe": JPEG,
+    ".jfif": JPEG,
 }
 
 # Image formats we recognise only to name them in the refusal.
 _OTHER_IMAGES = (
-    (b"GIF87a", "GIF"), (b"GIF89a", "GIF"),
-    (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
     (b"BM", "BMP"),
-    (b"\x00\x00\x00\x0cjP  ", "JPEG 2000"), (b"\xff\x4f\xff\x51", "JPEG 2000"),
+    (b"\x00\x00\x00\x0cjP  ", "JPEG 2000"),
+    (b"\xff\x4f\xff\x51", "JPEG 2000"),
     (b"%PDF", "PDF"),
 )
 

@@ -10,11 +10,21 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "LoadedModel": "loading", "load_model": "loading", "load_for_training": "loading", "save_adapter": "loading",
+    "LoadedModel": "loading",
+    "load_model": "loading",
+    "load_for_training": "loading",
+    "save_adapter": "loading",
     "unload_adapter": "loading",
-    "resolve_model_dir": "loading", "check_model_dir": "loading", "default_device": "loading",
-    "REPORT_PROMPT": "prompt", "PROMPT_VERSION": "prompt", "build_messages": "prompt", "render_prompt": "prompt",
-    "Draft": "draft", "Drafter": "draft", "to_rgb_image": "picture",
+    "resolve_model_dir": "loading",
+    "check_model_dir": "loading",
+    "default_device": "loading",
+    "REPORT_PROMPT": "prompt",
+    "PROMPT_VERSION": "prompt",
+    "build_messages": "prompt",
+    "render_prompt": "prompt",
+    "Draft": "draft",
+    "Drafter": "draft",
+    "to_rgb_image": "picture",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -45,8 +45,13 @@ def load_processor(model_dir: Path, config: PretrainedConfig) -> Any:
 def without_video_processor(processor_class: type[ProcessorMixin]) -> type[ProcessorMixin]:
     """A subclass of `processor_class` that has no video processor part."""
 
-    def __init__(self: ProcessorMixin, image_processor: Any = None, tokenizer: Any = None,
-                 chat_template: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self: ProcessorMixin,
+        image_processor: Any = None,
+        tokenizer: Any = None,
+        chat_template: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         processor_class.__init__(
             self,
             image_processor=image_processor,

@@ -54,12 +54,24 @@ if TYPE_CHECKING:
     from orapo_core.models.loading import LoadedModel
 
 #: Generation-config settings this loop does not implement, with the value that means "off".
-_UNSUPPORTED = {"no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "suppress_tokens": (None,),
-                "begin_suppress_tokens": (None,), "forced_bos_token_id": (None,), "forced_eos_token_id": (None,),
-                "min_length": (None, 0), "min_new_tokens": (None, 0), "sequence_bias": (None,),
-                "encoder_repetition_penalty": (None, 1.0), "exponential_decay_length_penalty": (None,),
-                "renormalize_logits": (None, False), "epsilon_cutoff": (None, 0.0), "eta_cutoff": (None, 0.0),
-                "min_p": (None,), "typical_p": (None, 1.0)}
+_UNSUPPORTED = {
+    "no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None,),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "sequence_bias": (None,),
+    "encoder_repetition_penalty": (None, 1.0),
+    "exponential_decay_length_penalty": (None,),
+    "renormalize_logits": (None, False),
+    "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+    "min_p": (None,),
+    "typical_p": (None, 1.0),
+}
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -194,8 +206,13 @@ class ContinuousDecoder:
         import torch
 
         processor = self.loaded.processor
-        inputs = processor(text=[self.prompt_text] * len(cohort), images=[r.picture for r in cohort],
-                           return_tensors="pt", padding=True, padding_side="left").to(self.loaded.device)
+        inputs = processor(
+            text=[self.prompt_text] * len(cohort),
+            images=[r.picture for r in cohort],
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+        ).to(self.loaded.device)
         for key, value in inputs.items():
             if torch.is_floating_point(value) and value.dtype != self.loaded.dtype:
                 inputs[key] = value.to(self.loaded.dtype)
@@ -217,25 +234,29 @@ class ContinuousDecoder:
         self._mrope = mrope
 
         # each request's greedy row then its K sampled rows: the prompt's cache copied to every row
-        expand = torch.tensor([i for i, r in enumerate(cohort) for _ in range(r.samples + 1)],
-                              device=mask.device)
+        expand = torch.tensor([i for i, r in enumerate(cohort) for _ in range(r.samples + 1)], device=mask.device)
         rows = [_Row(r, k) for r in cohort for k in range(r.samples + 1)]
         cache = out.past_key_values
         for layer in cache.layers:
             layer.keys = layer.keys.index_select(0, expand)
             layer.values = layer.values.index_select(0, expand)
-        seen = (inputs["input_ids"].masked_fill(mask == 0, -1).index_select(0, expand)
-                if self.repetition_penalty != 1.0 else None)
-        batch = dict(cache=cache, mask=mask.index_select(0, expand), next_pos=next_pos.index_select(0, expand),
-                     seen=seen)
+        seen = (
+            inputs["input_ids"].masked_fill(mask == 0, -1).index_select(0, expand)
+            if self.repetition_penalty != 1.0
+            else None
+        )
+        batch = dict(
+            cache=cache, mask=mask.index_select(0, expand), next_pos=next_pos.index_select(0, expand), seen=seen
+        )
         self._merge(batch, rows)
         self._requests += cohort
         for request in self._requests:
             request.peers = max(request.peers, len(self._requests))
         # the prompt's last logits give each new row its first token
         new = torch.arange(len(self._rows) - len(rows), len(self._rows), device=mask.device)
-        chosen = self._choose(logits.index_select(0, expand), rows,
-                              None if self._seen is None else self._seen.index_select(0, new))
+        chosen = self._choose(
+            logits.index_select(0, expand), rows, None if self._seen is None else self._seen.index_select(0, new)
+        )
         last = chosen if self._last is None else torch.cat([self._last, chosen])
         self._last = last
         return self._record(chosen, first_row=len(self._rows) - len(rows))
@@ -284,8 +305,13 @@ class ContinuousDecoder:
         position = self._next_pos[:, None]
         position = position[None].expand(3, n, 1) if self._mrope else position
         with self._model() as model:
-            out = model(input_ids=self._last[:, None], attention_mask=self._mask, position_ids=position,
-                        past_key_values=self._cache, use_cache=True)
+            out = model(
+                input_ids=self._last[:, None],
+                attention_mask=self._mask,
+                position_ids=position,
+                past_key_values=self._cache,
+                use_cache=True,
+            )
         self._cache = out.past_key_values
         self._next_pos = self._next_pos + 1
         chosen = self._choose(out.logits[:, -1, :].float(), self._rows, self._seen)
@@ -299,8 +325,12 @@ class ContinuousDecoder:
         if self.repetition_penalty != 1.0:
             assert seen is not None  # kept whenever there is a penalty
             # every token a row holds (prompt and drafted so far; not its padding, -1) is penalised once
-            held = torch.zeros_like(logits, dtype=torch.int32).scatter_add_(
-                1, seen.clamp(min=0), (seen >= 0).to(torch.int32)) > 0
+            held = (
+                torch.zeros_like(logits, dtype=torch.int32).scatter_add_(
+                    1, seen.clamp(min=0), (seen >= 0).to(torch.int32)
+                )
+                > 0
+            )
             penalised = torch.where(logits < 0, logits * self.repetition_penalty, logits / self.repetition_penalty)
             logits = torch.where(held, penalised, logits)
         chosen = logits.argmax(dim=-1)
@@ -354,7 +384,14 @@ class ContinuousDecoder:
     def _drop(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep`, and drop the columns of padding no remaining row needs."""
         if keep.numel() == 0:
-            self._rows, self._cache, self._mask, self._next_pos, self._last, self._seen = [], None, None, None, None, None
+            self._rows, self._cache, self._mask, self._next_pos, self._last, self._seen = (
+                [],
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
             return
         assert self._mask is not None and self._next_pos is not None  # rows are running
         mask = self._mask.index_select(0, keep)

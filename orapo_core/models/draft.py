@@ -104,8 +104,9 @@ class Drafter:
         calibration_cache: Path | None = None,
     ):
         if not 0.0 <= min_agreement <= 1.0:
-            raise OrapoError("draft_invalid",
-                             f"The sample agreement a finding needs must lie between 0 and 1, not {min_agreement}.")
+            raise OrapoError(
+                "draft_invalid", f"The sample agreement a finding needs must lie between 0 and 1, not {min_agreement}."
+            )
         self.loaded = loaded
         # 0: the draft is the greedy text; above 0, a sentence asserting a finding that fewer than this share of
         # the draft's samples assert is left out of it (orapo_core.facts.keep_agreed; ORAPO_DRAFT_MIN_AGREEMENT)
@@ -125,7 +126,11 @@ class Drafter:
 
     @classmethod
     def from_dir(
-        cls, model_dir: str | Path, adapter_dir: str | Path | None = None, *, model_version: str | None = None,
+        cls,
+        model_dir: str | Path,
+        adapter_dir: str | Path | None = None,
+        *,
+        model_version: str | None = None,
         **kwargs: Any,
     ) -> Drafter:
         return cls(load_model(model_dir, adapter_dir), model_version=model_version, **kwargs)
@@ -141,8 +146,9 @@ class Drafter:
         seed: int | None = 0,
     ) -> Draft:
         """Draft a report for `image` (a PIL image, or a 2-D array: uint8 display or full bit depth)."""
-        return self.draft_many([image], samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
-                               top_p=top_p, seed=seed)[0]
+        return self.draft_many(
+            [image], samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
+        )[0]
 
     def prepare(self, image: Image.Image | np.ndarray) -> Image.Image:
         """The RGB picture the model is given for `image`; raises OrapoError for something that is not an image."""
@@ -166,8 +172,9 @@ class Drafter:
         continuous decoder does not support is drafted by one `generate` over all the images instead
         (its samples then come from one stream shared by the batch).
         """
-        settings = self.sampling_settings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
-                                          top_p=top_p, seed=seed)
+        settings = self.sampling_settings(
+            samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
+        )
         images = list(images)
         if not images:
             return []
@@ -181,22 +188,39 @@ class Drafter:
             results = [(t[0], t[1:], r.image_features) for t, r in zip(texts, requests, strict=True)]
         else:
             with self._lock:
-                results = [(greedy, sampled, None) for greedy, sampled in
-                           self._generate_many(pictures, samples, max_new_tokens, temperature, top_p, seed)]
+                results = [
+                    (greedy, sampled, None)
+                    for greedy, sampled in self._generate_many(
+                        pictures, samples, max_new_tokens, temperature, top_p, seed
+                    )
+                ]
         if any(features is None for _, _, features in results):  # `generate` captures none: the tower alone
             scores = self.films.score_pictures(pictures)
         else:
             scores = [None] * len(pictures)
         unsupported, supported = self.checked_findings(pictures)
-        additions = [self.choose_additions(picture, greedy, vetoed, wanted)
-                     for picture, (greedy, _, _), vetoed, wanted in zip(pictures, results, unsupported, supported,
-                                                                       strict=True)]
+        additions = [
+            self.choose_additions(picture, greedy, vetoed, wanted)
+            for picture, (greedy, _, _), vetoed, wanted in zip(pictures, results, unsupported, supported, strict=True)
+        ]
         generated_s = time.perf_counter() - started
         # the shared decoding plus each image's own scoring, not the scoring of those before it
-        return [self.compose(greedy, sampled, settings, batch_size=len(pictures), generated_s=generated_s,
-                             image_features=features, unsupported=vetoed, additions=added, film=film)
-                for (greedy, sampled, features), vetoed, added, film in zip(results, unsupported, additions, scores,
-                                                                           strict=True)]
+        return [
+            self.compose(
+                greedy,
+                sampled,
+                settings,
+                batch_size=len(pictures),
+                generated_s=generated_s,
+                image_features=features,
+                unsupported=vetoed,
+                additions=added,
+                film=film,
+            )
+            for (greedy, sampled, features), vetoed, added, film in zip(
+                results, unsupported, additions, scores, strict=True
+            )
+        ]
 
     def checked_findings(self, pictures: Sequence[Image.Image]) -> tuple[list[set[str]], list[set[str]]]:
         """Per picture, the checked findings the model's own state does not support, and those it reads clearly
@@ -207,15 +231,24 @@ class Drafter:
             states = prompt_states(model, self.loaded.processor, self.prompt_text, pictures)
         return self.verifier.unsupported(states), self.verifier.supported(states)
 
-    def finish(self, picture: Image.Image, greedy: str, sampled: list[str], settings: dict[str, Any],
-               **kwargs: Any) -> Draft:
+    def finish(
+        self, picture: Image.Image, greedy: str, sampled: list[str], settings: dict[str, Any], **kwargs: Any
+    ) -> Draft:
         """The Draft of one picture decoded elsewhere (the app's running batch), the version's finding checks
         applied to it as `draft_many` applies them: `compose` with what they withhold and add."""
         (vetoed,), (wanted,) = self.checked_findings([picture])
-        return self.compose(greedy, sampled, settings, unsupported=vetoed,
-                            additions=self.choose_additions(picture, greedy, vetoed, wanted), **kwargs)
+        return self.compose(
+            greedy,
+            sampled,
+            settings,
+            unsupported=vetoed,
+            additions=self.choose_additions(picture, greedy, vetoed, wanted),
+            **kwargs,
+        )
 
-    def choose_additions(self, picture: Image.Image, greedy: str, unsupported: set[str], supported: set[str]) -> dict[str, str]:
+    def choose_additions(
+        self, picture: Image.Image, greedy: str, unsupported: set[str], supported: set[str]
+    ) -> dict[str, str]:
         """For each finding the check reads on `picture` and the greedy draft (less what the check withholds) does
         not state, the sentence to add: the one of the check's sentences the model reads most easily after the
         draft's findings (`orapo_core.models.scoring.best_continuation`), so side and size come from the film."""
@@ -235,14 +268,25 @@ class Drafter:
         with self._lock, self.loaded.using() as model:
             for name in wanted:
                 candidates = self.verifier.checks[name].sentences
-                best = best_continuation(model, self.loaded.processor, picture, prefix, candidates,
-                                         prompt_text=self.prompt_text) if len(candidates) > 1 else 0
+                best = (
+                    best_continuation(
+                        model, self.loaded.processor, picture, prefix, candidates, prompt_text=self.prompt_text
+                    )
+                    if len(candidates) > 1
+                    else 0
+                )
                 chosen[name] = candidates[best]
         return chosen
 
     @staticmethod
-    def sampling_settings(*, samples: int = 4, max_new_tokens: int = 192, temperature: float = 1.0,
-                          top_p: float = 0.95, seed: int | None = 0) -> dict[str, Any]:
+    def sampling_settings(
+        *,
+        samples: int = 4,
+        max_new_tokens: int = 192,
+        temperature: float = 1.0,
+        top_p: float = 0.95,
+        seed: int | None = 0,
+    ) -> dict[str, Any]:
         """Every sampling setting of a draft, `draft`'s defaults filled in; OrapoError for one out of range."""
         _check_sampling(samples, max_new_tokens, temperature, top_p)
         return dict(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
@@ -259,10 +303,19 @@ class Drafter:
             return None
         return ContinuousDecoder(self.loaded, self.prompt_text, lock=self._lock)
 
-    def compose(self, greedy: str, sampled: list[str], settings: dict, *, batch_size: int = 1,
-                generated_s: float = 0.0, image_features: list[float] | None = None,
-                unsupported: set[str] | None = None, additions: dict[str, str] | None = None,
-                film: FilmScore | None = None) -> Draft:
+    def compose(
+        self,
+        greedy: str,
+        sampled: list[str],
+        settings: dict,
+        *,
+        batch_size: int = 1,
+        generated_s: float = 0.0,
+        image_features: list[float] | None = None,
+        unsupported: set[str] | None = None,
+        additions: dict[str, str] | None = None,
+        film: FilmScore | None = None,
+    ) -> Draft:
         """The Draft of a greedy text and its samples: self-consistency scored, provenance recorded.
 
         `settings` are the draft's sampling settings; `batch_size`, the most drafts decoded alongside it
@@ -279,9 +332,14 @@ class Drafter:
         text, added, replaced = add_findings(text, additions or {})
         withheld = withheld + vetoed + replaced
         sentences, flagged = score_self_consistency(text, sampled) if sampled else ([], [])
-        sampling = {"samples": settings["samples"], "max_new_tokens": settings["max_new_tokens"],
-                    "temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": 0,
-                    "seed": settings["seed"]}
+        sampling = {
+            "samples": settings["samples"],
+            "max_new_tokens": settings["max_new_tokens"],
+            "temperature": settings["temperature"],
+            "top_p": settings["top_p"],
+            "top_k": 0,
+            "seed": settings["seed"],
+        }
         if self.min_agreement and sampled:
             sampling["min_agreement"] = self.min_agreement
         if self.verifier is not None:
@@ -306,27 +364,44 @@ class Drafter:
             unfamiliar=film.to_dict() if film is not None else None,
         )
 
-    def _generate_many(self, pictures: Sequence[Image.Image], samples: int, max_new_tokens: int, temperature: float,
-                       top_p: float, seed: int | None) -> list[tuple[str, list[str]]]:
+    def _generate_many(
+        self,
+        pictures: Sequence[Image.Image],
+        samples: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        seed: int | None,
+    ) -> list[tuple[str, list[str]]]:
         import torch
 
         processor = self.loaded.processor
         # left padding: every row's prompt ends at the last column, where generation appends; the attention
         # mask marks the padding, and Qwen2-VL computes its (m)rope positions from that mask
-        inputs = processor(text=[self.prompt_text] * len(pictures), images=list(pictures), return_tensors="pt",
-                           padding=True, padding_side="left").to(self.loaded.device)
+        inputs = processor(
+            text=[self.prompt_text] * len(pictures),
+            images=list(pictures),
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+        ).to(self.loaded.device)
         for key, value in inputs.items():
             if torch.is_floating_point(value) and value.dtype != self.loaded.dtype:
                 inputs[key] = value.to(self.loaded.dtype)
         prompt_len = inputs["input_ids"].shape[1]
         tokenizer = processor.tokenizer
-        common = dict(max_new_tokens=max_new_tokens, use_cache=True,
-                      pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+        common = dict(
+            max_new_tokens=max_new_tokens,
+            use_cache=True,
+            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        )
         with torch.inference_mode(), self.loaded.using() as model:
             if samples == 0:
                 greedy_ids = model.generate(**inputs, do_sample=False, **common)
-                return [(t.strip(), []) for t in processor.batch_decode(greedy_ids[:, prompt_len:],
-                                                                        skip_special_tokens=True)]
+                return [
+                    (t.strip(), [])
+                    for t in processor.batch_decode(greedy_ids[:, prompt_len:], skip_special_tokens=True)
+                ]
             # One generate for the greedy draft and its K samples: each image's rows are its greedy row, then
             # its K sampled rows (num_return_sequences repeats rows in place), and `_GreedyRows` keeps only
             # the arg-max token on the greedy rows, so sampling them is greedy decoding. Half the decoding
@@ -336,14 +411,21 @@ class Drafter:
             from transformers import LogitsProcessorList
 
             rows = samples + 1
-            sampling = dict(do_sample=True, num_return_sequences=rows, temperature=temperature, top_p=top_p,
-                            top_k=0, logits_processor=LogitsProcessorList([_GreedyRows(rows)]), **common)
+            sampling = dict(
+                do_sample=True,
+                num_return_sequences=rows,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=0,
+                logits_processor=LogitsProcessorList([_GreedyRows(rows)]),
+                **common,
+            )
             with torch.random.fork_rng(devices=[self.loaded.device] if self.loaded.device.startswith("cuda") else []):
                 if seed is not None:
                     torch.manual_seed(seed)
                 ids = model.generate(**inputs, **sampling)
         texts = [t.strip() for t in processor.batch_decode(ids[:, prompt_len:], skip_special_tokens=True)]
-        return [(texts[i * rows], texts[i * rows + 1:(i + 1) * rows]) for i in range(len(pictures))]
+        return [(texts[i * rows], texts[i * rows + 1 : (i + 1) * rows]) for i in range(len(pictures))]
 
 
 class _GreedyRows:
@@ -359,11 +441,11 @@ class _GreedyRows:
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         import torch
 
-        greedy = scores[::self.rows]
+        greedy = scores[:: self.rows]
         keep = torch.full_like(greedy, float("-inf"))
         keep.scatter_(1, greedy.argmax(dim=-1, keepdim=True), 0.0)
         scores = scores.clone()
-        scores[::self.rows] = greedy + keep
+        scores[:: self.rows] = greedy + keep
         return scores
 
 

@@ -94,8 +94,11 @@ def evaluate_drafter(
     with _eval_mode(drafter.loaded.model):
         for start in range(0, len(records), batch_size):
             chunk = records[start : start + batch_size]
-            pictures = (list(images[start : start + batch_size]) if images is not None
-                        else [load_study_image(r.image_paths[0]) for r in chunk])
+            pictures = (
+                list(images[start : start + batch_size])
+                if images is not None
+                else [load_study_image(r.image_paths[0]) for r in chunk]
+            )
             drafts = drafter.draft_many(pictures, samples=samples, max_new_tokens=max_new_tokens)
             drafted.extend((record, draft.text, draft.samples) for record, draft in zip(chunk, drafts, strict=True))
             if progress:
@@ -108,8 +111,9 @@ def evaluate_drafter(
     return result
 
 
-def rescore(result: EvaluationResult, records: Sequence, text_of: Callable[[dict], str], *,
-            facts_beta: float = 1.0) -> EvaluationResult:
+def rescore(
+    result: EvaluationResult, records: Sequence, text_of: Callable[[dict], str], *, facts_beta: float = 1.0
+) -> EvaluationResult:
     """`result`'s studies scored again, each draft replaced by `text_of(its prediction row)`.
 
     The same scoring as `evaluate_drafter`, for another reading of the same decoding: e.g. the greedy drafts
@@ -119,8 +123,7 @@ def rescore(result: EvaluationResult, records: Sequence, text_of: Callable[[dict
     records = list(records)
     if len(records) != len(result.predictions):
         raise ValueError(f"{len(records)} records for {len(result.predictions)} predictions")
-    return _score([(record, text_of(row)) for record, row in zip(records, result.predictions, strict=True)],
-                  facts_beta)
+    return _score([(record, text_of(row)) for record, row in zip(records, result.predictions, strict=True)], facts_beta)
 
 
 def _score(drafts: Sequence[tuple], facts_beta: float) -> EvaluationResult:
@@ -137,11 +140,19 @@ def _score(drafts: Sequence[tuple], facts_beta: float) -> EvaluationResult:
         reference.append(ref)
         texts.append(text)
         rewards.append(score.facts_score)
-        rows.append({"study_id": record.study_id, "draft": text, "labels": labels, "reference": ref,
-                     "facts_score": score.facts_score})
+        rows.append(
+            {
+                "study_id": record.study_id,
+                "draft": text,
+                "labels": labels,
+                "reference": ref,
+                "facts_score": score.facts_score,
+            }
+        )
     scored = [r for r in rewards if r is not None]
     metrics = clinical_efficacy(predicted, reference, texts=texts).with_values(
-        facts_reward_mean=sum(scored) / len(scored) if scored else None)
+        facts_reward_mean=sum(scored) / len(scored) if scored else None
+    )
     return EvaluationResult(metrics=metrics, predictions=rows)
 
 

@@ -140,8 +140,9 @@ def load_model(
     if device is None or dtype is None:
         default = default_device()
         device, dtype = device or default[0], dtype or default[1]
-    model, processor = _load_checked(path, dtype=dtype, device_map=device if device != "cpu" else None,
-                                     attn_implementation=attn_implementation)
+    model, processor = _load_checked(
+        path, dtype=dtype, device_map=device if device != "cpu" else None, attn_implementation=attn_implementation
+    )
     model.eval()
     adapter_path = None
     if adapter_dir is not None:
@@ -150,11 +151,14 @@ def load_model(
 
         model = PeftModel.from_pretrained(model, adapter_path, is_trainable=False)
         model.eval()
-    return LoadedModel(model=model, processor=processor, model_dir=path, adapter_dir=adapter_path,
-                       device=str(device), dtype=dtype)
+    return LoadedModel(
+        model=model, processor=processor, model_dir=path, adapter_dir=adapter_path, device=str(device), dtype=dtype
+    )
 
 
-def load_for_training(model_dir: str | Path, *, dtype: Any = "float32", attn_implementation: str | None = None) -> LoadedModel:
+def load_for_training(
+    model_dir: str | Path, *, dtype: Any = "float32", attn_implementation: str | None = None
+) -> LoadedModel:
     """Load `model_dir` as the policy of a training round, with the same checks as `load_model`.
 
     `dtype` is the recipe's (``"float32"``, ``"bfloat16"``, a torch dtype, or ``"auto"``: the checkpoint's own);
@@ -162,11 +166,18 @@ def load_for_training(model_dir: str | Path, *, dtype: Any = "float32", attn_imp
     any adapter: the trainer places it (Accelerate, DeepSpeed) and applies the recipe's LoRA itself.
     """
     path = check_model_dir(model_dir)
-    model, processor = _load_checked(path, dtype=as_torch_dtype(dtype), device_map=None,
-                                     attn_implementation=attn_implementation)
+    model, processor = _load_checked(
+        path, dtype=as_torch_dtype(dtype), device_map=None, attn_implementation=attn_implementation
+    )
     model.train()
-    return LoadedModel(model=model, processor=processor, model_dir=path, adapter_dir=None,
-                       device=str(next(model.parameters()).device), dtype=model.dtype)
+    return LoadedModel(
+        model=model,
+        processor=processor,
+        model_dir=path,
+        adapter_dir=None,
+        device=str(next(model.parameters()).device),
+        dtype=model.dtype,
+    )
 
 
 def as_torch_dtype(dtype: Any) -> Any:
@@ -191,15 +202,18 @@ def _load_checked(path: Path, *, dtype: Any, device_map: Any, attn_implementatio
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         # with output_loading_info, (the model, what was missing, unexpected or mismatched)
-        model, info = cast("tuple[Any, dict[str, Any]]", AutoModelForImageTextToText.from_pretrained(
-            path,
-            config=config,
-            dtype=dtype,
-            device_map=device_map,
-            local_files_only=True,
-            output_loading_info=True,
-            **extra,
-        ))
+        model, info = cast(
+            "tuple[Any, dict[str, Any]]",
+            AutoModelForImageTextToText.from_pretrained(
+                path,
+                config=config,
+                dtype=dtype,
+                device_map=device_map,
+                local_files_only=True,
+                output_loading_info=True,
+                **extra,
+            ),
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise OrapoError("model_invalid", f"The folder {path} is not an image-text-to-text checkpoint: {exc}") from exc
     except RuntimeError as exc:  # transformers 5 raises this for tensors of the wrong shape
@@ -250,8 +264,14 @@ def unload_adapter(loaded: LoadedModel) -> LoadedModel:
     if not loaded.has_adapter:
         return loaded
     base = loaded.model.unload()
-    return LoadedModel(model=base, processor=loaded.processor, model_dir=loaded.model_dir, adapter_dir=None,
-                       device=loaded.device, dtype=loaded.dtype)
+    return LoadedModel(
+        model=base,
+        processor=loaded.processor,
+        model_dir=loaded.model_dir,
+        adapter_dir=None,
+        device=loaded.device,
+        dtype=loaded.dtype,
+    )
 
 
 def _check_adapter_dir(adapter_dir: str | Path) -> Path:

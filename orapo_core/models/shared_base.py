@@ -71,8 +71,15 @@ class SharedBase:
                 self._load_adapter(name, path)
             self._views[key] = name
             model = self.base.model if adapter_dir is None else self._peft
-        return LoadedModel(model=model, processor=self.base.processor, model_dir=self.base.model_dir, adapter_dir=path,
-                           device=self.base.device, dtype=self.base.dtype, activate=lambda: self._active(name, path))
+        return LoadedModel(
+            model=model,
+            processor=self.base.processor,
+            model_dir=self.base.model_dir,
+            adapter_dir=path,
+            device=self.base.device,
+            dtype=self.base.dtype,
+            activate=lambda: self._active(name, path),
+        )
 
     def release(self, key: str) -> int:
         """Forget the view of version `key` (and unload its adapter); returns how many views remain on the base."""

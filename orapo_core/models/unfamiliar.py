@@ -99,8 +99,13 @@ class FilmScore:
         return self.distance / self.threshold if self.threshold > 0 else float("inf")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"distance": round(self.distance, 4), "threshold": round(self.threshold, 4),
-                "far_threshold": round(self.far_threshold, 4), "unfamiliar": self.unfamiliar, "far": self.far}
+        return {
+            "distance": round(self.distance, 4),
+            "threshold": round(self.threshold, 4),
+            "far_threshold": round(self.far_threshold, 4),
+            "unfamiliar": self.unfamiliar,
+            "far": self.far,
+        }
 
 
 @dataclass(frozen=True)
@@ -119,9 +124,16 @@ class FilmCalibration:
     meta: dict[str, Any] | None = None
 
     @classmethod
-    def fit(cls, reference: np.ndarray, heldout: np.ndarray, *, quantile: float = QUANTILE,
-            far_factor: float = FAR_FACTOR, fingerprint: str = "", meta: dict[str, Any] | None = None
-            ) -> FilmCalibration:
+    def fit(
+        cls,
+        reference: np.ndarray,
+        heldout: np.ndarray,
+        *,
+        quantile: float = QUANTILE,
+        far_factor: float = FAR_FACTOR,
+        fingerprint: str = "",
+        meta: dict[str, Any] | None = None,
+    ) -> FilmCalibration:
         """Fit on `reference` feature rows (n, d); the threshold is `quantile` of `heldout`'s distances."""
         x = np.asarray(reference, dtype=np.float64)
         if x.ndim != 2 or len(x) < 3:
@@ -139,7 +151,7 @@ class FilmCalibration:
         delta = (float(((sample_var - mu) ** 2).sum()) + (d - len(sample_var)) * mu * mu) / d
         proj = centred @ basis
         norms = (centred * centred).sum(axis=1)
-        per_film = norms ** 2 - 2 * (proj ** 2 @ sample_var) + float((sample_var ** 2).sum())
+        per_film = norms**2 - 2 * (proj**2 @ sample_var) + float((sample_var**2).sum())
         beta = min(float(per_film.sum()) / n / n / d, delta)
         shrinkage = beta / delta if delta > 0 else 1.0
         variances = (1 - shrinkage) * sample_var + shrinkage * mu
@@ -149,9 +161,24 @@ class FilmCalibration:
         calibration = cls(mean, basis, variances, float(floor), 0.0, 0.0, float(shrinkage), fingerprint, meta)
         held = calibration.distances(np.asarray(heldout, dtype=np.float64))
         threshold = float(np.quantile(held, quantile))
-        return cls(mean, basis, variances, float(floor), threshold, far_factor * threshold, float(shrinkage),
-                   fingerprint, {**(meta or {}), "n_reference": n, "n_heldout": int(len(held)), "quantile": quantile,
-                                 "far_factor": far_factor, "features": d})
+        return cls(
+            mean,
+            basis,
+            variances,
+            float(floor),
+            threshold,
+            far_factor * threshold,
+            float(shrinkage),
+            fingerprint,
+            {
+                **(meta or {}),
+                "n_reference": n,
+                "n_heldout": int(len(held)),
+                "quantile": quantile,
+                "far_factor": far_factor,
+                "features": d,
+            },
+        )
 
     def distances(self, features: np.ndarray) -> np.ndarray:
         """Mahalanobis distance of each feature row (n, d) under the shrunk covariance."""
@@ -172,14 +199,28 @@ class FilmCalibration:
     def save(self, path: Path) -> Path:
         """Write the calibration (atomically: a reader never sees half a file)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        header = json.dumps({"format": FORMAT, "threshold": self.threshold, "far_threshold": self.far_threshold,
-                             "floor": self.floor, "shrinkage": self.shrinkage, "fingerprint": self.fingerprint,
-                             "meta": self.meta or {}}, sort_keys=True)
+        header = json.dumps(
+            {
+                "format": FORMAT,
+                "threshold": self.threshold,
+                "far_threshold": self.far_threshold,
+                "floor": self.floor,
+                "shrinkage": self.shrinkage,
+                "fingerprint": self.fingerprint,
+                "meta": self.meta or {},
+            },
+            sort_keys=True,
+        )
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-", suffix=".npz")
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(f, header=np.array(header), mean=self.mean.astype(np.float32),
-                                    basis=self.basis.astype(np.float32), variances=self.variances)
+                np.savez_compressed(
+                    f,
+                    header=np.array(header),
+                    mean=self.mean.astype(np.float32),
+                    basis=self.basis.astype(np.float32),
+                    variances=self.variances,
+                )
             os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep other users of a shared model folder from reading it
             os.replace(tmp, path)
         except BaseException:
@@ -195,10 +236,17 @@ class FilmCalibration:
                 header = json.loads(str(data["header"]))
                 if header.get("format") != FORMAT:
                     return None
-                return cls(data["mean"].astype(np.float64), data["basis"].astype(np.float64),
-                           data["variances"].astype(np.float64), float(header["floor"]), float(header["threshold"]),
-                           float(header["far_threshold"]), float(header["shrinkage"]), str(header["fingerprint"]),
-                           dict(header.get("meta") or {}))
+                return cls(
+                    data["mean"].astype(np.float64),
+                    data["basis"].astype(np.float64),
+                    data["variances"].astype(np.float64),
+                    float(header["floor"]),
+                    float(header["threshold"]),
+                    float(header["far_threshold"]),
+                    float(header["shrinkage"]),
+                    str(header["fingerprint"]),
+                    dict(header.get("meta") or {}),
+                )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -228,8 +276,9 @@ def _check(stop: threading.Event | None) -> None:
         raise CalibrationStopped("the unfamiliar-film calibration was stopped")
 
 
-def phantom_pictures(n: int, stream: int, *, side: int = SIDE, start: int = 0,
-                     stop: threading.Event | None = None) -> list:
+def phantom_pictures(
+    n: int, stream: int, *, side: int = SIDE, start: int = 0, stop: threading.Event | None = None
+) -> list:
     """PhantomCXR films (SEED, stream, i) for i in [start, start + n), as drafting shows a PNG of one: 8-bit RGB."""
     from PIL import Image
 
@@ -244,8 +293,14 @@ def phantom_pictures(n: int, stream: int, *, side: int = SIDE, start: int = 0,
     return pictures
 
 
-def film_features(loaded: Any, pictures: Sequence[Any], *, lock: threading.Lock | None = None,
-                  batch: int = 32, stop: threading.Event | None = None) -> np.ndarray:
+def film_features(
+    loaded: Any,
+    pictures: Sequence[Any],
+    *,
+    lock: threading.Lock | None = None,
+    batch: int = 32,
+    stop: threading.Event | None = None,
+) -> np.ndarray:
     """(images, features): each picture's pooled vision features, as drafting captures them, from the vision tower
     alone (no language model forward). `loaded` is a `LoadedModel`; `pictures`, RGB pictures (`to_rgb_image`)."""
     import contextlib
@@ -258,11 +313,15 @@ def film_features(loaded: Any, pictures: Sequence[Any], *, lock: threading.Lock 
     rows: list[list[float] | None] = []
     for b in range(0, len(pictures), batch):
         _check(stop)
-        chunk = list(pictures[b:b + batch])
+        chunk = list(pictures[b : b + batch])
         inputs = processor.image_processor(images=chunk, return_tensors="pt").to(loaded.device)
         pixel_values = inputs["pixel_values"].to(loaded.dtype)
-        with lock or contextlib.nullcontext(), loaded.using() as model, torch.inference_mode(), \
-                capture_image_features(model, inputs, len(chunk)) as pooled:
+        with (
+            lock or contextlib.nullcontext(),
+            loaded.using() as model,
+            torch.inference_mode(),
+            capture_image_features(model, inputs, len(chunk)) as pooled,
+        ):
             model.get_image_features(pixel_values=pixel_values, image_grid_thw=inputs.get("image_grid_thw"))
         rows.extend(pooled)
     if any(row is None for row in rows):
@@ -288,9 +347,16 @@ def find_calibration(loaded: Any, cache_dir: Path | None = None) -> FilmCalibrat
     return None
 
 
-def build_calibration(loaded: Any, cache_dir: Path | None = None, *, lock: threading.Lock | None = None,
-                      n_reference: int = N_REFERENCE, n_heldout: int = N_HELDOUT, side: int = SIDE,
-                      stop: threading.Event | None = None) -> FilmCalibration:
+def build_calibration(
+    loaded: Any,
+    cache_dir: Path | None = None,
+    *,
+    lock: threading.Lock | None = None,
+    n_reference: int = N_REFERENCE,
+    n_heldout: int = N_HELDOUT,
+    side: int = SIDE,
+    stop: threading.Event | None = None,
+) -> FilmCalibration:
     """Compute the calibration of a loaded model and store it beside its weights, else under `cache_dir`.
     Setting `stop` ends it early (`CalibrationStopped`), between two films or two batches."""
     import time
@@ -299,9 +365,17 @@ def build_calibration(loaded: Any, cache_dir: Path | None = None, *, lock: threa
     reference = film_features(loaded, phantom_pictures(n_reference, 0, side=side, stop=stop), lock=lock, stop=stop)
     heldout = film_features(loaded, phantom_pictures(n_heldout, 1, side=side, stop=stop), lock=lock, stop=stop)
     calibration = FilmCalibration.fit(
-        reference, heldout, fingerprint=fingerprint(loaded.model_dir, loaded.adapter_dir),
-        meta={"films": "PhantomCXR", "side": side, "seed": SEED, "model": loaded.name,
-              "seconds": round(time.perf_counter() - started, 1)})
+        reference,
+        heldout,
+        fingerprint=fingerprint(loaded.model_dir, loaded.adapter_dir),
+        meta={
+            "films": "PhantomCXR",
+            "side": side,
+            "seed": SEED,
+            "model": loaded.name,
+            "seconds": round(time.perf_counter() - started, 1),
+        },
+    )
     beside, cached = calibration_paths(loaded, cache_dir)
     for path in (beside, cached):
         if path is None:

@@ -80,8 +80,14 @@ class FindingCheck:
         """Whether the check states its finding where a draft is silent: read at `ADD_MIN_AUC` or better, with a
         cut measured against the false-positive limits and sentences to add."""
         auc = self.cross_fitted_auc
-        return (self.add_threshold is not None and self.add_fpr is not None and bool(self.sentences)
-                and auc is not None and not math.isnan(auc) and auc >= ADD_MIN_AUC)
+        return (
+            self.add_threshold is not None
+            and self.add_fpr is not None
+            and bool(self.sentences)
+            and auc is not None
+            and not math.isnan(auc)
+            and auc >= ADD_MIN_AUC
+        )
 
     def score(self, states: np.ndarray) -> np.ndarray:
         x = (np.asarray(states, dtype=np.float64) - np.asarray(self.mean)) / np.asarray(self.std)
@@ -145,9 +151,16 @@ def _floor(negatives: np.ndarray, max_fpr: float) -> float:
     return float(negatives[len(negatives) - allowed - 1]) if allowed < len(negatives) else -np.inf
 
 
-def add_cut(scores: np.ndarray, present: np.ndarray, max_fpr: float, min_precision: float = 0.0, *,
-            groups: dict[str, np.ndarray] | None = None, max_group_fpr: float | None = None,
-            min_group: int | None = None) -> float | None:
+def add_cut(
+    scores: np.ndarray,
+    present: np.ndarray,
+    max_fpr: float,
+    min_precision: float = 0.0,
+    *,
+    groups: dict[str, np.ndarray] | None = None,
+    max_group_fpr: float | None = None,
+    min_group: int | None = None,
+) -> float | None:
     """The score cut (call the finding at `>= cut`) with the best F1 on `scores` among those calling at most
     `max_fpr` of the rows without the finding and right at least `min_precision` of the time; None when no cut
     calls any row with it so. With `groups` (name: a mask of the rows carrying another finding), also at most
@@ -171,8 +184,14 @@ def add_cut(scores: np.ndarray, present: np.ndarray, max_fpr: float, min_precisi
     return best
 
 
-def add_rates(scores: np.ndarray, present: np.ndarray, cut: float, groups: dict[str, np.ndarray] | None = None, *,
-              min_group: int | None = None) -> tuple[float, dict[str, float], list[str]]:
+def add_rates(
+    scores: np.ndarray,
+    present: np.ndarray,
+    cut: float,
+    groups: dict[str, np.ndarray] | None = None,
+    *,
+    min_group: int | None = None,
+) -> tuple[float, dict[str, float], list[str]]:
     """At `cut`: the share of the rows without the finding it calls, that share within each group of `groups`
     with at least `min_group` such rows, and the groups with fewer (some, but too few to estimate a rate on)."""
     scores, present = np.asarray(scores, dtype=np.float64), np.asarray(present, dtype=bool)
@@ -189,9 +208,18 @@ def add_rates(scores: np.ndarray, present: np.ndarray, cut: float, groups: dict[
     return round(overall, 4), rates, small
 
 
-def fit_check(states: np.ndarray, present: Sequence[bool], finding: str, *, keep: float = 0.9, folds: int = 5,
-              alpha: float = 1.0, seed: int = 0, add_max_fpr: float | None = None,
-              groups: dict[str, np.ndarray] | None = None) -> FindingCheck:
+def fit_check(
+    states: np.ndarray,
+    present: Sequence[bool],
+    finding: str,
+    *,
+    keep: float = 0.9,
+    folds: int = 5,
+    alpha: float = 1.0,
+    seed: int = 0,
+    add_max_fpr: float | None = None,
+    groups: dict[str, np.ndarray] | None = None,
+) -> FindingCheck:
     """A ridge readout of `finding` from `states` (rows: films), its threshold keeping `keep` of the positives'
     cross-fitted scores (each scored by a readout fitted on the other folds), so it is not set on scores of films
     the readout was fitted on; with `add_max_fpr`, also the cut above which it states the finding (`add_cut` on
@@ -212,9 +240,22 @@ def fit_check(states: np.ndarray, present: Sequence[bool], finding: str, *, keep
     threshold = float(np.quantile(held[y], 1.0 - keep))
     add = add_cut(held, y, add_max_fpr, ADD_MIN_PRECISION, groups=groups) if add_max_fpr is not None else None
     rates = add_rates(held, y, add, groups) if add is not None else (None, {}, [])
-    return FindingCheck(finding, mean.tolist(), std.tolist(), w[:-1].tolist(), float(w[-1]), threshold,
-                        int(y.sum()), int((~y).sum()), keep, round(_auc(held, y), 4), add_threshold=add,
-                        add_fpr=rates[0], add_group_fpr=rates[1], add_groups_too_small=rates[2])
+    return FindingCheck(
+        finding,
+        mean.tolist(),
+        std.tolist(),
+        w[:-1].tolist(),
+        float(w[-1]),
+        threshold,
+        int(y.sum()),
+        int((~y).sum()),
+        keep,
+        round(_auc(held, y), 4),
+        add_threshold=add,
+        add_fpr=rates[0],
+        add_group_fpr=rates[1],
+        add_groups_too_small=rates[2],
+    )
 
 
 def prompt_states(model: Any, processor: Any, prompt_text: str, pictures: Sequence, *, batch: int = 32) -> np.ndarray:
@@ -223,9 +264,10 @@ def prompt_states(model: Any, processor: Any, prompt_text: str, pictures: Sequen
 
     out = []
     for b in range(0, len(pictures), batch):
-        chunk = list(pictures[b:b + batch])
-        inputs = processor(text=[prompt_text] * len(chunk), images=chunk, return_tensors="pt", padding=True,
-                           padding_side="left").to(model.device)
+        chunk = list(pictures[b : b + batch])
+        inputs = processor(
+            text=[prompt_text] * len(chunk), images=chunk, return_tensors="pt", padding=True, padding_side="left"
+        ).to(model.device)
         for key, value in inputs.items():
             if torch.is_floating_point(value) and value.dtype != model.dtype:
                 inputs[key] = value.to(model.dtype)
@@ -288,9 +330,17 @@ def finding_sentences(reports: Sequence[str], finding: str, *, limit: int = SENT
     return [text for text, _ in counts.most_common(limit)]
 
 
-def fit_verifier(states: np.ndarray, oracle_reports: Sequence[str], findings: Sequence[str], *, keep: float = 0.9,
-                 min_each: int = 10, min_auc: float = MIN_AUC, add_min_auc: float | None = ADD_MIN_AUC,
-                 add_max_fpr: float = ADD_MAX_FPR) -> FindingVerifier | None:
+def fit_verifier(
+    states: np.ndarray,
+    oracle_reports: Sequence[str],
+    findings: Sequence[str],
+    *,
+    keep: float = 0.9,
+    min_each: int = 10,
+    min_auc: float = MIN_AUC,
+    add_min_auc: float | None = ADD_MIN_AUC,
+    add_max_fpr: float = ADD_MAX_FPR,
+) -> FindingVerifier | None:
     """A check per finding of `findings` with at least `min_each` films with it and without it among the rows.
     It withholds where its cross-fitted AUC reaches `min_auc`: a readout that barely tells the finding from its
     absence on the round's own studies would withhold a tenth of the true statements for few false ones (on the
@@ -312,8 +362,7 @@ def fit_verifier(states: np.ndarray, oracle_reports: Sequence[str], findings: Se
         groups = {name: mask for name, mask in carries.items() if name != finding}
         check = fit_check(states, present, finding, keep=keep, add_max_fpr=add_max_fpr, groups=groups)
         auc = check.cross_fitted_auc if check.cross_fitted_auc is not None else 0.0
-        adds = (add_min_auc is not None and auc >= max(add_min_auc, ADD_MIN_AUC)
-                and check.add_threshold is not None)
+        adds = add_min_auc is not None and auc >= max(add_min_auc, ADD_MIN_AUC) and check.add_threshold is not None
         sentences = finding_sentences([t for t, p in zip(oracle_reports, present) if p], finding) if adds else []
         check = replace(check, withholds=auc >= min_auc, sentences=sentences)
         if not sentences:  # it adds nothing: no cut, nor rates of one
@@ -331,20 +380,36 @@ def describe(verifier: FindingVerifier | None) -> dict:
         return {}
     out: dict[str, dict[str, Any]] = {}
     for name, c in verifier.checks.items():
-        out[name] = {"positives": c.n_positive, "negatives": c.n_negative, "keep": c.keep,
-                     "cross_fitted_auc": None if c.cross_fitted_auc is None or math.isnan(c.cross_fitted_auc)
-                     else c.cross_fitted_auc, "withholds": c.withholds, "adds": c.adds}
+        out[name] = {
+            "positives": c.n_positive,
+            "negatives": c.n_negative,
+            "keep": c.keep,
+            "cross_fitted_auc": None
+            if c.cross_fitted_auc is None or math.isnan(c.cross_fitted_auc)
+            else c.cross_fitted_auc,
+            "withholds": c.withholds,
+            "adds": c.adds,
+        }
         if c.adds:
             out[name].update({"add_fpr": c.add_fpr, "add_group_fpr": dict(c.add_group_fpr)})
             if c.add_groups_too_small:
                 out[name]["add_groups_judged_overall_only"] = (
                     f"{', '.join(c.add_groups_too_small)}: fewer than {MIN_GROUP_ROWS} rows without the finding, "
-                    f"judged by the overall rate alone")
+                    f"judged by the overall rate alone"
+                )
     return out
 
 
-def fit_round_verifier(model: Any, processor: Any, dataset: Any, *, keep: float = 0.9, min_taught: int = 10,
-                       prompt: str | None = None, add_max_fpr: float = ADD_MAX_FPR) -> FindingVerifier | None:
+def fit_round_verifier(
+    model: Any,
+    processor: Any,
+    dataset: Any,
+    *,
+    keep: float = 0.9,
+    min_taught: int = 10,
+    prompt: str | None = None,
+    add_max_fpr: float = ADD_MAX_FPR,
+) -> FindingVerifier | None:
     """The verifier of a trained round: checks for the findings its corrections taught (`taught_findings`), fitted
     on the prompt states `model` gives the round's own training rows (`dataset`: the trainer's `datasets.Dataset`,
     with ``image``, ``oracle_report`` and the clinician columns), the films prepared as drafting prepares them.
@@ -353,8 +418,10 @@ def fit_round_verifier(model: Any, processor: Any, dataset: Any, *, keep: float 
     from orapo_core.models.prompt import REPORT_PROMPT, render_prompt
 
     columns = set(dataset.column_names)
-    texts = {c: list(dataset[c]) if c in columns else [None] * len(dataset)
-             for c in ("oracle_report", "reference_report", "clinician_chosen", "clinician_rejected")}
+    texts = {
+        c: list(dataset[c]) if c in columns else [None] * len(dataset)
+        for c in ("oracle_report", "reference_report", "clinician_chosen", "clinician_rejected")
+    }
     rows = [dict(zip(texts, values)) for values in zip(*texts.values())]
     findings = taught_findings(rows, min_taught=min_taught)
     if not findings:
@@ -363,12 +430,25 @@ def fit_round_verifier(model: Any, processor: Any, dataset: Any, *, keep: float 
     model.eval()
     prompt_text = render_prompt(processor, prompt or REPORT_PROMPT)
     try:  # a chunk of films at a time: a round on full-size films must not hold them all decoded
-        states = np.concatenate([
-            prompt_states(model, processor, prompt_text,
-                          [to_rgb_image(image, max_side=DEFAULT_MAX_SIDE) for image in dataset[start:start + 32]["image"]])
-            for start in range(0, len(dataset), 32)])
+        states = np.concatenate(
+            [
+                prompt_states(
+                    model,
+                    processor,
+                    prompt_text,
+                    [to_rgb_image(image, max_side=DEFAULT_MAX_SIDE) for image in dataset[start : start + 32]["image"]],
+                )
+                for start in range(0, len(dataset), 32)
+            ]
+        )
     finally:
         model.train(was_training)
-    return fit_verifier(states, [row["oracle_report"] or row["reference_report"] or "" for row in rows],
-                        findings, keep=keep, min_each=min_taught,
-                        add_min_auc=ADD_MIN_AUC if add_max_fpr > 0 else None, add_max_fpr=add_max_fpr)
+    return fit_verifier(
+        states,
+        [row["oracle_report"] or row["reference_report"] or "" for row in rows],
+        findings,
+        keep=keep,
+        min_each=min_taught,
+        add_min_auc=ADD_MIN_AUC if add_max_fpr > 0 else None,
+        add_max_fpr=add_max_fpr,
+    )

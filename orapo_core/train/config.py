@@ -39,23 +39,36 @@ class OraPOConfig(GRPOConfig):
             "makes the objective exactly (1/B)·Σ_i[(1−w_i)·L_GRPO,i + w_i·L_DPO,i]; TRL's other types also work."
         },
     )
-    dpo_weight_min: float = field(default=0.05, metadata={"help": "w_min: the DPO weight of a study whose rollouts never fail."})
-    dpo_weight_max: float = field(default=0.15, metadata={"help": "w_max: the DPO weight of a study whose rollouts always fail."})
+    dpo_weight_min: float = field(
+        default=0.05, metadata={"help": "w_min: the DPO weight of a study whose rollouts never fail."}
+    )
+    dpo_weight_max: float = field(
+        default=0.15, metadata={"help": "w_max: the DPO weight of a study whose rollouts always fail."}
+    )
     dpo_weight_gamma: float = field(
-        default=2.0, metadata={"help": "γ in w = clip(w_min + (w_max − w_min)·z̃^γ): >1 keeps the weight low until failures dominate."}
+        default=2.0,
+        metadata={
+            "help": "γ in w = clip(w_min + (w_max − w_min)·z̃^γ): >1 keeps the weight low until failures dominate."
+        },
     )
     zero_reward_ema_alpha: float = field(
         default=0.5,
-        metadata={"help": "α in z̃ ← α·z̃ + (1−α)·z, the per-study smoothing of the zero-reward rate across visits, in [0, 1)."},
+        metadata={
+            "help": "α in z̃ ← α·z̃ + (1−α)·z, the per-study smoothing of the zero-reward rate across visits, in [0, 1)."
+        },
     )
     zero_reward_threshold: float = field(
         default=0.0,
-        metadata={"help": "A rollout 'fails' (counts in z and may be rejected) when its reward is <= this; 0.0 means r == 0."},
+        metadata={
+            "help": "A rollout 'fails' (counts in z and may be rejected) when its reward is <= this; 0.0 means r == 0."
+        },
     )
     dpo_beta: float = field(default=0.1, metadata={"help": "τ, the DPO inverse temperature in −log σ(τ·(Δ⁺ − Δ⁻))."})
     dpo_length_normalize: bool = field(
         default=False,
-        metadata={"help": "LN-DPO: use per-token mean log-probs instead of sums, against the bias towards short rejections."},
+        metadata={
+            "help": "LN-DPO: use per-token mean log-probs instead of sums, against the bias towards short rejections."
+        },
     )
     oracle_nll_weight: float = field(
         default=0.0,
@@ -68,11 +81,15 @@ class OraPOConfig(GRPOConfig):
     )
     max_rejected_per_group: int | None = field(
         default=None,
-        metadata={"help": "At most this many failed rollouts per prompt become rejected answers (lowest reward first); None: all."},
+        metadata={
+            "help": "At most this many failed rollouts per prompt become rejected answers (lowest reward first); None: all."
+        },
     )
     use_clinician_pairs: bool = field(
         default=False,
-        metadata={"help": "Add the clinician's pair (columns clinician_chosen over clinician_rejected) to the study's DPO term."},
+        metadata={
+            "help": "Add the clinician's pair (columns clinician_chosen over clinician_rejected) to the study's DPO term."
+        },
     )
     oracle_mode: str = field(
         default="dpo",
@@ -92,10 +109,16 @@ class OraPOConfig(GRPOConfig):
     )
     reward_name: str | None = field(
         default=None,
-        metadata={"help": "One reward by name: an alias of reward_funcs: [reward_name] (older recipes use it); '' is unset."},
+        metadata={
+            "help": "One reward by name: an alias of reward_funcs: [reward_name] (older recipes use it); '' is unset."
+        },
     )
-    facts_beta: float = field(default=1.0, metadata={"help": "β of the FactS F-score (1.0 weighs precision and recall alike)."})
-    precision_aware: bool = field(default=True, metadata={"help": "Use FactS's precision-aware scoring (penalises invented findings)."})
+    facts_beta: float = field(
+        default=1.0, metadata={"help": "β of the FactS F-score (1.0 weighs precision and recall alike)."}
+    )
+    precision_aware: bool = field(
+        default=True, metadata={"help": "Use FactS's precision-aware scoring (penalises invented findings)."}
+    )
     facts_attribute_check: bool = field(
         default=True,
         metadata={
@@ -124,7 +147,9 @@ class OraPOConfig(GRPOConfig):
             "FactS labels, as the starter was built; 0 turns them off."
         },
     )
-    finding_probe_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the finding probes' own two layers."})
+    finding_probe_lr: float = field(
+        default=1e-3, metadata={"help": "Learning rate of the finding probes' own two layers."}
+    )
     finding_verifier: bool = field(
         default=False,
         metadata={
@@ -133,7 +158,8 @@ class OraPOConfig(GRPOConfig):
         },
     )
     finding_verifier_keep: float = field(
-        default=0.9, metadata={"help": "Share of the training positives (cross-fitted) each verifier check keeps."})
+        default=0.9, metadata={"help": "Share of the training positives (cross-fitted) each verifier check keeps."}
+    )
     finding_verifier_add_max_fpr: float = field(
         default=ADD_MAX_FPR,
         metadata={
@@ -156,9 +182,14 @@ class OraPOConfig(GRPOConfig):
     def __post_init__(self) -> None:
         problems = []
         if self.oracle_mode not in self.oracle_modes:
-            problems.append(f"oracle_mode must be one of {', '.join(self.oracle_modes)}, got {self.oracle_mode!r}"
-                            + ("" if self.oracle_modes != ORACLE_MODES else
-                               " (the ablation's 'sft' and 'none' are orapo_core.experimental.AblationConfig's)"))
+            problems.append(
+                f"oracle_mode must be one of {', '.join(self.oracle_modes)}, got {self.oracle_mode!r}"
+                + (
+                    ""
+                    if self.oracle_modes != ORACLE_MODES
+                    else " (the ablation's 'sft' and 'none' are orapo_core.experimental.AblationConfig's)"
+                )
+            )
         if not 0.0 <= self.dpo_weight_min <= self.dpo_weight_max <= 1.0:
             problems.append(
                 f"need 0 <= dpo_weight_min <= dpo_weight_max <= 1, got {self.dpo_weight_min} and {self.dpo_weight_max}: "
@@ -180,12 +211,16 @@ class OraPOConfig(GRPOConfig):
         if self.dpo_beta <= 0:
             problems.append(f"dpo_beta (τ) must be > 0, got {self.dpo_beta}: DPO's usual range is 0.05-0.5")
         if self.finding_probe_weight < 0 or self.finding_probe_lr <= 0:
-            problems.append(f"finding_probe_weight must be >= 0 (0: off) and finding_probe_lr > 0, got "
-                            f"{self.finding_probe_weight} and {self.finding_probe_lr}")
+            problems.append(
+                f"finding_probe_weight must be >= 0 (0: off) and finding_probe_lr > 0, got "
+                f"{self.finding_probe_weight} and {self.finding_probe_lr}"
+            )
         if not 0.0 <= self.finding_verifier_add_max_fpr < 1.0:
             problems.append(f"finding_verifier_add_max_fpr must lie in [0, 1), got {self.finding_verifier_add_max_fpr}")
         if not 0.0 < self.finding_verifier_keep < 1.0:
-            problems.append(f"finding_verifier_keep must lie strictly between 0 and 1, got {self.finding_verifier_keep}")
+            problems.append(
+                f"finding_verifier_keep must lie strictly between 0 and 1, got {self.finding_verifier_keep}"
+            )
         if self.max_rejected_per_group is not None and self.max_rejected_per_group < 1:
             problems.append(
                 f"max_rejected_per_group must be >= 1 or None (all failed rollouts), got {self.max_rejected_per_group}"
@@ -196,30 +231,42 @@ class OraPOConfig(GRPOConfig):
         if isinstance(self.scale_rewards, str) and self.scale_rewards.strip().lower() in ("true", "false"):
             self.scale_rewards = cast(Any, self.scale_rewards.strip().lower() == "true")  # TRL's field is typed str
         if self.scale_rewards not in (True, False, "group", "batch", "none"):
-            problems.append(f"scale_rewards must be group, batch or none (true: group, false: none), got {self.scale_rewards!r}")
+            problems.append(
+                f"scale_rewards must be group, batch or none (true: group, false: none), got {self.scale_rewards!r}"
+            )
         # TRL refuses these only inside training (after a round has drafted its first rollouts), or not at all.
         if self.loss_type not in TRL_LOSS_TYPES:
             problems.append(f"loss_type must be one of {', '.join(TRL_LOSS_TYPES)}, got {self.loss_type!r}")
         if self.importance_sampling_level not in ("token", "sequence"):
-            problems.append(f"importance_sampling_level must be token or sequence, got {self.importance_sampling_level!r}")
+            problems.append(
+                f"importance_sampling_level must be token or sequence, got {self.importance_sampling_level!r}"
+            )
         if not self.temperature > 0:
             problems.append(f"temperature must be > 0 (1.0 samples the model as it is), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             problems.append(f"top_p must lie in (0, 1] (1.0: no nucleus cut), got {self.top_p}")
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
-            problems.append(f"epsilon and epsilon_high (the clipping range) must be >= 0, got {self.epsilon} and {self.epsilon_high}")
+            problems.append(
+                f"epsilon and epsilon_high (the clipping range) must be >= 0, got {self.epsilon} and {self.epsilon_high}"
+            )
         if self.max_completion_length is not None and self.max_completion_length < 1:
             problems.append(f"max_completion_length must be at least 1 token, got {self.max_completion_length}")
         if self.reward_name and self.reward_funcs is not None and list(self.reward_funcs) != [self.reward_name]:
-            problems.append(f"reward_name ({self.reward_name!r}) is an alias of reward_funcs: [NAME], and reward_funcs is "
-                            f"{list(self.reward_funcs)!r}: set one of them (--reward_name '' clears a recipe's)")
+            problems.append(
+                f"reward_name ({self.reward_name!r}) is an alias of reward_funcs: [NAME], and reward_funcs is "
+                f"{list(self.reward_funcs)!r}: set one of them (--reward_name '' clears a recipe's)"
+            )
         if self.reward_funcs is None:
             self.reward_funcs = [self.reward_name or "facts"]
         if not self.reward_funcs or not all(isinstance(n, str) and n for n in self.reward_funcs):
-            problems.append("reward_funcs must name rewards: 'facts' or dotted imports such as 'mypkg.rewards:my_reward'")
+            problems.append(
+                "reward_funcs must name rewards: 'facts' or dotted imports such as 'mypkg.rewards:my_reward'"
+            )
         elif self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
-            problems.append(f"reward_weights has {len(self.reward_weights)} weights for {len(self.reward_funcs)} reward "
-                            "functions: give one weight per name in reward_funcs, or none (all 1.0)")
+            problems.append(
+                f"reward_weights has {len(self.reward_weights)} weights for {len(self.reward_funcs)} reward "
+                "functions: give one weight per name in reward_funcs, or none (all 1.0)"
+            )
         if problems:
             raise ValueError("OraPOConfig: " + "; ".join(problems) + ".")
         super().__post_init__()
@@ -231,12 +278,14 @@ class OraPOConfig(GRPOConfig):
         """How many studies one optimizer step trains on (in one process): the rows of a step (per-device batch x
         gradient accumulation) over each study's K rollouts, at least 1. The one statement of this rule: training
         refuses a dataset smaller than it, a round needs that many studies, the ablation counts studies seen by it."""
-        return self.studies_per_step_of(self.per_device_train_batch_size, self.gradient_accumulation_steps,
-                                        cast(int, self.num_generations))  # GRPOConfig refuses None
+        return self.studies_per_step_of(
+            self.per_device_train_batch_size, self.gradient_accumulation_steps, cast(int, self.num_generations)
+        )  # GRPOConfig refuses None
 
     @staticmethod
-    def studies_per_step_of(per_device_train_batch_size: int, gradient_accumulation_steps: int,
-                            num_generations: int) -> int:
+    def studies_per_step_of(
+        per_device_train_batch_size: int, gradient_accumulation_steps: int, num_generations: int
+    ) -> int:
         """`studies_per_step` of these settings, for a reader of a recorded recipe (a results file) with no config."""
         rows = int(per_device_train_batch_size) * int(gradient_accumulation_steps)
         return max(1, rows // max(1, int(num_generations)))
@@ -264,12 +313,22 @@ class OraPOScriptArguments:
     dataset_kind: str = field(
         default="auto", metadata={"help": "Layout of train_csv: auto, chexpert_plus, mimic_cxr, iu_xray or phantom."}
     )
-    split: str | None = field(default=None, metadata={"help": "Train only on studies of this split (train, valid, test); default: all."})
-    image_root: str | None = field(default=None, metadata={"help": "Folder that path_to_image is relative to; default: the CSV's folder."})
+    split: str | None = field(
+        default=None, metadata={"help": "Train only on studies of this split (train, valid, test); default: all."}
+    )
+    image_root: str | None = field(
+        default=None, metadata={"help": "Folder that path_to_image is relative to; default: the CSV's folder."}
+    )
     max_studies: int | None = field(default=None, metadata={"help": "Use at most this many studies (paper: 1000)."})
-    class_balanced: bool = field(default=False, metadata={"help": "Pick the studies class-balanced over the 14 observations (paper: yes)."})
-    selection_seed: int = field(default=0, metadata={"help": "Seed of the study selection (which studies, in which order)."})
-    prompt_text: str | None = field(default=None, metadata={"help": "Instruction shown with the image; default: the drafting prompt."})
+    class_balanced: bool = field(
+        default=False, metadata={"help": "Pick the studies class-balanced over the 14 observations (paper: yes)."}
+    )
+    selection_seed: int = field(
+        default=0, metadata={"help": "Seed of the study selection (which studies, in which order)."}
+    )
+    prompt_text: str | None = field(
+        default=None, metadata={"help": "Instruction shown with the image; default: the drafting prompt."}
+    )
     phantom_studies: int | None = field(
         default=None,
         metadata={
@@ -318,8 +377,9 @@ def parse_recipe(
         return _parse_recipe(config_path, overrides, config_class)
 
 
-def _parse_recipe(config_path: str | Path | None, overrides: Mapping | Sequence[str] | None,
-                  config_class: type[OraPOConfig]) -> tuple[OraPOScriptArguments, OraPOConfig, ModelConfig]:
+def _parse_recipe(
+    config_path: str | Path | None, overrides: Mapping | Sequence[str] | None, config_class: type[OraPOConfig]
+) -> tuple[OraPOScriptArguments, OraPOConfig, ModelConfig]:
     from trl import TrlParser
 
     parser = TrlParser(cast(Any, (OraPOScriptArguments, config_class, ModelConfig)))  # its DataClassType is a NewType

@@ -70,12 +70,16 @@ def build_training_dataset(records: Iterable[TrainingRecord], *, prompt_text: st
     if not rows:
         raise OrapoError("no_studies", "The round has no studies to train on: check the CSV or the selection.")
     with_clinician = any(r.get("clinician_chosen") and r.get("clinician_rejected") for r in rows)
-    columns: dict[str, list[Any]] = {k: [] for k in ("prompt", "image", "study_id", "labels", "reference_report", "oracle_report")}
+    columns: dict[str, list[Any]] = {
+        k: [] for k in ("prompt", "image", "study_id", "labels", "reference_report", "oracle_report")
+    }
     if with_clinician:
         columns["clinician_chosen"], columns["clinician_rejected"] = [], []
     for i, row in enumerate(rows):
         if row.get("image") is None:
-            raise OrapoError("no_image", f"Study {row.get('study_id', i)!r} has no image: every training study needs one.")
+            raise OrapoError(
+                "no_image", f"Study {row.get('study_id', i)!r} has no image: every training study needs one."
+            )
         labels = row.get("labels") or {}
         columns["prompt"].append([{"role": "user", "content": prompt_text}])
         columns["image"].append(str(row["image"]) if isinstance(row["image"], Path) else row["image"])
@@ -122,8 +126,10 @@ def load_training_records(
         if image_root is not None:
             base, root = csv_path.parent.resolve(), Path(image_root)
             for record in records:
-                record.image_paths = [root / p.resolve().relative_to(base) if p.resolve().is_relative_to(base) else p
-                                      for p in record.image_paths]
+                record.image_paths = [
+                    root / p.resolve().relative_to(base) if p.resolve().is_relative_to(base) else p
+                    for p in record.image_paths
+                ]
     if split is not None:
         records = [r for r in records if r.split == split]
     return records
@@ -137,8 +143,9 @@ def _labels(record: TrainingRecord) -> Mapping[str, int | None]:
     return (record.get("labels") if isinstance(record, Mapping) else record.labels) or {}
 
 
-def select_studies(records: Sequence[_Record], *, max_studies: int | None, class_balanced: bool,
-                   seed: int = 0) -> list[_Record]:
+def select_studies(
+    records: Sequence[_Record], *, max_studies: int | None, class_balanced: bool, seed: int = 0
+) -> list[_Record]:
     """At most `max_studies` records (StudyRecords or dicts); class-balanced means round-robin over the observations' positive studies."""
     rng = random.Random(seed)
     records = list(records)
@@ -167,11 +174,17 @@ def select_studies(records: Sequence[_Record], *, max_studies: int | None, class
 def load_round_dataset(script_args: OraPOScriptArguments) -> Dataset:
     """The round's dataset from `OraPOScriptArguments` (train_csv, dataset_kind, split, image_root, max_studies, class_balanced)."""
     if not script_args.train_csv:
-        raise OrapoError("data_missing", "The recipe names no training data: set train_csv to a CheXpert Plus style CSV or a dataset folder.")
+        raise OrapoError(
+            "data_missing",
+            "The recipe names no training data: set train_csv to a CheXpert Plus style CSV or a dataset folder.",
+        )
     records = load_training_records(
         script_args.train_csv, kind=script_args.dataset_kind, image_root=script_args.image_root, split=script_args.split
     )
     records = select_studies(
-        records, max_studies=script_args.max_studies, class_balanced=script_args.class_balanced, seed=script_args.selection_seed
+        records,
+        max_studies=script_args.max_studies,
+        class_balanced=script_args.class_balanced,
+        seed=script_args.selection_seed,
     )
     return build_training_dataset(records, prompt_text=script_args.prompt_text)

@@ -65,8 +65,10 @@ class FindingProbes(torch.nn.Module):
         hidden = _text_hidden_size(model)
         merger, norm = _module_ending(model, "visual.merger"), _module_ending(model, "language_model.norm")
         if merger is None and norm is None:
-            raise ValueError("finding_probe_weight needs a vision-language model with a vision merger "
-                             "(Qwen2-VL / Qwen2.5-VL) or a text model whose final norm is `language_model.norm`.")
+            raise ValueError(
+                "finding_probe_weight needs a vision-language model with a vision merger "
+                "(Qwen2-VL / Qwen2.5-VL) or a text model whose final norm is `language_model.norm`."
+            )
         self.merge = int(getattr(getattr(model.config, "vision_config", None), "spatial_merge_size", 1) or 1)
         self.visual = torch.nn.Linear(hidden, len(CHEXPERT_14))
         self.prompt = torch.nn.Linear(hidden, len(CHEXPERT_14))
@@ -89,8 +91,9 @@ class FindingProbes(torch.nn.Module):
             for hook in hooks:
                 hook.remove()
 
-    def loss(self, seen: dict[str, list[torch.Tensor]], inputs: dict[str, Any],
-             targets: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, float]]:
+    def loss(
+        self, seen: dict[str, list[torch.Tensor]], inputs: dict[str, Any], targets: torch.Tensor
+    ) -> tuple[torch.Tensor | None, dict[str, float]]:
         """Mean BCE of each probe that could read this micro-batch's rows; None when neither could."""
         rows = targets.size(0)
         bce = torch.nn.functional.binary_cross_entropy_with_logits

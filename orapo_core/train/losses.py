@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 
 
-def sequence_logps(per_token_logps: torch.Tensor, mask: torch.Tensor, *, length_normalize: bool = False) -> torch.Tensor:
+def sequence_logps(
+    per_token_logps: torch.Tensor, mask: torch.Tensor, *, length_normalize: bool = False
+) -> torch.Tensor:
     """Sum (or, for LN-DPO, mean) of the masked per-token log-probs of each row: shape (B,)."""
     mask = mask.to(per_token_logps.dtype)
     total = (per_token_logps * mask).sum(-1)

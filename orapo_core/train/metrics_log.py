@@ -28,8 +28,14 @@ class MetricsJsonlCallback(TrainerCallback):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
-    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not state.is_world_process_zero or not logs:
             return
         record: dict[str, object] = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}

@@ -171,9 +171,7 @@ class OraclePairMiner:
 
     def failed_rollouts(self, rewards: Sequence[float | None]) -> list[int]:
         """Indices of failed rollouts, lowest reward first, capped at ``max_rejected_per_group``."""
-        failed = [
-            (r, j) for j, r in enumerate(rewards) if r is not None and not math.isnan(r) and r <= self.threshold
-        ]
+        failed = [(r, j) for j, r in enumerate(rewards) if r is not None and not math.isnan(r) and r <= self.threshold]
         failed.sort()
         indices = [j for _, j in failed]
         if self.max_rejected_per_group is not None:

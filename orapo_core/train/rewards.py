@@ -119,8 +119,10 @@ def get_reward(name: str, settings: RewardSettings | None = None) -> RewardFunct
         return REWARDS[name](settings or RewardSettings())
     module_name, sep, attr = name.replace(":", ".").rpartition(".")
     if not sep or not module_name:
-        raise OrapoError("unknown_reward", f"No reward named {name!r}; known: {', '.join(REWARDS)}, "
-                                           "or give a dotted path 'package.module:function'.")
+        raise OrapoError(
+            "unknown_reward",
+            f"No reward named {name!r}; known: {', '.join(REWARDS)}, or give a dotted path 'package.module:function'.",
+        )
     try:
         func = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:

@@ -52,10 +52,16 @@ def phantom_training_data(script_args: OraPOScriptArguments, training_args: OraP
     return csv_path
 
 
-def train_round(script_args: OraPOScriptArguments, training_args: OraPOConfig, model_args: ModelConfig, *,
-                reward_funcs: list[RewardFunction] | None = None, train_dataset: Dataset | None = None,
-                callbacks: list[TrainerCallback] | None = None,
-                trainer_class: type[OraPOTrainer] | None = None) -> Path:
+def train_round(
+    script_args: OraPOScriptArguments,
+    training_args: OraPOConfig,
+    model_args: ModelConfig,
+    *,
+    reward_funcs: list[RewardFunction] | None = None,
+    train_dataset: Dataset | None = None,
+    callbacks: list[TrainerCallback] | None = None,
+    trainer_class: type[OraPOTrainer] | None = None,
+) -> Path:
     """Train one round and save the model (or LoRA adapter), processor, miner state and resolved recipe.
 
     `callbacks` are extra `transformers.TrainerCallback`s (the ablation evaluates at checkpoints with one);
@@ -72,9 +78,12 @@ def train_round(script_args: OraPOScriptArguments, training_args: OraPOConfig, m
         if phantom_csv is not None:
             script_args.train_csv = str(phantom_csv)
     dataset = train_dataset if train_dataset is not None else load_round_dataset(script_args)
-    no_step = OrapoError("no_training_steps", f"Training would take no optimizer step: {len(dataset)} studies, and one "
-                                              f"step takes {training_args.studies_per_step}. Nothing was saved; add "
-                                              "studies or lower per_device_train_batch_size.")
+    no_step = OrapoError(
+        "no_training_steps",
+        f"Training would take no optimizer step: {len(dataset)} studies, and one "
+        f"step takes {training_args.studies_per_step}. Nothing was saved; add "
+        "studies or lower per_device_train_batch_size.",
+    )
     if len(dataset) < training_args.studies_per_step:
         raise no_step
     model_dir = resolve_model_dir(model_args.model_name_or_path)
@@ -104,12 +113,20 @@ def train_round(script_args: OraPOScriptArguments, training_args: OraPOConfig, m
         if training_args.finding_verifier:
             from orapo_core.models.verifier import describe, fit_round_verifier
 
-            verifier = fit_round_verifier(trainer.model, processor, dataset, keep=training_args.finding_verifier_keep,
-                                          prompt=script_args.prompt_text,
-                                          add_max_fpr=training_args.finding_verifier_add_max_fpr)
+            verifier = fit_round_verifier(
+                trainer.model,
+                processor,
+                dataset,
+                keep=training_args.finding_verifier_keep,
+                prompt=script_args.prompt_text,
+                add_max_fpr=training_args.finding_verifier_add_max_fpr,
+            )
             if verifier is not None:
                 verifier.save(out)
-            print(f"finding verifier: {describe(verifier) or 'none (no finding taught by 10 corrections and read at AUC >= 0.9)'}", flush=True)
+            print(
+                f"finding verifier: {describe(verifier) or 'none (no finding taught by 10 corrections and read at AUC >= 0.9)'}",
+                flush=True,
+            )
         resolved = {"script": asdict(script_args), "model": asdict(model_args), "training": training_args.to_dict()}
         (out / "orapo_recipe.json").write_text(json.dumps(resolved, indent=2, default=str))
     return out

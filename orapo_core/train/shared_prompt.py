@@ -66,7 +66,11 @@ def answer_logps_after_prompts(
         for key, value in prompt_kwargs.items()
     }
     cache = model(
-        input_ids=prompt_ids[:, :-1], attention_mask=prompt_mask[:, :-1], use_cache=True, logits_to_keep=1, **head_kwargs
+        input_ids=prompt_ids[:, :-1],
+        attention_mask=prompt_mask[:, :-1],
+        use_cache=True,
+        logits_to_keep=1,
+        **head_kwargs,
     ).past_key_values
     if cache is None or cache.get_seq_length() != width - 1:
         # A layer under gradient checkpointing in training mode drops the cache; the answers would then not see the
@@ -82,8 +86,10 @@ def answer_logps_after_prompts(
     rope = _rope_index_owner(unwrapped if unwrapped is not None else model)
     if rope is not None:
         positions, _ = rope.get_rope_index(
-            prompt_ids, mm_token_type_ids=prompts["mm_token_type_ids"][:, :width],
-            image_grid_thw=prompts.get("image_grid_thw"), attention_mask=prompt_mask,
+            prompt_ids,
+            mm_token_type_ids=prompts["mm_token_type_ids"][:, :width],
+            image_grid_thw=prompts.get("image_grid_thw"),
+            attention_mask=prompt_mask,
         )
         # A text token after the prompt sits one past the previous one, on all three axes.
         steps = torch.arange(ids.size(1), device=positions.device)

@@ -111,8 +111,15 @@ class OraPOTrainer(GRPOTrainer):
     num_generations: int
     num_generations_eval: int
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: OraPOConfig | None = None, *,
-                 miner: OraclePairMiner | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: OraPOConfig | None = None,
+        *,
+        miner: OraclePairMiner | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(args, OraPOConfig):
             raise TypeError("OraPOTrainer needs an OraPOConfig as `args` (TRL's GRPOConfig lacks the oracle settings).")
         if reward_funcs is None:
@@ -169,8 +176,11 @@ class OraPOTrainer(GRPOTrainer):
         weights = self.dpo_weights(mined)
         self._attach_oracle_rows(output, mined, weights, k, local_rows=len(inputs))
         if self.finding_probes is not None:
-            output["orapo_finding_targets"] = torch.tensor([finding_targets(self.oracle_text(x) or "") for x in inputs],
-                                                           dtype=torch.float32, device=output["advantages"].device)
+            output["orapo_finding_targets"] = torch.tensor(
+                [finding_targets(self.oracle_text(x) or "") for x in inputs],
+                dtype=torch.float32,
+                device=output["advantages"].device,
+            )
         self._log_generation_metrics(mode, mined, weights, rewards)
         return output
 
@@ -196,7 +206,9 @@ class OraPOTrainer(GRPOTrainer):
             self._capture_rollout_logps = False
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
-        self._metrics[mode]["orapo/grpo_loss"].append(self.accelerator.gather(loss.detach() * accumulation).mean().item())
+        self._metrics[mode]["orapo/grpo_loss"].append(
+            self.accelerator.gather(loss.detach() * accumulation).mean().item()
+        )
         if probes is not None:
             assert seen is not None  # `probes.observe()` yields the dict
             probe_loss, parts = probes.loss(seen, inputs, inputs["orapo_finding_targets"])
@@ -221,7 +233,9 @@ class OraPOTrainer(GRPOTrainer):
         if self.args.should_save:
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             self.miner.save(os.path.join(folder, MINER_STATE_FILE))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
@@ -246,27 +260,39 @@ class OraPOTrainer(GRPOTrainer):
         k = self.num_generations if mode == "train" else self.num_generations_eval
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         row_coefs = batch["orapo_coef"]
-        term = oracle_term(row_losses, row_coefs, num_generations=k, gradient_accumulation_steps=accumulation,
-                           batch_rows=coefs.size(0))
+        term = oracle_term(
+            row_losses, row_coefs, num_generations=k, gradient_accumulation_steps=accumulation, batch_rows=coefs.size(0)
+        )
         paired = (row_coefs > 0).to(row_losses.dtype)
-        stats = self.accelerator.gather(torch.stack([(row_losses.detach() * paired).sum(), paired.sum(),
-                                                     (oracle_logp.to(paired.dtype) * paired).sum()]).view(1, 3)).sum(0)
+        stats = self.accelerator.gather(
+            torch.stack(
+                [(row_losses.detach() * paired).sum(), paired.sum(), (oracle_logp.to(paired.dtype) * paired).sum()]
+            ).view(1, 3)
+        ).sum(0)
         if stats[1] > 0:
             self._metrics[mode][self.oracle_loss_metric].append((stats[0] / stats[1]).item())
             self._metrics[mode]["orapo/oracle_logp"].append((stats[2] / stats[1]).item())
         return term
 
-    def pair_losses(self, model: Any, inputs: dict[str, Any], rows: torch.Tensor,
-                    batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    def pair_losses(
+        self, model: Any, inputs: dict[str, Any], rows: torch.Tensor, batch: dict[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The oracle term's loss of each paired row (`rows` of `inputs`, selected as `batch`): DPO's, and the
         oracle's mean per-token log-prob under the policy (the paper's "oracle likelihood", for the logs)."""
         chosen = self._chosen_logps(model, batch, length_normalize=self.args.dpo_length_normalize)
         rejected = self._rejected_logps(model, inputs, rows, batch)
         row_losses = dpo_loss(
-            chosen, rejected, batch["orapo_ref_chosen_logps"], batch["orapo_ref_rejected_logps"], beta=self.args.dpo_beta
+            chosen,
+            rejected,
+            batch["orapo_ref_chosen_logps"],
+            batch["orapo_ref_rejected_logps"],
+            beta=self.args.dpo_beta,
         )
-        per_token = chosen if self.args.dpo_length_normalize else \
-            chosen / batch["orapo_chosen_mask"].sum(-1).clamp(min=1).to(chosen.dtype)
+        per_token = (
+            chosen
+            if self.args.dpo_length_normalize
+            else chosen / batch["orapo_chosen_mask"].sum(-1).clamp(min=1).to(chosen.dtype)
+        )
         if self.args.oracle_nll_weight:
             row_losses = row_losses - self.args.oracle_nll_weight * per_token
         return row_losses, per_token.detach()
@@ -280,7 +306,9 @@ class OraPOTrainer(GRPOTrainer):
             return rows.new_zeros(1) if self.accelerator.num_processes > 1 else None
         return rows
 
-    def _chosen_logps(self, model: Any, batch: dict[str, Any], *, length_normalize: bool | None = None, reference: bool = False) -> torch.Tensor:
+    def _chosen_logps(
+        self, model: Any, batch: dict[str, Any], *, length_normalize: bool | None = None, reference: bool = False
+    ) -> torch.Tensor:
         """Log-probs of each row's chosen answer, one forward per distinct (study, chosen) of the batch.
 
         All failed rollouts of a study share its oracle as the chosen answer, so its log-prob is computed once and
@@ -289,14 +317,22 @@ class OraPOTrainer(GRPOTrainer):
         first, inverse = self._first_of_each(batch["orapo_chosen_key"])
         distinct = self._select_rows(batch, first)
         if reference:
-            logps = self._reference_sequence_logps(distinct, distinct["orapo_chosen_ids"], distinct["orapo_chosen_mask"])
+            logps = self._reference_sequence_logps(
+                distinct, distinct["orapo_chosen_ids"], distinct["orapo_chosen_mask"]
+            )
         else:
             logps = self._sequence_logps(
-                model, distinct, distinct["orapo_chosen_ids"], distinct["orapo_chosen_mask"], length_normalize=length_normalize
+                model,
+                distinct,
+                distinct["orapo_chosen_ids"],
+                distinct["orapo_chosen_mask"],
+                length_normalize=length_normalize,
             )
         return logps[inverse]
 
-    def _rejected_logps(self, model: Any, inputs: dict[str, Any], rows: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+    def _rejected_logps(
+        self, model: Any, inputs: dict[str, Any], rows: torch.Tensor, batch: dict[str, Any]
+    ) -> torch.Tensor:
         """Policy log-probs of the rejected answers of ``rows``: a rejected rollout's come from TRL's own forward."""
         from_rollout = batch["orapo_rejected_is_rollout"].bool()
         if self._rollout_logps is None:  # called outside `_compute_loss`: score every row
@@ -310,8 +346,12 @@ class OraPOTrainer(GRPOTrainer):
         text_rows = torch.nonzero(~from_rollout).flatten()
         if text_rows.numel() == 0 and self.accelerator.num_processes > 1:
             text_rows = text_rows.new_zeros(1)  # every rank runs the same forwards (ZeRO-3); this one is discarded
-            discard = self._sequence_logps(model, self._select_rows(batch, text_rows),
-                                           batch["orapo_rejected_ids"][text_rows], batch["orapo_rejected_mask"][text_rows])
+            discard = self._sequence_logps(
+                model,
+                self._select_rows(batch, text_rows),
+                batch["orapo_rejected_ids"][text_rows],
+                batch["orapo_rejected_mask"][text_rows],
+            )
             return logps + 0.0 * discard.sum()
         if text_rows.numel():
             texts = self._select_rows(batch, text_rows)
@@ -334,8 +374,15 @@ class OraPOTrainer(GRPOTrainer):
                 picked[key] = [value[i] for i in index]
         return unsplit_pixel_values_by_grid(picked)
 
-    def _sequence_logps(self, model: Any, inputs: dict[str, Any], ids: torch.Tensor, mask: torch.Tensor, *,
-                        length_normalize: bool | None = None) -> torch.Tensor:
+    def _sequence_logps(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        length_normalize: bool | None = None,
+    ) -> torch.Tensor:
         """Log-prob of answers ``ids`` after each row's prompt (and image), through TRL's own forward helper."""
         if length_normalize is None:
             length_normalize = self.args.dpo_length_normalize
@@ -356,8 +403,9 @@ class OraPOTrainer(GRPOTrainer):
         return sequence_logps(per_token.float(), mask, length_normalize=length_normalize)
 
     @torch.no_grad()
-    def _reference_pair_logps(self, batch: dict[str, Any], score_rejected: torch.Tensor,
-                              prompt_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _reference_pair_logps(
+        self, batch: dict[str, Any], score_rejected: torch.Tensor, prompt_keys: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Reference log-probs of each row's chosen answer, and of the rejected answers where ``score_rejected``.
 
         Where the model's family allows (`shared_prompt`), each distinct prompt runs once and all its answers,
@@ -382,8 +430,9 @@ class OraPOTrainer(GRPOTrainer):
         reference = self._unwrapped() if self.ref_model is None else self.accelerator.unwrap_model(self.ref_model)
         return supports_shared_prompt(reference)
 
-    def _reference_pair_logps_shared(self, batch: dict[str, Any], score_rejected: torch.Tensor,
-                                     prompt_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _reference_pair_logps_shared(
+        self, batch: dict[str, Any], score_rejected: torch.Tensor, prompt_keys: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         chosen_first, chosen_inverse = self._first_of_each(batch["orapo_chosen_key"])
         prompt_first, prompt_index = self._first_of_each(prompt_keys)
         rejected_rows = torch.nonzero(score_rejected).flatten()
@@ -404,7 +453,9 @@ class OraPOTrainer(GRPOTrainer):
             unwrapped = self.accelerator.unwrap_model(model)
             # A cache needs the layers run plainly: a checkpointed layer in training mode (the PEFT policy) drops it.
             # TrainingArguments.__post_init__ has parsed a JSON string of these kwargs into a dict by now.
-            with disable_gradient_checkpointing(unwrapped, cast("dict[str, Any] | None", self.args.gradient_checkpointing_kwargs)):
+            with disable_gradient_checkpointing(
+                unwrapped, cast("dict[str, Any] | None", self.args.gradient_checkpointing_kwargs)
+            ):
                 per_token = answer_logps_after_prompts(model, prompts, kwargs, owners, ids, mask, unwrapped=unwrapped)
         logps = sequence_logps(per_token.float(), mask, length_normalize=self.args.dpo_length_normalize)
         chosen = logps[: chosen_first.numel()][chosen_inverse]
@@ -463,7 +514,9 @@ class OraPOTrainer(GRPOTrainer):
         local = [
             (
                 # Without a study_id column, the prompt and oracle stand for the study (crc32: stable across processes).
-                str(x["study_id"]) if x.get("study_id") is not None else f"crc{zlib.crc32(repr((x.get('prompt'), self.oracle_text(x))).encode())}",
+                str(x["study_id"])
+                if x.get("study_id") is not None
+                else f"crc{zlib.crc32(repr((x.get('prompt'), self.oracle_text(x))).encode())}",
                 self.oracle_text(x),
                 x.get("clinician_chosen"),
                 x.get("clinician_rejected"),
@@ -477,8 +530,10 @@ class OraPOTrainer(GRPOTrainer):
             if any(row[0] != study_id for row in rows[start : start + k]):
                 # TRL's RepeatSampler lays each prompt's K rollouts out contiguously; every group and the shared
                 # prompt key of `_attach_oracle_rows` rely on it, so a TRL that stops doing so must fail here.
-                raise RuntimeError(f"rows {start}..{start + k - 1} of the generation batch are not one study's "
-                                   f"{k} rollouts: TRL no longer keeps a prompt's rollouts contiguous.")
+                raise RuntimeError(
+                    f"rows {start}..{start + k - 1} of the generation batch are not one study's "
+                    f"{k} rollouts: TRL no longer keeps a prompt's rollouts contiguous."
+                )
             groups.append(RolloutGroup(study_id, rewards[start : start + k], oracle, chosen, rejected))
         return groups
 
@@ -490,7 +545,9 @@ class OraPOTrainer(GRPOTrainer):
             ids = ids + [self.eos_token_ids[-1]]
         return ids[: self.max_completion_length]
 
-    def _attach_oracle_rows(self, output: dict[str, Any], mined: list[MinedGroup], weights: list[float], k: int, *, local_rows: int) -> None:
+    def _attach_oracle_rows(
+        self, output: dict[str, Any], mined: list[MinedGroup], weights: list[float], k: int, *, local_rows: int
+    ) -> None:
         """Lay each group's pairs onto its rows (one pair per row) and keep this process's slice."""
         total = len(mined) * k
         coef = [0.0] * total
@@ -519,8 +576,10 @@ class OraPOTrainer(GRPOTrainer):
         if "chosen" not in self.oracle_answers:
             return
         pad_id = self._tokenizer.pad_token_id
-        chosen_ids = [torch.tensor(self._encode_answer(t) if p else [], dtype=torch.long)
-                      for t, p in zip(chosen[local], is_pair[local], strict=True)]
+        chosen_ids = [
+            torch.tensor(self._encode_answer(t) if p else [], dtype=torch.long)
+            for t, p in zip(chosen[local], is_pair[local], strict=True)
+        ]
         output["orapo_chosen_ids"], output["orapo_chosen_mask"] = self._pad_answers(chosen_ids, pad_id, device)
         output["orapo_chosen_key"] = torch.tensor(chosen_key[local], dtype=torch.long, device=device)
         from_rollout = [p and text is None for text, p in zip(rejected_text[local], is_pair[local], strict=True)]
@@ -566,7 +625,9 @@ class OraPOTrainer(GRPOTrainer):
         mask = pad(masks, padding_value=0, padding_side="right").to(device)
         return ids, mask
 
-    def _log_generation_metrics(self, mode: str, mined: list[MinedGroup], weights: list[float], rewards: list[float | None]) -> None:
+    def _log_generation_metrics(
+        self, mode: str, mined: list[MinedGroup], weights: list[float], rewards: list[float | None]
+    ) -> None:
         if not mined:
             return
         metrics = self._metrics[mode]

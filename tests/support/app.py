@@ -10,7 +10,11 @@ import contextlib
 import socket
 from pathlib import Path
 
-USERS = (("boss", "admin-pass-1", "admin"), ("rita", "rita-pass-1", "radiologist"), ("omar", "omar-pass-1", "radiologist"))
+USERS = (
+    ("boss", "admin-pass-1", "admin"),
+    ("rita", "rita-pass-1", "radiologist"),
+    ("omar", "omar-pass-1", "radiologist"),
+)
 
 
 def free_port() -> int:
@@ -41,8 +45,13 @@ def launched_app(settings, database, registry=None, rounds=None, **build):
 
     demo = build_app(settings=settings, database=database, registry=registry, rounds=rounds, **build)
     port = free_port()
-    demo.queue(default_concurrency_limit=4).launch(server_name="127.0.0.1", server_port=port, quiet=True,
-                                                   prevent_thread_lock=True, **launch_options(settings, database))
+    demo.queue(default_concurrency_limit=4).launch(
+        server_name="127.0.0.1",
+        server_port=port,
+        quiet=True,
+        prevent_thread_lock=True,
+        **launch_options(settings, database),
+    )
     try:
         yield f"http://127.0.0.1:{port}", demo
     finally:

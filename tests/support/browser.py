@@ -17,8 +17,15 @@ import pytest
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 # No background networking: this machine has no network and Chromium would keep trying.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 #: Every wait of a browser test: actions, navigation and `expect` assertions. Playwright's own default (5 s) is
 #: what a page of this app can take on a busy 2-core machine, so no browser test may rely on it.
@@ -35,8 +42,11 @@ def use_explicit_timeouts() -> None:
 def require_chromium() -> None:
     """Skip the calling module when Chromium is missing, unless this is CI."""
     if not CHROMIUM.exists() and os.environ.get("CI") != "true":
-        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium); "
-                    "in CI (CI=true) this test runs and fails instead.", allow_module_level=True)
+        pytest.skip(
+            "Debian's chromium is not installed at /usr/bin/chromium (apt-get install chromium); "
+            "in CI (CI=true) this test runs and fails instead.",
+            allow_module_level=True,
+        )
 
 
 def launch(playwright):

@@ -25,11 +25,16 @@ def require_slurm() -> str:
     if not conf:
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true but ORAPO_TEST_SLURM_CONF is not set: `make test` sets it from .ci/slurm.sh.")
-        pytest.skip("no test SLURM cluster: set ORAPO_TEST_SLURM_CONF=$(.ci/slurm.sh) (Debian's slurm-wlm and munge, "
-                    "as root), or run `make test` with ORAPO_TEST_SLURM=1; in CI this test runs.")
-    shown = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30,
-                           env={**os.environ, "SLURM_CONF": conf})
-    assert shown.returncode == 0 and shown.stdout.split(), f"ORAPO_TEST_SLURM_CONF={conf} is set but sinfo says: {shown.stderr}"
+        pytest.skip(
+            "no test SLURM cluster: set ORAPO_TEST_SLURM_CONF=$(.ci/slurm.sh) (Debian's slurm-wlm and munge, "
+            "as root), or run `make test` with ORAPO_TEST_SLURM=1; in CI this test runs."
+        )
+    shown = subprocess.run(
+        ["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30, env={**os.environ, "SLURM_CONF": conf}
+    )
+    assert shown.returncode == 0 and shown.stdout.split(), (
+        f"ORAPO_TEST_SLURM_CONF={conf} is set but sinfo says: {shown.stderr}"
+    )
     return conf
 
 
@@ -39,9 +44,13 @@ def require_ray() -> str:
     if not address:
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true but ORAPO_TEST_RAY_ADDRESS is not set: `make test` sets it from .ci/ray.sh.")
-        pytest.skip("no test Ray cluster: set ORAPO_TEST_RAY_ADDRESS=$(.ci/ray.sh) (installs the pinned `ray` extra), "
-                    "or run `make test` with ORAPO_TEST_RAY=1; in CI this test runs.")
-    pytest.importorskip("ray.job_submission", reason="the `ray` extra is not installed: pip install -c constraints.txt '.[ray]'")
+        pytest.skip(
+            "no test Ray cluster: set ORAPO_TEST_RAY_ADDRESS=$(.ci/ray.sh) (installs the pinned `ray` extra), "
+            "or run `make test` with ORAPO_TEST_RAY=1; in CI this test runs."
+        )
+    pytest.importorskip(
+        "ray.job_submission", reason="the `ray` extra is not installed: pip install -c constraints.txt '.[ray]'"
+    )
     from ray.job_submission import JobSubmissionClient
 
     JobSubmissionClient(address).list_jobs()  # a set address with no server behind it fails here, loudly

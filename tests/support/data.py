@@ -23,7 +23,13 @@ def write_chexpert_csv(folder: Path, rows: list[dict]) -> Path:
             (folder / image).parent.mkdir(parents=True, exist_ok=True)
             Image.new("L", (56, 56), color=20 * i % 255).save(folder / image)
             labels = {name: "" for name in CHEXPERT_14} | {k: "1.0" for k in row.get("positive", [])}
-            writer.writerow({"path_to_image": str(image), "section_findings": row.get("findings", ""),
-                             "section_impression": row.get("impression", ""), "oracle_report": row.get("oracle", ""),
-                             **labels})
+            writer.writerow(
+                {
+                    "path_to_image": str(image),
+                    "section_findings": row.get("findings", ""),
+                    "section_impression": row.get("impression", ""),
+                    "oracle_report": row.get("oracle", ""),
+                    **labels,
+                }
+            )
     return path

@@ -20,7 +20,9 @@ def ramp(rows: int = 64, columns: int = 48, top: int = 4095) -> np.ndarray:
     return np.tile(line, (rows, 1))
 
 
-def image_dataset(pixels: np.ndarray | None = None, *, bits_stored: int = 12, photometric: str = "MONOCHROME2") -> Dataset:
+def image_dataset(
+    pixels: np.ndarray | None = None, *, bits_stored: int = 12, photometric: str = "MONOCHROME2"
+) -> Dataset:
     """A minimal digital X-ray image dataset holding `pixels` (uint16, 2-D or frames x rows x columns)."""
     pixels = ramp() if pixels is None else pixels
     meta = FileMetaDataset()

@@ -46,8 +46,9 @@ class Orthanc:
     def dicomweb_url(self) -> str:
         return self.url + "dicom-web"
 
-    def request(self, method: str, path: str, body: bytes | None = None, *, content_type: str | None = None,
-                auth: bool = True) -> tuple[int, bytes]:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, *, content_type: str | None = None, auth: bool = True
+    ) -> tuple[int, bytes]:
         """(status, body) of one REST call; HTTP errors are returned, not raised."""
         req = urllib.request.Request(self.url + path.lstrip("/"), data=body, method=method)
         if auth:
@@ -100,8 +101,10 @@ def require_orthanc() -> Orthanc:
     if not ORTHANC_URL:
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true but ORAPO_TEST_ORTHANC_URL is not set: `make test` sets it from .ci/orthanc.sh.")
-        pytest.skip("no test archive: set ORAPO_TEST_ORTHANC_URL=$(.ci/orthanc.sh) (Debian's orthanc and "
-                    "orthanc-dicomweb), or run `make test` with ORAPO_TEST_ORTHANC=1; in CI this test runs.")
+        pytest.skip(
+            "no test archive: set ORAPO_TEST_ORTHANC_URL=$(.ci/orthanc.sh) (Debian's orthanc and "
+            "orthanc-dicomweb), or run `make test` with ORAPO_TEST_ORTHANC=1; in CI this test runs."
+        )
     orthanc = Orthanc.from_url(ORTHANC_URL)
     status, payload = orthanc.request("GET", "system")  # a URL with no server behind it fails here, loudly
     assert status == 200, f"ORAPO_TEST_ORTHANC_URL is set but Orthanc answered HTTP {status}: {payload[:200]!r}"

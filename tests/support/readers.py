@@ -36,16 +36,18 @@ def make_readers(db, count: int, prefix: str = "reader") -> list[tuple[str, str]
     return accounts
 
 
-def read_one_study(url: str, username: str, password: str, image: Path, text: str, start: threading.Barrier | None = None
-                   ) -> ReaderResult:
+def read_one_study(
+    url: str, username: str, password: str, image: Path, text: str, start: threading.Barrier | None = None
+) -> ReaderResult:
     """One radiologist's session: sign in, upload, draft, then save and sign a corrected report (and confirm it)."""
     from gradio_client import Client, handle_file
 
     result = ReaderResult(username, text=text)
     try:
         try:
-            client = Client(url, auth=(username, password), verbose=False, download_files=False,
-                            headers={"Origin": url.rstrip("/")})
+            client = Client(
+                url, auth=(username, password), verbose=False, download_files=False, headers={"Origin": url.rstrip("/")}
+            )
         except Exception:
             if start is not None:
                 start.abort()  # the others stop waiting for a reader who will never come
@@ -62,8 +64,11 @@ def read_one_study(url: str, username: str, password: str, image: Path, text: st
         client.predict(api_name="/draft_report")
         result.upload_to_draft_s = time.perf_counter() - began
         client.predict(text, api_name="/sign_report")  # shows the exact text to sign and asks
-        status = next(o for o in client.predict(text, api_name="/confirm_report")
-                      if isinstance(o, str) and o.startswith("Report version"))
+        status = next(
+            o
+            for o in client.predict(text, api_name="/confirm_report")
+            if isinstance(o, str) and o.startswith("Report version")
+        )
         if "signed by " + username not in status:
             raise AssertionError(f"not signed: {status}")
         result.total_s = time.perf_counter() - began
@@ -85,7 +90,10 @@ def run_readers(url: str, accounts: list[tuple[str, str]], images: list[Path], t
         t.start()
     for t in threads:
         t.join(timeout=600)
-    return [r if r is not None else ReaderResult(accounts[i][0], error="thread did not finish") for i, r in enumerate(results)]
+    return [
+        r if r is not None else ReaderResult(accounts[i][0], error="thread did not finish")
+        for i, r in enumerate(results)
+    ]
 
 
 def corrected_text(i: int) -> str:
@@ -112,8 +120,9 @@ def check_stored_once(db, results: list[ReaderResult]) -> None:
         assert overview.study.uploaded_by == ids[r.username] and overview.study.status == "signed"
         assert len(DraftRepository(db).for_study(r.study_id)) == 1
         versions = CorrectionRepository(db).history(r.study_id)
-        assert [(c.author_id, c.text, c.version, c.signed_at is not None) for c in versions] == \
-            [(ids[r.username], r.text, 1, True)], r.username
+        assert [(c.author_id, c.text, c.version, c.signed_at is not None) for c in versions] == [
+            (ids[r.username], r.text, 1, True)
+        ], r.username
     assert len(AuditRepository(db).query(action="correction.create", limit=100_000)) == len(results)
     counts = DashboardRepository(db).counts()
     assert (counts.studies, counts.corrections, counts.signed_corrections) == (len(results),) * 3

@@ -6,8 +6,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml")
-FAST_TRAINING = {"max_steps": 2, "max_completion_length": 8, "per_device_train_batch_size": 4, "num_generations": 2,
-                 "use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"]}
+FAST_TRAINING = {
+    "max_steps": 2,
+    "max_completion_length": 8,
+    "per_device_train_batch_size": 4,
+    "num_generations": 2,
+    "use_peft": True,
+    "lora_r": 4,
+    "lora_alpha": 8,
+    "lora_target_modules": ["q_proj", "v_proj"],
+}
 
 
 def uid_with_split(prefix: str, split: str) -> str:
@@ -20,8 +28,9 @@ def uid_with_split(prefix: str, split: str) -> str:
     raise AssertionError("no uid found")
 
 
-def seed_study(db, settings, record, *, author, split: str = "train", tag: str = "", edited: bool = True,
-               signed: bool = True):
+def seed_study(
+    db, settings, record, *, author, split: str = "train", tag: str = "", edited: bool = True, signed: bool = True
+):
     """One study as the app would have stored it: image in storage, a model draft, the clinician's report and pair."""
     import shutil
 
@@ -35,11 +44,23 @@ def seed_study(db, settings, record, *, author, split: str = "train", tag: str =
     (settings.storage_dir / rel).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(record.image_paths[0], settings.storage_dir / rel)
     studies.add_image(study.id, display_path=rel.as_posix(), width=64, height=64, source_format="png")
-    draft = DraftRepository(db).create(study.id, model_name="tiny", prompt=REPORT_PROMPT,
-                                       text="Findings: The lungs are clear.\nImpression: No acute process.")
+    draft = DraftRepository(db).create(
+        study.id,
+        model_name="tiny",
+        prompt=REPORT_PROMPT,
+        text="Findings: The lungs are clear.\nImpression: No acute process.",
+    )
     text = f"Findings: {record.findings}\nImpression: {record.impression}" if edited else draft.text
-    correction = CorrectionRepository(db).create(study.id, author_id=author.id, text=text, draft_id=draft.id, signed=signed)
+    correction = CorrectionRepository(db).create(
+        study.id, author_id=author.id, text=text, draft_id=draft.id, signed=signed
+    )
     if edited and split == "train":
-        PairRepository(db).add(study.id, prompt=draft.prompt, chosen=text, rejected=draft.text, source="clinician_edit",
-                               correction_id=correction.id)
+        PairRepository(db).add(
+            study.id,
+            prompt=draft.prompt,
+            chosen=text,
+            rejected=draft.text,
+            source="clinician_edit",
+            correction_id=correction.id,
+        )
     return study, correction

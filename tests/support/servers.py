@@ -40,12 +40,22 @@ class ServeProcess:
             orapo = Path(sys.executable).with_name("orapo")
             command = [str(orapo)] if orapo.exists() else [sys.executable, "-m", "app.cli"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ORAPO_")}
-        env.update(GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
-                   OMP_NUM_THREADS="1", **self.extra_env)
+        env.update(
+            GRADIO_ANALYTICS_ENABLED="False",
+            HF_HUB_OFFLINE="1",
+            HF_HUB_DISABLE_TELEMETRY="1",
+            OMP_NUM_THREADS="1",
+            **self.extra_env,
+        )
         self.out, self.err = self.root / f"{self.name}.out", self.root / f"{self.name}.err"
         with self.out.open("wb") as out, self.err.open("wb") as err:
-            self.proc = subprocess.Popen([*command, "serve", "--no-model", "--host", "127.0.0.1", "--port", str(self.port)],
-                                         cwd=ROOT, env=env, stdout=out, stderr=err)
+            self.proc = subprocess.Popen(
+                [*command, "serve", "--no-model", "--host", "127.0.0.1", "--port", str(self.port)],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=err,
+            )
         return self
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> str:

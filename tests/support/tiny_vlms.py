@@ -23,8 +23,16 @@ from pathlib import Path
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "idefics3", "llava")
 
 _FINDINGS = [
-    "pleural effusion", "pneumothorax", "consolidation", "atelectasis", "pulmonary edema",
-    "cardiomegaly", "pneumonia", "nodule", "opacity", "fracture",
+    "pleural effusion",
+    "pneumothorax",
+    "consolidation",
+    "atelectasis",
+    "pulmonary edema",
+    "cardiomegaly",
+    "pneumonia",
+    "nodule",
+    "opacity",
+    "fracture",
 ]
 _PLACES = ["right lower lobe", "left lower lobe", "right upper lobe", "left base", "right base", "lingula"]
 _TEMPLATES = [
@@ -34,10 +42,17 @@ _TEMPLATES = [
     "Mild {finding} of the {place} is unchanged.",
 ]
 _FIXED = [
-    "The lungs are clear.", "Heart size is normal.", "The cardiomediastinal silhouette is within normal limits.",
-    "No acute cardiopulmonary process.", "No pleural effusion or pneumothorax.", "Support devices are unchanged.",
-    "Endotracheal tube terminates above the carina.", "Degenerative changes of the thoracic spine.",
-    "Findings:", "Impression:", "Write the findings and impression of this chest X-ray.",
+    "The lungs are clear.",
+    "Heart size is normal.",
+    "The cardiomediastinal silhouette is within normal limits.",
+    "No acute cardiopulmonary process.",
+    "No pleural effusion or pneumothorax.",
+    "Support devices are unchanged.",
+    "Endotracheal tube terminates above the carina.",
+    "Degenerative changes of the thoracic spine.",
+    "Findings:",
+    "Impression:",
+    "Write the findings and impression of this chest X-ray.",
 ]
 
 # A few hundred short sentences: every template with every finding and place, plus the fixed phrases.
@@ -68,10 +83,23 @@ _LLAVA_TEMPLATE = (
     "{% if add_generation_prompt %}ASSISTANT: {% endif %}"
 )
 
-_QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                  "<|image_pad|>", "<|video_pad|>"]
-_IDEFICS3_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>",
-                      "<image>", "<global-img>"] + [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+_QWEN_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+_IDEFICS3_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<end_of_utterance>",
+    "<fake_token_around_image>",
+    "<image>",
+    "<global-img>",
+] + [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
 _LLAVA_SPECIALS = ["<unk>", "<s>", "</s>", "<image>", "<pad>"]
 
 
@@ -110,34 +138,56 @@ def build_tiny_vlm(out_dir: str | Path, family: str = "qwen2_vl", seed: int = 0)
 
 
 def _text_dims(vocab_size: int, **ids) -> dict:
-    return dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, **ids)
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        **ids,
+    )
 
 
 def _qwen_tokenizer():
-    return train_tokenizer(_QWEN_SPECIALS, chat_template=_QWEN_TEMPLATE, eos_token="<|im_end|>",
-                           pad_token="<|endoftext|>")
+    return train_tokenizer(
+        _QWEN_SPECIALS, chat_template=_QWEN_TEMPLATE, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
 
 
 def _qwen_token_ids(tokenizer) -> dict:
     ids = tokenizer.convert_tokens_to_ids
-    return dict(image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-                vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"))
+    return dict(
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+    )
 
 
 def _qwen_text_config(tokenizer) -> dict:
     # mrope_section splits head_dim/2 (=4 here) across time, height and width.
-    return _text_dims(len(tokenizer), bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                      pad_token_id=tokenizer.pad_token_id,
-                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]})
+    return _text_dims(
+        len(tokenizer),
+        bos_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
+    )
 
 
 def _qwen_image_processor_config(processor_class: str, max_pixels: int) -> dict:
     return {
-        "min_pixels": 56 * 56, "max_pixels": max_pixels, "patch_size": 14, "temporal_patch_size": 2,
-        "merge_size": 2, "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "min_pixels": 56 * 56,
+        "max_pixels": max_pixels,
+        "patch_size": 14,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
         "image_std": [0.26862954, 0.26130258, 0.27577711],
-        "image_processor_type": "Qwen2VLImageProcessor", "processor_class": processor_class,
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "processor_class": processor_class,
     }
 
 
@@ -168,8 +218,15 @@ def _qwen2_5_vl(out: Path) -> None:
     tokenizer = _qwen_tokenizer()
     config = Qwen2_5_VLConfig(
         text_config=_qwen_text_config(tokenizer),
-        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
-                           window_size=56, fullatt_block_indexes=[1]),
+        vision_config=dict(
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=32,
+            window_size=56,
+            fullatt_block_indexes=[1],
+        ),
         **_qwen_token_ids(tokenizer),
     )
     Qwen2_5_VLForConditionalGeneration(config).save_pretrained(out, max_shard_size="100KB")
@@ -179,8 +236,11 @@ def _qwen2_5_vl(out: Path) -> None:
     rope = text.pop("rope_parameters")
     flat = {**{k: v for k, v in text.items() if k not in ("model_type", "layer_types", "dtype")}, **nested}
     flat.update(
-        architectures=["Qwen2_5_VLForConditionalGeneration"], model_type="qwen2_5_vl", torch_dtype="float32",
-        rope_theta=rope["rope_theta"], rope_scaling={"type": "mrope", "mrope_section": rope["mrope_section"]},
+        architectures=["Qwen2_5_VLForConditionalGeneration"],
+        model_type="qwen2_5_vl",
+        torch_dtype="float32",
+        rope_theta=rope["rope_theta"],
+        rope_scaling={"type": "mrope", "mrope_section": rope["mrope_section"]},
     )
     flat.pop("dtype", None)
     flat["vision_config"].pop("dtype", None)
@@ -205,43 +265,89 @@ def _idefics3(out: Path) -> None:
         Idefics3Processor,
     )
 
-    tokenizer = train_tokenizer(_IDEFICS3_SPECIALS, chat_template=_IDEFICS3_TEMPLATE, bos_token="<|im_start|>",
-                                eos_token="<end_of_utterance>", pad_token="<|endoftext|>")
+    tokenizer = train_tokenizer(
+        _IDEFICS3_SPECIALS,
+        chat_template=_IDEFICS3_TEMPLATE,
+        bos_token="<|im_start|>",
+        eos_token="<end_of_utterance>",
+        pad_token="<|endoftext|>",
+    )
     # 32px tiles of 8px patches, pixel-shuffled by 2: 4 image tokens per tile.
     config = Idefics3Config(
-        text_config=dict(model_type="llama", **_text_dims(len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                                                          eos_token_id=tokenizer.eos_token_id,
-                                                          pad_token_id=tokenizer.pad_token_id)),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=8),
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), scale_factor=2,
+        text_config=dict(
+            model_type="llama",
+            **_text_dims(
+                len(tokenizer),
+                bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            ),
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        scale_factor=2,
         pad_token_id=tokenizer.pad_token_id,
     )
     Idefics3ForConditionalGeneration(config).save_pretrained(out)
-    image_processor = Idefics3ImageProcessorPil(size={"longest_edge": 64}, max_image_size={"longest_edge": 32},
-                                                do_image_splitting=False)
-    Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4,
-                      chat_template=_IDEFICS3_TEMPLATE).save_pretrained(out)
+    image_processor = Idefics3ImageProcessorPil(
+        size={"longest_edge": 64}, max_image_size={"longest_edge": 32}, do_image_splitting=False
+    )
+    Idefics3Processor(
+        image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4, chat_template=_IDEFICS3_TEMPLATE
+    ).save_pretrained(out)
 
 
 def _llava(out: Path) -> None:
     from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
-    tokenizer = train_tokenizer(_LLAVA_SPECIALS, chat_template=_LLAVA_TEMPLATE, unk_token="<unk>", bos_token="<s>",
-                                eos_token="</s>", pad_token="<pad>")
+    tokenizer = train_tokenizer(
+        _LLAVA_SPECIALS,
+        chat_template=_LLAVA_TEMPLATE,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+    )
     # 28px images of 14px patches: 4 patch features once the CLS token is dropped ("default" strategy).
     config = LlavaConfig(
-        text_config=dict(model_type="llama", **_text_dims(len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                                                          eos_token_id=tokenizer.eos_token_id,
-                                                          pad_token_id=tokenizer.pad_token_id)),
-        vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64,
-                           num_hidden_layers=2, num_attention_heads=2, image_size=28, patch_size=14,
-                           projection_dim=32),
-        image_token_index=tokenizer.convert_tokens_to_ids("<image>"), image_seq_length=4,
-        vision_feature_select_strategy="default", vision_feature_layer=-2,
+        text_config=dict(
+            model_type="llama",
+            **_text_dims(
+                len(tokenizer),
+                bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            ),
+        ),
+        vision_config=dict(
+            model_type="clip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+            projection_dim=32,
+        ),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        image_seq_length=4,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-2,
     )
     LlavaForConditionalGeneration(config).save_pretrained(out)
     image_processor = CLIPImageProcessorPil(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
-    LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=14,
-                   vision_feature_select_strategy="default", num_additional_image_tokens=1,
-                   chat_template=_LLAVA_TEMPLATE).save_pretrained(out)
+    LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=_LLAVA_TEMPLATE,
+    ).save_pretrained(out)

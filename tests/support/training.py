@@ -28,7 +28,9 @@ def four_studies(folder: Path):
                 "image": str(path),
                 "labels": {"Pleural Effusion": 1},
                 "reference_report": "Findings: The lungs are clear.",
-                "oracle_report": "Findings: A moderate pleural effusion is present at the right base." if i % 2 else None,
+                "oracle_report": "Findings: A moderate pleural effusion is present at the right base."
+                if i % 2
+                else None,
             }
         )
     return build_training_dataset(records)
@@ -48,11 +50,27 @@ def make_trainer(model_dir: Path, dataset, out: Path, *, config_class=None, trai
     torch.manual_seed(0)
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     settings = dict(
-        output_dir=str(out), per_device_train_batch_size=2 * K, num_generations=K, max_completion_length=6,
-        max_steps=2, logging_steps=1, learning_rate=1e-2, bf16=False, gradient_checkpointing=False,
-        report_to="none", save_strategy="no", seed=0, dpo_beta=0.5, reward_name="tests.unused:reward",
+        output_dir=str(out),
+        per_device_train_batch_size=2 * K,
+        num_generations=K,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-2,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        dpo_beta=0.5,
+        reward_name="tests.unused:reward",
     )
     settings.update(overrides)
     args = (config_class or OraPOConfig)(**settings)
-    return (trainer_class or OraPOTrainer)(model=model, reward_funcs=parity_reward, args=args, train_dataset=dataset,
-                        processing_class=load_processor(model_dir, model.config))
+    return (trainer_class or OraPOTrainer)(
+        model=model,
+        reward_funcs=parity_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=load_processor(model_dir, model.config),
+    )

@@ -45,7 +45,9 @@ def is_admin(db: Database, username: str) -> bool:
     return user.active and user.role == "admin"
 
 
-def signed_in(db: Database, username: str | None, *, role: str | None = None, allow_password_change: bool = False) -> UserRecord:
+def signed_in(
+    db: Database, username: str | None, *, role: str | None = None, allow_password_change: bool = False
+) -> UserRecord:
     """The signed-in user, checked now: active, password changed if required, and holding `role` if given."""
     from db import UserRepository
 
@@ -79,8 +81,9 @@ def change_own_password(db: Database, user: UserRecord, old: str, new: str, repe
     return UserRepository(db).change_password(user.username, old, new)
 
 
-def change_own_password_in_session(db: Database, sessions: SessionBook | None, user: UserRecord, request: Any, old: str, new: str,
-                                   repeat: str) -> int:
+def change_own_password_in_session(
+    db: Database, sessions: SessionBook | None, user: UserRecord, request: Any, old: str, new: str, repeat: str
+) -> int:
     """`user`'s own change from the session of `request`: that session goes on under the new password (honoured
     by the middleware throughout the change), every other session of theirs ends; returns how many ended."""
     token = _session_token(sessions, request)
@@ -102,12 +105,14 @@ def end_other_sessions(db: Database, sessions: SessionBook | None, user: UserRec
 
     if sessions is None:
         return 0
-    return sessions.password_changed(user.username, UserRepository(db).session_stamp(user.username),
-                                     keep=_session_token(sessions, request))
+    return sessions.password_changed(
+        user.username, UserRepository(db).session_stamp(user.username), keep=_session_token(sessions, request)
+    )
 
 
 # Administration: each takes the acting user and checks the role itself, so no
 # caller (a tab, a test, a future endpoint) can forget to.
+
 
 def list_users(db: Database, actor: UserRecord) -> list[UserRecord]:
     from db import UserRepository
@@ -144,7 +149,9 @@ def reset_password(db: Database, actor: UserRecord, username: str) -> tuple[User
     return UserRepository(db).set_password(username, password, must_change_password=True, actor=actor), password
 
 
-def audit_log(db: Database, actor: UserRecord, *, action: str | None = None, actor_name: str | None = None, limit: int = 200) -> list[AuditEntry]:
+def audit_log(
+    db: Database, actor: UserRecord, *, action: str | None = None, actor_name: str | None = None, limit: int = 200
+) -> list[AuditEntry]:
     from db import AuditRepository
 
     require_role(actor, "admin")

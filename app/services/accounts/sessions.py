@@ -95,8 +95,9 @@ class SessionBook:
         with self._lock:
             session = self._sessions.get(token)
             if session is not None:
-                self._sessions[token] = SignedInSession(session.username, stamp, session.address, session.started,
-                                                        previous_stamp=session.stamp)
+                self._sessions[token] = SignedInSession(
+                    session.username, stamp, session.address, session.started, previous_stamp=session.stamp
+                )
 
     def token_in(self, cookies: Mapping[str, str]) -> str | None:
         """The session token among a request's cookies (Gradio names them after a per-server id)."""
@@ -180,8 +181,11 @@ class SessionBook:
         """Bytes `username` has uploaded (or is uploading) that no upload event has ingested yet, in all sessions."""
         with self._lock:
             tokens = {t for t, s in self._sessions.items() if s.username == username}
-            waiting = sum(self._upload_meta.get(path, (0, 0))[1] for path, holders in self._uploads.items()
-                          if tokens & set(holders))
+            waiting = sum(
+                self._upload_meta.get(path, (0, 0))[1]
+                for path, holders in self._uploads.items()
+                if tokens & set(holders)
+            )
             return waiting + self._sending.get(username, 0)
 
     def stale_uploads(self, older_than_s: float) -> list[str]:

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from db.database import Database
     from orapo_core.config import Settings
 
-NO_ARCHIVE = ("No archive is configured, so there is nothing to import from here: an administrator sets "
-              "ORAPO_DICOMWEB_URL (and its credentials) to the PACS's DICOMweb address and restarts the app.")
+NO_ARCHIVE = (
+    "No archive is configured, so there is nothing to import from here: an administrator sets "
+    "ORAPO_DICOMWEB_URL (and its credentials) to the PACS's DICOMweb address and restarts the app."
+)
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,16 @@ def archive_note(environ: Mapping[str, str] | None = None) -> str | None:
         return f"The archive setting is wrong, so nothing can be imported from here: {exc.message}"
 
 
-def search(db: Database, settings: Settings, user: UserRecord, *, date: str | None = None, accession: str | None = None,
-           modalities: Iterable[str] = CHEST_MODALITIES, limit: int = 200) -> list[ArchiveStudy]:
+def search(
+    db: Database,
+    settings: Settings,
+    user: UserRecord,
+    *,
+    date: str | None = None,
+    accession: str | None = None,
+    modalities: Iterable[str] = CHEST_MODALITIES,
+    limit: int = 200,
+) -> list[ArchiveStudy]:
     """The archive's chest studies matching the filters, each with the study it was already imported as."""
     from app.services.accounts.auth import require_role
     from app.services.archive.pacs import Archive, mark_imported
@@ -71,8 +81,12 @@ def search(db: Database, settings: Settings, user: UserRecord, *, date: str | No
     require_role(user, "radiologist")
     modalities = [m for m in modalities if m in CHEST_MODALITIES] or list(CHEST_MODALITIES)
     archive = Archive.from_environment()
-    found = archive.search(date=(date or "").strip() or None, accession=(accession or "").strip() or None,
-                           modalities=modalities, limit=limit)
+    found = archive.search(
+        date=(date or "").strip() or None,
+        accession=(accession or "").strip() or None,
+        modalities=modalities,
+        limit=limit,
+    )
     return mark_imported(found, db=db, settings=settings)
 
 

@@ -56,24 +56,45 @@ def _contexts() -> tuple[list[UID], list[UID]]:
         SecondaryCaptureImageStorage,
     )
 
-    syntaxes = [uid.ExplicitVRLittleEndian, uid.ImplicitVRLittleEndian, uid.DeflatedExplicitVRLittleEndian,
-                uid.ExplicitVRBigEndian, uid.JPEGBaseline8Bit, uid.JPEGExtended12Bit, uid.JPEGLosslessSV1,
-                uid.JPEGLossless, uid.JPEG2000Lossless, uid.JPEG2000, uid.RLELossless]
-    classes = [ComputedRadiographyImageStorage, DigitalXRayImageStorageForPresentation,
-               DigitalXRayImageStorageForProcessing, SecondaryCaptureImageStorage]
+    syntaxes = [
+        uid.ExplicitVRLittleEndian,
+        uid.ImplicitVRLittleEndian,
+        uid.DeflatedExplicitVRLittleEndian,
+        uid.ExplicitVRBigEndian,
+        uid.JPEGBaseline8Bit,
+        uid.JPEGExtended12Bit,
+        uid.JPEGLosslessSV1,
+        uid.JPEGLossless,
+        uid.JPEG2000Lossless,
+        uid.JPEG2000,
+        uid.RLELossless,
+    ]
+    classes = [
+        ComputedRadiographyImageStorage,
+        DigitalXRayImageStorageForPresentation,
+        DigitalXRayImageStorageForProcessing,
+        SecondaryCaptureImageStorage,
+    ]
     return classes, syntaxes
 
 
-def listener(*, db: Database, settings: Settings, ae_title: str = "ORAPO", allowed_calling: Iterable[str] = (),
-             on_receive: Callable[[Received], None] | None = None) -> tuple[AE, list[EventHandlerType]]:
+def listener(
+    *,
+    db: Database,
+    settings: Settings,
+    ae_title: str = "ORAPO",
+    allowed_calling: Iterable[str] = (),
+    on_receive: Callable[[Received], None] | None = None,
+) -> tuple[AE, list[EventHandlerType]]:
     """A pynetdicom `AE` configured as the C-STORE/C-ECHO SCP, and its event handlers, ready to `start_server`."""
     from pynetdicom import AE, evt
     from pynetdicom.sop_class import Verification  # type: ignore[attr-defined]
 
     title = ae_title.strip()
     if not title or len(title) > 16 or "\\" in title or not title.isprintable():
-        raise OrapoError("invalid_ae_title", f"An AE title is 1 to 16 printable characters without a backslash, "
-                                             f"not {ae_title!r}.")
+        raise OrapoError(
+            "invalid_ae_title", f"An AE title is 1 to 16 printable characters without a backslash, not {ae_title!r}."
+        )
     ae = AE(ae_title=title)
     ae.require_called_aet = True
     allowed = [a.strip() for a in allowed_calling if a.strip()]
@@ -96,8 +117,9 @@ def listener(*, db: Database, settings: Settings, ae_title: str = "ORAPO", allow
             if outcome.ok and outcome.study_id is not None:
                 from app.services.archive.pacs import link_to_archive
 
-                link_to_archive(db, settings, outcome.study_id, str(event.dataset.get("StudyInstanceUID", "") or ""),
-                                source="dimse")
+                link_to_archive(
+                    db, settings, outcome.study_id, str(event.dataset.get("StudyInstanceUID", "") or ""), source="dimse"
+                )
         except Exception:  # the database or the disk: the sender may try again later
             return STATUS_OUT_OF_RESOURCES
         finally:
@@ -117,14 +139,25 @@ def listener(*, db: Database, settings: Settings, ae_title: str = "ORAPO", allow
     return ae, [(evt.EVT_C_STORE, handle_store)]
 
 
-def start_listener(*, db: Database, settings: Settings, port: int, host: str = "127.0.0.1", ae_title: str = "ORAPO",
-                   allowed_calling: Iterable[str] = (), on_receive: Callable[[Received], None] | None = None,
-                   block: bool = True) -> ThreadedAssociationServer | None:
+def start_listener(
+    *,
+    db: Database,
+    settings: Settings,
+    port: int,
+    host: str = "127.0.0.1",
+    ae_title: str = "ORAPO",
+    allowed_calling: Iterable[str] = (),
+    on_receive: Callable[[Received], None] | None = None,
+    block: bool = True,
+) -> ThreadedAssociationServer | None:
     """Serve until stopped (`block`), or return the running server (`.shutdown()` stops it)."""
-    ae, handlers = listener(db=db, settings=settings, ae_title=ae_title, allowed_calling=allowed_calling,
-                            on_receive=on_receive)
+    ae, handlers = listener(
+        db=db, settings=settings, ae_title=ae_title, allowed_calling=allowed_calling, on_receive=on_receive
+    )
     try:
         return ae.start_server((host, int(port)), block=block, evt_handlers=handlers)
     except OSError as exc:
-        raise OrapoError("port_in_use", f"Cannot listen on {host}:{port} ({exc.strerror}); choose another --port "
-                                        "or stop what uses it.") from None
+        raise OrapoError(
+            "port_in_use",
+            f"Cannot listen on {host}:{port} ({exc.strerror}); choose another --port or stop what uses it.",
+        ) from None

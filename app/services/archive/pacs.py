@@ -43,8 +43,15 @@ _T = TypeVar("_T")
 
 #: The modalities of a chest radiograph; what `search` and `pull` look for unless told otherwise.
 CHEST_MODALITIES = ("CR", "DX")
-_STUDY_FIELDS = ("StudyInstanceUID", "StudyDate", "StudyTime", "AccessionNumber", "ModalitiesInStudy",
-                 "StudyDescription", "NumberOfStudyRelatedInstances")
+_STUDY_FIELDS = (
+    "StudyInstanceUID",
+    "StudyDate",
+    "StudyTime",
+    "AccessionNumber",
+    "ModalitiesInStudy",
+    "StudyDescription",
+    "NumberOfStudyRelatedInstances",
+)
 
 
 @dataclass(frozen=True)
@@ -70,8 +77,11 @@ def archive_settings(environ: Mapping[str, str] | None = None) -> ArchiveSetting
         return None
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise OrapoError("invalid_archive_url", f"ORAPO_DICOMWEB_URL must be an http(s) URL of a DICOMweb service "
-                                                f"(like https://pacs.example.org/dicom-web), not {parts.scheme or raw!r}.")
+        raise OrapoError(
+            "invalid_archive_url",
+            f"ORAPO_DICOMWEB_URL must be an http(s) URL of a DICOMweb service "
+            f"(like https://pacs.example.org/dicom-web), not {parts.scheme or raw!r}.",
+        )
     netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
     url = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
     user = environ.get("ORAPO_DICOMWEB_USER") or parts.username
@@ -79,8 +89,11 @@ def archive_settings(environ: Mapping[str, str] | None = None) -> ArchiveSetting
     token = environ.get("ORAPO_DICOMWEB_TOKEN") or None
     raw_attempts = (environ.get("ORAPO_DICOMWEB_ATTEMPTS") or "5").strip()
     if not raw_attempts.isdigit() or not 1 <= int(raw_attempts) <= 10:
-        raise OrapoError("invalid_setting", f"ORAPO_DICOMWEB_ATTEMPTS is how many times a request to the archive is "
-                                            f"tried, from 1 to 10, not {raw_attempts!r}.")
+        raise OrapoError(
+            "invalid_setting",
+            f"ORAPO_DICOMWEB_ATTEMPTS is how many times a request to the archive is "
+            f"tried, from 1 to 10, not {raw_attempts!r}.",
+        )
     return ArchiveSettings(url, user or None, password or None, token, attempts=int(raw_attempts))
 
 
@@ -132,8 +145,9 @@ def _dicom_date(part: str, whole: str) -> str:
     try:
         return dt.datetime.strptime(digits, "%Y%m%d").strftime("%Y%m%d")
     except ValueError:
-        raise OrapoError("invalid_date", f"{whole!r} is not a date: write 2024-05-31, 20240531, or a range "
-                                         "2024-05-01..2024-05-31.") from None
+        raise OrapoError(
+            "invalid_date", f"{whole!r} is not a date: write 2024-05-31, 20240531, or a range 2024-05-01..2024-05-31."
+        ) from None
 
 
 class Archive:
@@ -147,8 +161,11 @@ class Archive:
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Archive:
         settings = archive_settings(environ)
         if settings is None:
-            raise OrapoError("no_archive", "No archive is configured: set ORAPO_DICOMWEB_URL to the archive's DICOMweb "
-                                           "URL (and ORAPO_DICOMWEB_USER and ORAPO_DICOMWEB_PASSWORD, or a token).")
+            raise OrapoError(
+                "no_archive",
+                "No archive is configured: set ORAPO_DICOMWEB_URL to the archive's DICOMweb "
+                "URL (and ORAPO_DICOMWEB_USER and ORAPO_DICOMWEB_PASSWORD, or a token).",
+            )
         return cls(settings)
 
     @property
@@ -181,17 +198,29 @@ class Archive:
             if status == 404 and missing:
                 raise OrapoError("archive_study_not_found", missing) from None
             if status in (401, 403):
-                raise OrapoError("archive_auth", f"The archive at {self.url} refused the credentials ({status}) while "
-                                                 f"{what}; check ORAPO_DICOMWEB_USER/PASSWORD or the token.") from None
+                raise OrapoError(
+                    "archive_auth",
+                    f"The archive at {self.url} refused the credentials ({status}) while "
+                    f"{what}; check ORAPO_DICOMWEB_USER/PASSWORD or the token.",
+                ) from None
             raise OrapoError("archive_error", f"The archive at {self.url} answered {status} while {what}.") from None
         except requests.RequestException as exc:
-            raise OrapoError("archive_unreachable", f"The archive at {self.url} could not be reached while {what} "
-                                                    f"({type(exc).__name__}); check ORAPO_DICOMWEB_URL.") from None
+            raise OrapoError(
+                "archive_unreachable",
+                f"The archive at {self.url} could not be reached while {what} "
+                f"({type(exc).__name__}); check ORAPO_DICOMWEB_URL.",
+            ) from None
 
     # --- QIDO-RS -------------------------------------------------------------------------------------------
 
-    def search(self, *, date: str | None = None, modalities: Iterable[str] = CHEST_MODALITIES,
-               accession: str | None = None, limit: int = 200) -> list[ArchiveStudy]:
+    def search(
+        self,
+        *,
+        date: str | None = None,
+        modalities: Iterable[str] = CHEST_MODALITIES,
+        accession: str | None = None,
+        limit: int = 200,
+    ) -> list[ArchiveStudy]:
         """Studies matching every filter given, one query per modality (ModalitiesInStudy matches one value)."""
         filters: dict[str, str] = {}
         if date:
@@ -202,8 +231,13 @@ class Archive:
         every: list[str | None] = [*modalities] or [None]
         for modality in every:
             query = dict(filters, **({"ModalitiesInStudy": modality} if modality else {}))
-            rows = self._call("searching for studies", self.client.search_for_studies, search_filters=query,
-                              fields=list(_STUDY_FIELDS), limit=limit)
+            rows = self._call(
+                "searching for studies",
+                self.client.search_for_studies,
+                search_filters=query,
+                fields=list(_STUDY_FIELDS),
+                limit=limit,
+            )
             for row in rows:
                 study = _study_from_json(row)
                 found.setdefault(study.study_uid, study)
@@ -215,8 +249,12 @@ class Archive:
         """The study's series of these modalities (an SR or a presentation state in the study is not an image)."""
         from pydicom import Dataset
 
-        rows = self._call(f"listing the series of study {study_uid}", self.client.search_for_series,
-                          study_instance_uid=study_uid, fields=["Modality", "SeriesInstanceUID"])
+        rows = self._call(
+            f"listing the series of study {study_uid}",
+            self.client.search_for_series,
+            study_instance_uid=study_uid,
+            fields=["Modality", "SeriesInstanceUID"],
+        )
         if not rows:
             raise OrapoError("archive_study_not_found", f"The archive at {self.url} has no study {study_uid}.")
         wanted = set(modalities)
@@ -243,8 +281,9 @@ class Archive:
         from pydicom import Dataset
 
         gone = f"The archive at {self.url} no longer has the study this one was imported from."
-        rows = self._call(f"reading the metadata of study {study_uid}", self.client.retrieve_study_metadata, study_uid,
-                          missing=gone)
+        rows = self._call(
+            f"reading the metadata of study {study_uid}", self.client.retrieve_study_metadata, study_uid, missing=gone
+        )
         if not rows:
             raise OrapoError("archive_study_not_found", gone)
         return [Dataset.from_json(row, bulk_data_uri_handler=lambda _uri: None) for row in rows]
@@ -261,8 +300,10 @@ class Archive:
         response = self._call("storing instances", self.client.store_instances, datasets=datasets)
         failed = [str(item.ReferencedSOPInstanceUID) for item in (response.get("FailedSOPSequence") or [])]
         if failed:
-            raise OrapoError("archive_refused", f"The archive at {self.url} refused {len(failed)} of {len(datasets)} "
-                                                f"instance(s): {', '.join(failed)}.")
+            raise OrapoError(
+                "archive_refused",
+                f"The archive at {self.url} refused {len(failed)} of {len(datasets)} instance(s): {', '.join(failed)}.",
+            )
         return [str(item.ReferencedSOPInstanceUID) for item in (response.get("ReferencedSOPSequence") or [])]
 
 
@@ -273,10 +314,15 @@ def _study_from_json(row: dict) -> ArchiveStudy:
     modalities = ds.get("ModalitiesInStudy", [])
     modalities = (modalities,) if isinstance(modalities, str) else tuple(str(m) for m in modalities)
     count = ds.get("NumberOfStudyRelatedInstances")
-    return ArchiveStudy(study_uid=str(ds.StudyInstanceUID), date=str(ds.get("StudyDate", "") or ""),
-                        time=str(ds.get("StudyTime", "") or ""), accession=str(ds.get("AccessionNumber", "") or ""),
-                        modalities=modalities, description=str(ds.get("StudyDescription", "") or ""),
-                        instances=int(count) if count not in (None, "") else None)
+    return ArchiveStudy(
+        study_uid=str(ds.StudyInstanceUID),
+        date=str(ds.get("StudyDate", "") or ""),
+        time=str(ds.get("StudyTime", "") or ""),
+        accession=str(ds.get("AccessionNumber", "") or ""),
+        modalities=modalities,
+        description=str(ds.get("StudyDescription", "") or ""),
+        instances=int(count) if count not in (None, "") else None,
+    )
 
 
 def mark_imported(studies: Iterable[ArchiveStudy], *, db: Database, settings: Settings) -> list[ArchiveStudy]:
@@ -310,8 +356,15 @@ def link_to_archive(db: Database, settings: Settings, study_id: int, archive_stu
     return True
 
 
-def pull_study(archive: Archive, study_uid: str, *, db: Database, settings: Settings, user: UserRecord | None = None,
-               actor: str = "pacs") -> Iterator[PulledInstance]:
+def pull_study(
+    archive: Archive,
+    study_uid: str,
+    *,
+    db: Database,
+    settings: Settings,
+    user: UserRecord | None = None,
+    actor: str = "pacs",
+) -> Iterator[PulledInstance]:
     """Every image instance of one archive study through the upload's ingest; refusals come back as outcomes."""
     from app.services.reading.ingest import ingest_bytes
 
@@ -319,8 +372,9 @@ def pull_study(archive: Archive, study_uid: str, *, db: Database, settings: Sett
     for series_uid in archive.image_series(study_uid):
         for data in archive.instances(study_uid, series_uid):
             index += 1
-            outcome = ingest_bytes(data, f"archive-instance-{index}.dcm", db=db, settings=settings, user=user,
-                                   actor=actor)
+            outcome = ingest_bytes(
+                data, f"archive-instance-{index}.dcm", db=db, settings=settings, user=user, actor=actor
+            )
             del data
             if outcome.ok and outcome.study_id is not None and outcome.study_id not in linked:
                 link_to_archive(db, settings, outcome.study_id, study_uid, source="dicomweb")

@@ -67,8 +67,9 @@ def set_sr_send_mode(db: Database, user: UserRecord, mode: str) -> str:
     return ArchiveSettingsRepository(db).update(sr_send=mode, actor=user).sr_send
 
 
-def send_report(db: Database, settings: Settings, study_id: int, archive: Archive, *, actor: Actor = None,
-                trigger: str = "on_sign") -> SrSend:
+def send_report(
+    db: Database, settings: Settings, study_id: int, archive: Archive, *, actor: Actor = None, trigger: str = "on_sign"
+) -> SrSend:
     """Build the study's SR and store it in `archive`; never raises: a failure is returned, audited and logged."""
     from app.services.archive.export_sr import archive_sr
     from db import AuditRepository
@@ -76,30 +77,47 @@ def send_report(db: Database, settings: Settings, study_id: int, archive: Archiv
     try:
         report = archive_sr(db, settings, study_id, archive)
         archive.store([report.data])
-        result = SrSend(study_id, archive.url, sop_instance_uid=report.sop_instance_uid,
-                        in_archive_study=report.in_archive_study)
+        result = SrSend(
+            study_id, archive.url, sop_instance_uid=report.sop_instance_uid, in_archive_study=report.in_archive_study
+        )
     except OrapoError as exc:
         result = SrSend(study_id, archive.url, error=exc.code, message=exc.message)
     except Exception as exc:  # noqa: BLE001 - a background send must end in an audit entry, whatever broke
         log.error("sending the SR of study %s to %s failed: %s", study_id, archive.url, log_line(exc))
-        result = SrSend(study_id, archive.url, error="sr_send_failed",
-                        message=f"The report could not be sent ({type(exc).__name__}).")
+        result = SrSend(
+            study_id,
+            archive.url,
+            error="sr_send_failed",
+            message=f"The report could not be sent ({type(exc).__name__}).",
+        )
     details = {"archive": result.archive, "trigger": trigger}
-    details.update({"sop_instance_uid": result.sop_instance_uid,
-                    "filed_in": "archive study" if result.in_archive_study else "de-identified study"} if result.ok
-                   else {"error": result.error, "message": result.message})
+    details.update(
+        {
+            "sop_instance_uid": result.sop_instance_uid,
+            "filed_in": "archive study" if result.in_archive_study else "de-identified study",
+        }
+        if result.ok
+        else {"error": result.error, "message": result.message}
+    )
     if not result.ok:  # the code only: a message can quote what the archive answered about the study
         log.warning("SR of study %s not stored in %s: %s", study_id, archive.url, result.error)
     try:
-        AuditRepository(db).append(SENT if result.ok else FAILED, actor=actor, object_type="study",
-                                   object_id=study_id, details=details)
+        AuditRepository(db).append(
+            SENT if result.ok else FAILED, actor=actor, object_type="study", object_id=study_id, details=details
+        )
     except Exception as exc:  # noqa: BLE001 - the database gone away: the log line is all that is left
         log.error("could not audit the SR send of study %s: %s", study_id, log_line(exc))
     return result
 
 
-def after_signing(db: Database, study_id: int, *, actor: Actor = None, settings: Settings | None = None,
-                  environ: Mapping[str, str] | None = None) -> threading.Thread | None:
+def after_signing(
+    db: Database,
+    study_id: int,
+    *,
+    actor: Actor = None,
+    settings: Settings | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> threading.Thread | None:
     """With `on_sign` and an archive configured, start sending the study's SR in the background and return the
     thread (callers never need to wait; tests do); otherwise do nothing. Never raises."""
     try:
@@ -119,14 +137,27 @@ def after_signing(db: Database, study_id: int, *, actor: Actor = None, settings:
         from db import AuditRepository
 
         try:
-            AuditRepository(db).append(FAILED, actor=actor, object_type="study", object_id=study_id,
-                                       details={"trigger": "on_sign", "error": getattr(exc, "code", "sr_send_failed"),
-                                                "message": getattr(exc, "message", str(exc))})
+            AuditRepository(db).append(
+                FAILED,
+                actor=actor,
+                object_type="study",
+                object_id=study_id,
+                details={
+                    "trigger": "on_sign",
+                    "error": getattr(exc, "code", "sr_send_failed"),
+                    "message": getattr(exc, "message", str(exc)),
+                },
+            )
         except Exception as audit_exc:  # noqa: BLE001
             log.error("could not audit the SR send of study %s: %s", study_id, log_line(audit_exc))
         return None
-    thread = threading.Thread(target=send_report, args=(db, settings, study_id, Archive(configured)),
-                              kwargs={"actor": actor}, name=f"orapo-sr-send-{study_id}", daemon=True)
+    thread = threading.Thread(
+        target=send_report,
+        args=(db, settings, study_id, Archive(configured)),
+        kwargs={"actor": actor},
+        name=f"orapo-sr-send-{study_id}",
+        daemon=True,
+    )
     thread.start()
     return thread
 
@@ -157,8 +188,11 @@ def status_markdown(db: Database, environ: Mapping[str, str] | None = None) -> s
 
     try:
         configured = archive_settings(environ)
-        where = f"Archive: **{configured.url}**." if configured else \
-            "No archive is configured (set ORAPO_DICOMWEB_URL): reports are not sent anywhere."
+        where = (
+            f"Archive: **{configured.url}**."
+            if configured
+            else "No archive is configured (set ORAPO_DICOMWEB_URL): reports are not sent anywhere."
+        )
     except OrapoError as exc:
         where = f"The archive setting is wrong: {exc.message}"
     lines = [where, f"Signed reports go back as DICOM SR: **{SR_SEND_LABELS[sr_send_mode(db)]}**."]
@@ -166,15 +200,31 @@ def status_markdown(db: Database, environ: Mapping[str, str] | None = None) -> s
     if last is None:
         lines.append("Last SR send: none yet.")
     elif last.action == SENT:
-        filed = {"archive study": ", in the archive's own study",
-                 "de-identified study": ", as a de-identified study"}.get(last.details.get("filed_in", ""), "")
-        lines.append(f"Last SR send: study {last.object_id}, stored in {last.details.get('archive', 'the archive')}"
-                     f"{filed} at {last.created_at:%Y-%m-%d %H:%M} UTC.")
+        filed = {
+            "archive study": ", in the archive's own study",
+            "de-identified study": ", as a de-identified study",
+        }.get(last.details.get("filed_in", ""), "")
+        lines.append(
+            f"Last SR send: study {last.object_id}, stored in {last.details.get('archive', 'the archive')}"
+            f"{filed} at {last.created_at:%Y-%m-%d %H:%M} UTC."
+        )
     else:
-        lines.append(f"Last SR send: **failed** for study {last.object_id} at {last.created_at:%Y-%m-%d %H:%M} UTC "
-                     f"({last.details.get('error', '')}: {last.details.get('message', '')}).")
+        lines.append(
+            f"Last SR send: **failed** for study {last.object_id} at {last.created_at:%Y-%m-%d %H:%M} UTC "
+            f"({last.details.get('error', '')}: {last.details.get('message', '')})."
+        )
     return "\n\n".join(lines)
 
 
-__all__ = ["SR_SEND_LABELS", "SR_SEND_MODES", "SrSend", "after_signing", "last_send", "send_now", "send_report",
-           "set_sr_send_mode", "sr_send_mode", "status_markdown"]
+__all__ = [
+    "SR_SEND_LABELS",
+    "SR_SEND_MODES",
+    "SrSend",
+    "after_signing",
+    "last_send",
+    "send_now",
+    "send_report",
+    "set_sr_send_mode",
+    "sr_send_mode",
+    "status_markdown",
+]

@@ -20,7 +20,13 @@ from app.services.insight.round_charts import nothing_to_show
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
 
-STATUS_COLORS = {"new": "#90a4ae", "drafted": "#42a5f5", "corrected": "#ffa726", "signed": "#66bb6a", "trained": "#ab47bc"}
+STATUS_COLORS = {
+    "new": "#90a4ae",
+    "drafted": "#42a5f5",
+    "corrected": "#ffa726",
+    "signed": "#66bb6a",
+    "trained": "#ab47bc",
+}
 TOP_FINDINGS = 10
 
 
@@ -30,8 +36,13 @@ def _whole_ticks(largest: int) -> dict:
 
 
 def _layout(fig: Figure, title: str, height: int = 320) -> Figure:
-    fig.update_layout(title={"text": title, "x": 0.01}, height=height, margin={"l": 10, "r": 10, "t": 50, "b": 10},
-                      template="plotly_white", showlegend=False)
+    fig.update_layout(
+        title={"text": title, "x": 0.01},
+        height=height,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        template="plotly_white",
+        showlegend=False,
+    )
     return fig
 
 
@@ -40,9 +51,16 @@ def status_figure(data: DashboardData) -> Figure:
 
     statuses = list(data.studies_by_status)
     counts = [data.studies_by_status[s] for s in statuses]
-    fig = go.Figure(go.Bar(x=statuses, y=counts, text=counts, textposition="auto",
-                           marker_color=[STATUS_COLORS.get(s, "#78909c") for s in statuses],
-                           hovertemplate="%{x}: %{y} studies<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=statuses,
+            y=counts,
+            text=counts,
+            textposition="auto",
+            marker_color=[STATUS_COLORS.get(s, "#78909c") for s in statuses],
+            hovertemplate="%{x}: %{y} studies<extra></extra>",
+        )
+    )
     if not data.studies:
         nothing_to_show(fig, "No studies yet")
     else:
@@ -60,14 +78,33 @@ def acceptance_figure(data: DashboardData) -> Figure:
         return _layout(nothing_to_show(fig, "No reports yet"), "Drafts accepted unchanged")
     periods = [p.period for p in points]
     # the rate goes on the secondary axis because plotly draws that one on top of the report-count bars
-    fig.add_trace(go.Bar(x=periods, y=[p.reports for p in points], name="reports", marker_color="#cfd8dc", opacity=0.8,
-                         hovertemplate="%{x}: %{y} reports<extra></extra>"), secondary_y=False)
-    fig.add_trace(go.Scatter(x=periods, y=[100 * p.rate for p in points], name="accepted unchanged", mode="lines+markers",
-                             line={"color": "#2e7d32", "width": 3}, marker={"size": 10},
-                             customdata=[[p.accepted_unchanged, p.reports] for p in points],
-                             hovertemplate="%{x}: %{y:.0f}% (%{customdata[0]} of %{customdata[1]})<extra></extra>"),
-                  secondary_y=True)
-    fig.update_yaxes(title_text="reports", showgrid=False, secondary_y=False, **_whole_ticks(max(p.reports for p in points)))
+    fig.add_trace(
+        go.Bar(
+            x=periods,
+            y=[p.reports for p in points],
+            name="reports",
+            marker_color="#cfd8dc",
+            opacity=0.8,
+            hovertemplate="%{x}: %{y} reports<extra></extra>",
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=periods,
+            y=[100 * p.rate for p in points],
+            name="accepted unchanged",
+            mode="lines+markers",
+            line={"color": "#2e7d32", "width": 3},
+            marker={"size": 10},
+            customdata=[[p.accepted_unchanged, p.reports] for p in points],
+            hovertemplate="%{x}: %{y:.0f}% (%{customdata[0]} of %{customdata[1]})<extra></extra>",
+        ),
+        secondary_y=True,
+    )
+    fig.update_yaxes(
+        title_text="reports", showgrid=False, secondary_y=False, **_whole_ticks(max(p.reports for p in points))
+    )
     fig.update_yaxes(title_text="accepted unchanged (%)", range=[0, 105], secondary_y=True)
     fig.update_xaxes(type="category")
     overall = f"{100 * data.acceptance_rate:.0f}%" if data.acceptance_rate is not None else "n/a"
@@ -78,13 +115,23 @@ def findings_figure(data: DashboardData, top: int = TOP_FINDINGS) -> Figure:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.25,
-                        subplot_titles=("Most missed by the draft", "Most over-called by the draft"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        horizontal_spacing=0.25,
+        subplot_titles=("Most missed by the draft", "Most over-called by the draft"),
+    )
     title = f"Findings the drafts get wrong ({data.compared_reports} signed reports compared with their draft)"
     if not (data.misses or data.overcalls):
-        return _layout(nothing_to_show(fig, "No misses or over-calls yet" if data.compared_reports else "No signed reports yet"),
-                       title, height=360)
-    for col, rates, color, what in ((1, data.misses, "#c62828", "missed in"), (2, data.overcalls, "#f9a825", "over-called in")):
+        return _layout(
+            nothing_to_show(fig, "No misses or over-calls yet" if data.compared_reports else "No signed reports yet"),
+            title,
+            height=360,
+        )
+    for col, rates, color, what in (
+        (1, data.misses, "#c62828", "missed in"),
+        (2, data.overcalls, "#f9a825", "over-called in"),
+    ):
         if not rates:
             left, right = fig.layout["xaxis" if col == 1 else f"xaxis{col}"].domain
             fig.add_annotation(text="none", showarrow=False, x=(left + right) / 2, y=0.5, xref="paper", yref="paper")
@@ -94,11 +141,21 @@ def findings_figure(data: DashboardData, top: int = TOP_FINDINGS) -> Figure:
         rates = list(reversed(rates[:top]))  # plotly draws the first bar at the bottom
         # one measure per chart, the one it is ranked by: each bar is as long as the count it is labelled with;
         # the share of the reports stating the finding is in the hover
-        fig.add_trace(go.Bar(y=[r.finding for r in rates], x=[r.errors for r in rates], orientation="h",
-                             marker_color=color, text=[str(r.errors) for r in rates], textposition="auto",
-                             customdata=[[r.out_of, f"{100 * r.rate:.0f}%"] for r in rates],
-                             hovertemplate=f"%{{y}}: {what} %{{x}} of the %{{customdata[0]}} reports stating it "
-                                           "(%{customdata[1]})<extra></extra>"), row=1, col=col)
+        fig.add_trace(
+            go.Bar(
+                y=[r.finding for r in rates],
+                x=[r.errors for r in rates],
+                orientation="h",
+                marker_color=color,
+                text=[str(r.errors) for r in rates],
+                textposition="auto",
+                customdata=[[r.out_of, f"{100 * r.rate:.0f}%"] for r in rates],
+                hovertemplate=f"%{{y}}: {what} %{{x}} of the %{{customdata[0]}} reports stating it "
+                "(%{customdata[1]})<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_xaxes(title_text="reports", row=1, col=col)
     fig.update_xaxes(**_whole_ticks(max(r.errors for r in data.misses + data.overcalls)))
     return _layout(fig, title, height=max(360, 60 + 28 * min(top, max(len(data.misses), len(data.overcalls)))))
@@ -108,8 +165,15 @@ def models_figure(data: DashboardData) -> Figure:
     import plotly.graph_objects as go
 
     names = list(data.drafts_by_model)
-    fig = go.Figure(go.Bar(x=[data.drafts_by_model[n] for n in names], y=names, orientation="h", marker_color="#5c6bc0",
-                           hovertemplate="%{y}: %{x} drafts<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=[data.drafts_by_model[n] for n in names],
+            y=names,
+            orientation="h",
+            marker_color="#5c6bc0",
+            hovertemplate="%{y}: %{x} drafts<extra></extra>",
+        )
+    )
     if not names:
         nothing_to_show(fig, "No drafts yet")
     else:
@@ -136,8 +200,10 @@ def tiles_html(data: DashboardData) -> str:
         for label, value, note in tiles
     )
     whose = "everyone's studies" if data.scope == "everyone" else "your studies"
-    return (f'<div style="font-size:0.9em;opacity:0.8;margin-bottom:6px">Showing {whose}.</div>'
-            f'<div id="orapo-dashboard-tiles" style="display:flex;flex-wrap:wrap;gap:10px">{cells}</div>')
+    return (
+        f'<div style="font-size:0.9em;opacity:0.8;margin-bottom:6px">Showing {whose}.</div>'
+        f'<div id="orapo-dashboard-tiles" style="display:flex;flex-wrap:wrap;gap:10px">{cells}</div>'
+    )
 
 
 def panels(data: DashboardData) -> tuple:

@@ -38,11 +38,23 @@ def _go() -> ModuleType:
     return go
 
 
-def _layout(fig: Figure, title: str, *, y_title: str | None = None, x_title: str | None = "step",
-            legend: bool = False, height: int = HEIGHT) -> Figure:
-    fig.update_layout(title={"text": title, "x": 0.01, "font": {"size": 15}}, height=height, template="plotly_white",
-                      margin={"l": 50, "r": 15, "t": 45, "b": 40}, showlegend=legend,
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0})
+def _layout(
+    fig: Figure,
+    title: str,
+    *,
+    y_title: str | None = None,
+    x_title: str | None = "step",
+    legend: bool = False,
+    height: int = HEIGHT,
+) -> Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "font": {"size": 15}},
+        height=height,
+        template="plotly_white",
+        margin={"l": 50, "r": 15, "t": 45, "b": 40},
+        showlegend=legend,
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+    )
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title)
     return fig
@@ -50,8 +62,9 @@ def _layout(fig: Figure, title: str, *, y_title: str | None = None, x_title: str
 
 def nothing_to_show(fig: Figure, message: str) -> Figure:
     """`fig` saying `message` in its middle, without empty axes (the dashboard's charts use it too)."""
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font={"size": 14, "color": "#6e7781"})
+    fig.add_annotation(
+        text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 14, "color": "#6e7781"}
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
@@ -70,8 +83,15 @@ def series(history: Iterable[dict[str, Any]], key: str) -> tuple[list[int], list
 
 
 def _line(go: ModuleType, steps: list[int], values: list[float], name: str, color: str) -> Any:  # a go.Scatter
-    return go.Scatter(x=steps, y=values, name=name, mode="lines+markers", line={"color": color, "width": 2},
-                      marker={"size": 6}, hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4f}}<extra></extra>")
+    return go.Scatter(
+        x=steps,
+        y=values,
+        name=name,
+        mode="lines+markers",
+        line={"color": color, "width": 2},
+        marker={"size": 6},
+        hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4f}}<extra></extra>",
+    )
 
 
 def reward_figure(history: list[dict[str, Any]]) -> Figure:
@@ -86,8 +106,17 @@ def reward_figure(history: list[dict[str, Any]]) -> Figure:
     if std_by_step:
         upper = [m + std_by_step.get(s, 0.0) for s, m in zip(steps, means)]
         lower = [m - std_by_step.get(s, 0.0) for s, m in zip(steps, means)]
-        fig.add_trace(go.Scatter(x=steps + steps[::-1], y=upper + lower[::-1], fill="toself", name="± std",
-                                 fillcolor="rgba(31,111,235,0.15)", line={"width": 0}, hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=steps + steps[::-1],
+                y=upper + lower[::-1],
+                fill="toself",
+                name="± std",
+                fillcolor="rgba(31,111,235,0.15)",
+                line={"width": 0},
+                hoverinfo="skip",
+            )
+        )
     fig.add_trace(_line(go, steps, means, "reward mean", PALETTE[0]))
     return _layout(fig, "Reward (mean ± std)", y_title="FactS reward")
 
@@ -151,13 +180,24 @@ def per_class_f1_figure(versions: Sequence[ModelVersionRecord]) -> Figure:
     fig = go.Figure()
     evaluated = _evaluated(versions)
     if not evaluated:
-        return _layout(nothing_to_show(fig, "No evaluated versions yet: a finished round adds one"), "F1 per class",
-                       x_title=None, height=340)
+        return _layout(
+            nothing_to_show(fig, "No evaluated versions yet: a finished round adds one"),
+            "F1 per class",
+            x_title=None,
+            height=340,
+        )
     classes = list(evaluated[-1][1].f1_per_class)
     for (label, metrics), color in zip(evaluated, PALETTE * (len(evaluated) // len(PALETTE) + 1)):
         per_class = metrics.f1_per_class
-        fig.add_trace(go.Bar(x=classes, y=[per_class.get(c) for c in classes], name=label, marker_color=color,
-                             hovertemplate=f"{label}<br>%{{x}}: F1 %{{y:.3f}}<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=classes,
+                y=[per_class.get(c) for c in classes],
+                name=label,
+                marker_color=color,
+                hovertemplate=f"{label}<br>%{{x}}: F1 %{{y:.3f}}<extra></extra>",
+            )
+        )
     fig.update_layout(barmode="group")
     fig.update_yaxes(range=[0, 1.02])
     return _layout(fig, "F1 per class (held-out)", y_title="F1", x_title=None, legend=True, height=340)
@@ -171,12 +211,23 @@ def quality_figure(versions: Sequence[ModelVersionRecord]) -> Figure:
     if not evaluated:
         return _layout(nothing_to_show(fig, "No evaluated versions yet"), "Precision, recall, macro-F1", x_title=None)
     labels = [label for label, _ in evaluated]
-    lines = (("precision", [m.macro_precision_14 for _, m in evaluated]),
-             ("recall", [m.macro_recall_14 for _, m in evaluated]), ("macro-F1", [m.macro_f1_14 for _, m in evaluated]))
+    lines = (
+        ("precision", [m.macro_precision_14 for _, m in evaluated]),
+        ("recall", [m.macro_recall_14 for _, m in evaluated]),
+        ("macro-F1", [m.macro_f1_14 for _, m in evaluated]),
+    )
     for (name, values), color in zip(lines, PALETTE):
-        fig.add_trace(go.Scatter(x=labels, y=values, name=name, mode="lines+markers",
-                                 line={"color": color, "width": 2}, marker={"size": 8},
-                                 hovertemplate=f"{name}<br>%{{x}}: %{{y:.3f}}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=labels,
+                y=values,
+                name=name,
+                mode="lines+markers",
+                line={"color": color, "width": 2},
+                marker={"size": 8},
+                hovertemplate=f"{name}<br>%{{x}}: %{{y:.3f}}<extra></extra>",
+            )
+        )
     fig.update_yaxes(range=[0, 1.02])
     fig.update_xaxes(type="category")
     return _layout(fig, "Precision, recall, macro-F1 (held-out)", y_title="score", x_title=None, legend=True)
@@ -191,9 +242,16 @@ def report_length_figure(versions: Sequence[ModelVersionRecord]) -> Figure:
         return _layout(nothing_to_show(fig, "No evaluated versions yet"), "Mean report length", x_title=None)
     labels = [label for label, _ in evaluated]
     lengths = [m.mean_report_length for _, m in evaluated]
-    fig.add_trace(go.Bar(x=labels, y=lengths, marker_color=PALETTE[2],
-                         text=[f"{v:.0f}" if v is not None else "" for v in lengths], textposition="auto",
-                         hovertemplate="%{x}: %{y:.1f} words<extra></extra>"))
+    fig.add_trace(
+        go.Bar(
+            x=labels,
+            y=lengths,
+            marker_color=PALETTE[2],
+            text=[f"{v:.0f}" if v is not None else "" for v in lengths],
+            textposition="auto",
+            hovertemplate="%{x}: %{y:.1f} words<extra></extra>",
+        )
+    )
     fig.update_xaxes(type="category")
     return _layout(fig, "Mean report length (held-out)", y_title="words", x_title=None)
 

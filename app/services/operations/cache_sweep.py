@@ -77,8 +77,11 @@ class SweepReport:
     def line(self, when: str) -> str:
         """One log line of counts: the upload cache always, the other kinds when there were any."""
         parts = [f"removed {self.cache_files} file(s) from the upload cache"]
-        for count, what in ((self.exports, "expired export(s)"), (self.partial_images, "partial image write(s)"),
-                            (self.orphan_images, "stored image(s) without a database row")):
+        for count, what in (
+            (self.exports, "expired export(s)"),
+            (self.partial_images, "partial image write(s)"),
+            (self.orphan_images, "stored image(s) without a database row"),
+        ):
             if count:
                 parts.append(f"{count} {what}")
         text = f"orapo: {when}: " + ", ".join(parts)
@@ -87,7 +90,9 @@ class SweepReport:
         return text
 
 
-def sweep_at_start(settings: Settings, database: Database, *, me: ServerIdentity | None = None, now: float | None = None) -> SweepReport:
+def sweep_at_start(
+    settings: Settings, database: Database, *, me: ServerIdentity | None = None, now: float | None = None
+) -> SweepReport:
     """Before the server `me` (default: this process) listens: what a run, killed or not, of it or of any server
     now dead left behind (see the module docstring)."""
     from app.services.operations.export_downloads import prune_downloads
@@ -96,8 +101,13 @@ def sweep_at_start(settings: Settings, database: Database, *, me: ServerIdentity
     expired = prune_downloads(settings, now=now, work=True)
     cache_files = _sweep_upload_cache(settings, database, me=me, keep_own=False)[0]
     partial, orphans, recent = _sweep_storage(settings, database, now=now)
-    return SweepReport(cache_files=cache_files, exports=len(expired), partial_images=partial,
-                       orphan_images=orphans, recent_unreferenced=recent)
+    return SweepReport(
+        cache_files=cache_files,
+        exports=len(expired),
+        partial_images=partial,
+        orphan_images=orphans,
+        recent_unreferenced=recent,
+    )
 
 
 def sweep_at_stop(settings: Settings, database: Database, *, me: ServerIdentity | None = None) -> SweepReport:
@@ -113,16 +123,20 @@ def sweep_at_stop(settings: Settings, database: Database, *, me: ServerIdentity 
         return SweepReport(cache_files=_delete(upload_cache_dir(settings) / me.folder))
 
 
-def sweep_stale(settings: Settings, database: Database, *, me: ServerIdentity | None = None, now: float | None = None) -> SweepReport:
+def sweep_stale(
+    settings: Settings, database: Database, *, me: ServerIdentity | None = None, now: float | None = None
+) -> SweepReport:
     """The leading server's sweep, every CACHE_SWEEP_S: dead servers' folders whole; in live ones (`me`'s, default
     this process's, included) entries older than CACHE_MAX_AGE_S and export zips past their download time."""
-    cache_files, exports = _sweep_upload_cache(settings, database, me=me, keep_own=True,
-                                               now=time.time() if now is None else now)
+    cache_files, exports = _sweep_upload_cache(
+        settings, database, me=me, keep_own=True, now=time.time() if now is None else now
+    )
     return SweepReport(cache_files=cache_files, exports=exports)
 
 
-def _sweep_upload_cache(settings: Settings, database: Database, *, me: ServerIdentity | None, keep_own: bool,
-                        now: float | None = None) -> tuple[int, int]:
+def _sweep_upload_cache(
+    settings: Settings, database: Database, *, me: ServerIdentity | None, keep_own: bool, now: float | None = None
+) -> tuple[int, int]:
     """Delete, at the top of the upload cache, every entry that is not a live server's folder (`me`'s only with
     `keep_own`); with `now`, in the live folders kept, entries older than CACHE_MAX_AGE_S and export zips past
     their download time. Returns how many files went, and how many of those zips apart."""
@@ -178,8 +192,10 @@ def _delete(path: Path) -> int:
     """Delete a file, link or whole folder (links are not followed); how many files and links went."""
     try:
         if path.is_dir() and not path.is_symlink():
-            count = sum(len(files) + sum(os.path.islink(os.path.join(root, d)) for d in dirs)
-                        for root, dirs, files in os.walk(path))
+            count = sum(
+                len(files) + sum(os.path.islink(os.path.join(root, d)) for d in dirs)
+                for root, dirs, files in os.walk(path)
+            )
             shutil.rmtree(path, ignore_errors=True)
             return count
         path.unlink()

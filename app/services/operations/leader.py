@@ -103,7 +103,7 @@ class ServerIdentity:
         if not name.startswith(FOLDER_PREFIX):
             return None
         try:
-            host, pid, started = name[len(FOLDER_PREFIX):].rsplit("-", 2)
+            host, pid, started = name[len(FOLDER_PREFIX) :].rsplit("-", 2)
             return cls(host, int(pid), round(float(started), 2))
         except ValueError:
             return None
@@ -146,7 +146,7 @@ def server_leases(database: Database) -> dict[str, LeaseRecord]:
     """Every server's sign-of-life lease (`db.records.LeaseRecord`, live or expired) by its process key."""
     from db import LeaseRepository
 
-    return {lease.name[len(SERVER_PREFIX):]: lease for lease in LeaseRepository(database).with_prefix(SERVER_PREFIX)}
+    return {lease.name[len(SERVER_PREFIX) :]: lease for lease in LeaseRepository(database).with_prefix(SERVER_PREFIX)}
 
 
 def other_servers_alive(database: Database, me: ServerIdentity | None = None) -> list[str]:
@@ -156,7 +156,11 @@ def other_servers_alive(database: Database, me: ServerIdentity | None = None) ->
     alive = []
     for key, lease in server_leases(database).items():
         other = ServerIdentity.from_key(key)
-        if not lease.live or key == me.key or (other is not None and other.host == me.host and not process_alive(other)):
+        if (
+            not lease.live
+            or key == me.key
+            or (other is not None and other.host == me.host and not process_alive(other))
+        ):
             continue
         alive.append(key)
     return alive
@@ -205,8 +209,14 @@ class Watch:
     who: str  # the watcher, for the round's error
 
 
-def watch_of(record: RoundRecord, *, me: ServerIdentity, servers: dict[str, Any], queued_grace_s: float = 0.0,
-             now: datetime | None = None) -> Watch:
+def watch_of(
+    record: RoundRecord,
+    *,
+    me: ServerIdentity,
+    servers: dict[str, Any],
+    queued_grace_s: float = 0.0,
+    now: datetime | None = None,
+) -> Watch:
     """Who watches `record` (an active round not run by this process) and whether they are gone.
 
     A running round's watcher is the process its metrics name (`supervisor`): alive while its server lease is
@@ -243,8 +253,15 @@ class Leadership:
     """This process's part in the election: a tick every `lease_s / 3` in a daemon thread; `on_elected` and
     `on_deposed` run in that thread (the first tick runs in `start`, so a lone server leads before it returns)."""
 
-    def __init__(self, database: Database, *, lease_s: float = DEFAULT_LEASE_S, on_elected: Callable[[], None] | None = None,
-                 on_deposed: Callable[[], None] | None = None, identity: ServerIdentity | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        lease_s: float = DEFAULT_LEASE_S,
+        on_elected: Callable[[], None] | None = None,
+        on_deposed: Callable[[], None] | None = None,
+        identity: ServerIdentity | None = None,
+    ) -> None:
         self.db = database
         self.lease_s = float(lease_s)
         self.identity = identity or this_process()

@@ -47,14 +47,27 @@ class AppMetrics:
 
         self.port = getattr(settings, "metrics_port", None)
         self.prometheus = CollectorRegistry()
-        self.drafts = Counter("orapo_drafts", "Drafts stored, by the model version that drafted them.",
-                              ["version"], registry=self.prometheus)
-        self.draft_seconds = Histogram("orapo_draft_seconds", "Seconds from asking a draft to getting it, waiting "
-                                       "for the batch included.", buckets=DRAFT_BUCKETS, registry=self.prometheus)
-        self.sign_in_failures = Counter("orapo_sign_in_failures", "Failed sign-ins, by reason (bad_credentials, "
-                                        "user_disabled, locked_out).", ["reason"], registry=self.prometheus)
-        self.uploads_refused = Counter("orapo_uploads_refused", "Uploaded files refused, by error code.", ["code"],
-                                       registry=self.prometheus)
+        self.drafts = Counter(
+            "orapo_drafts",
+            "Drafts stored, by the model version that drafted them.",
+            ["version"],
+            registry=self.prometheus,
+        )
+        self.draft_seconds = Histogram(
+            "orapo_draft_seconds",
+            "Seconds from asking a draft to getting it, waiting for the batch included.",
+            buckets=DRAFT_BUCKETS,
+            registry=self.prometheus,
+        )
+        self.sign_in_failures = Counter(
+            "orapo_sign_in_failures",
+            "Failed sign-ins, by reason (bad_credentials, user_disabled, locked_out).",
+            ["reason"],
+            registry=self.prometheus,
+        )
+        self.uploads_refused = Counter(
+            "orapo_uploads_refused", "Uploaded files refused, by error code.", ["code"], registry=self.prometheus
+        )
         self.prometheus.register(_ScrapeTime(database, models))
         ProcessCollector(registry=self.prometheus)  # process_*: this server's memory, CPU time and open files
         self._server: tuple[Any, threading.Thread] | None = None
@@ -85,8 +98,12 @@ class AppMetrics:
         try:
             self._server = start_http_server(self.port, addr="127.0.0.1", registry=self.prometheus)
         except OSError as exc:
-            print(f"orapo: the metrics port {self.port} could not be opened ({exc.strerror or exc}); "
-                  "the metrics are still at /metrics for administrators", file=sys.stderr, flush=True)
+            print(
+                f"orapo: the metrics port {self.port} could not be opened ({exc.strerror or exc}); "
+                "the metrics are still at /metrics for administrators",
+                file=sys.stderr,
+                flush=True,
+            )
             return None
         return self._server[0].server_address[1]
 
@@ -116,8 +133,11 @@ class _ScrapeTime:
 
         depth = getattr(self._models, "queue_depth", None)
         if depth is not None:
-            yield GaugeMetricFamily("orapo_draft_queue_depth", "Drafts asked and not answered yet: waiting for the "
-                                    "model or drafting.", value=depth())
+            yield GaugeMetricFamily(
+                "orapo_draft_queue_depth",
+                "Drafts asked and not answered yet: waiting for the model or drafting.",
+                value=depth(),
+            )
         try:
             from db import RoundRepository
 
@@ -136,9 +156,12 @@ class _ScrapeTime:
             log.debug("orapo: the served version is not in the metrics: %s", type(exc).__name__)
             model = None
         if model is not None:
-            yield InfoMetricFamily("orapo_served_version", "The model version drafting now: its name, and its "
-                                   "version id (\"configured\" for the configured or starter model).",
-                                   value={"name": model.name, "version": _version(model)})
+            yield InfoMetricFamily(
+                "orapo_served_version",
+                "The model version drafting now: its name, and its "
+                'version id ("configured" for the configured or starter model).',
+                value={"name": model.name, "version": _version(model)},
+            )
 
 
 def _version(model: ServedModel) -> str:
@@ -185,7 +208,7 @@ def readiness_checks(database: Database, models: Any) -> dict[str, str]:
 
 
 def _model_state(models: Any, *, database_ok: bool) -> str:
-    """"ok" once the served model is loaded (warmed at start-up, or loaded by a draft); else the warm-up's state:
+    """ "ok" once the served model is loaded (warmed at start-up, or loaded by a draft); else the warm-up's state:
     "loading", "failed", or "not_loaded" when nothing has loaded it yet (an app started without warming)."""
     if models is None:
         return "not_loaded"

@@ -56,16 +56,28 @@ def read_manifest(source: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise OrapoError("backup_invalid", f"{source} is not an OraPO backup: its {MANIFEST} is missing or does not parse.") from exc
+        raise OrapoError(
+            "backup_invalid", f"{source} is not an OraPO backup: its {MANIFEST} is missing or does not parse."
+        ) from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise OrapoError("backup_invalid", f"{source}/{MANIFEST} is not the manifest of an OraPO backup.")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise OrapoError("backup_invalid", f"{source} is a backup of format {manifest.get('format_version')!r}; this OraPO reads format {FORMAT_VERSION}.")
+        raise OrapoError(
+            "backup_invalid",
+            f"{source} is a backup of format {manifest.get('format_version')!r}; this OraPO reads format {FORMAT_VERSION}.",
+        )
     database, files, counts = manifest.get("database"), manifest.get("files"), manifest.get("counts")
-    shaped = (isinstance(database, dict) and database.get("kind") in ("sqlite", "postgresql")
-              and isinstance(files, dict) and database.get("file") in files and isinstance(counts, dict)
-              and all(isinstance(f, dict) and isinstance(f.get("size"), int) and isinstance(f.get("sha256"), str)
-                      for f in files.values()))
+    shaped = (
+        isinstance(database, dict)
+        and database.get("kind") in ("sqlite", "postgresql")
+        and isinstance(files, dict)
+        and database.get("file") in files
+        and isinstance(counts, dict)
+        and all(
+            isinstance(f, dict) and isinstance(f.get("size"), int) and isinstance(f.get("sha256"), str)
+            for f in files.values()
+        )
+    )
     if not shaped or not isinstance(database, dict) or not isinstance(files, dict):  # (shaped says they are)
         raise OrapoError("backup_invalid", f"{source}/{MANIFEST} lacks the database, its files or its counts.")
     secret = manifest.get("secret")
@@ -73,8 +85,12 @@ def read_manifest(source: Path) -> dict[str, Any]:
         parts = PurePosixPath(name).parts
         allowed = name in (database["file"], SECRET_FILE) or (len(parts) > 1 and parts[0] in (IMAGES, MODELS))
         if not allowed or PurePosixPath(name).is_absolute() or ".." in parts or "\\" in name:
-            raise OrapoError("backup_invalid", f"{source}/{MANIFEST} names a file outside the backup's layout: {name!r}.")
-    if secret is not None and (not isinstance(secret, dict) or secret.get("file") != SECRET_FILE or SECRET_FILE not in files):
+            raise OrapoError(
+                "backup_invalid", f"{source}/{MANIFEST} names a file outside the backup's layout: {name!r}."
+            )
+    if secret is not None and (
+        not isinstance(secret, dict) or secret.get("file") != SECRET_FILE or SECRET_FILE not in files
+    ):
         raise OrapoError("backup_invalid", f"{source}/{MANIFEST} names a secret the backup does not list.")
     return manifest
 
@@ -86,10 +102,14 @@ def verify(source: Path, manifest: dict[str, Any]) -> None:
         try:
             actual = file_digest(path)
         except OSError as exc:
-            raise OrapoError("backup_damaged", f"{path} is missing from the backup or cannot be read; nothing was restored.") from exc
+            raise OrapoError(
+                "backup_damaged", f"{path} is missing from the backup or cannot be read; nothing was restored."
+            ) from exc
         if actual != {"size": expected["size"], "sha256": expected["sha256"]}:
-            raise OrapoError("backup_damaged", f"{path} is not the file the backup was made with (its size or SHA-256 "
-                                               "differs); nothing was restored.")
+            raise OrapoError(
+                "backup_damaged",
+                f"{path} is not the file the backup was made with (its size or SHA-256 differs); nothing was restored.",
+            )
 
 
 def _has_files(folder: Path) -> bool:
@@ -102,9 +122,14 @@ def _postgres_tables(url: str) -> int:
     engine = sa.create_engine(url)
     try:
         with engine.connect() as connection:
-            return int(connection.execute(sa.text(
-                "SELECT count(*) FROM information_schema.tables "
-                "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')")).scalar_one())
+            return int(
+                connection.execute(
+                    sa.text(
+                        "SELECT count(*) FROM information_schema.tables "
+                        "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')"
+                    )
+                ).scalar_one()
+            )
     finally:
         engine.dispose()
 
@@ -130,11 +155,17 @@ def _known_revision(revision: str | None) -> bool:
 def _refusals(settings: WebSettings, source: Path, manifest: dict[str, Any]) -> None:
     url, kind = settings.sqlalchemy_url, manifest["database"]["kind"]
     if database_kind(url) != kind:
-        raise OrapoError("backup_database_mismatch", f"The backup holds a {kind} database, but this configuration's "
-                                                     f"is {database_kind(url)}; set ORAPO_DATABASE_URL to match.")
+        raise OrapoError(
+            "backup_database_mismatch",
+            f"The backup holds a {kind} database, but this configuration's "
+            f"is {database_kind(url)}; set ORAPO_DATABASE_URL to match.",
+        )
     if not _known_revision(manifest["database"].get("revision")):
-        raise OrapoError("backup_newer", f"The backup's schema revision {manifest['database']['revision']} is unknown "
-                                         "here: it was made by a newer OraPO; restore it with that release.")
+        raise OrapoError(
+            "backup_newer",
+            f"The backup's schema revision {manifest['database']['revision']} is unknown "
+            "here: it was made by a newer OraPO; restore it with that release.",
+        )
     data = settings.resolved_data_dir
     if _has_files(data):
         raise OrapoError("restore_not_empty", f"{data} holds files; restore into an empty (or new) data folder.")
@@ -143,14 +174,20 @@ def _refusals(settings: WebSettings, source: Path, manifest: dict[str, Any]) -> 
     if kind == "postgresql":
         postgres_tool("pg_restore")
         if _postgres_tables(url):
-            raise OrapoError("restore_not_empty", "The configured PostgreSQL database has tables; restore into an empty "
-                                                  "database (createdb a new one, or drop and create it again).")
+            raise OrapoError(
+                "restore_not_empty",
+                "The configured PostgreSQL database has tables; restore into an empty "
+                "database (createdb a new one, or drop and create it again).",
+            )
     secret = manifest.get("secret")
     if settings.deid_secret and secret is not None:
         backed_up = (Path(source) / SECRET_FILE).read_text().strip()
         if backed_up != settings.deid_secret:
-            raise OrapoError("restore_secret_mismatch", "ORAPO_DEID_SECRET is set and is not the backup's secret: pseudonyms "
-                                                        "and archive links would not match. Unset it, or set it to the backup's.")
+            raise OrapoError(
+                "restore_secret_mismatch",
+                "ORAPO_DEID_SECRET is set and is not the backup's secret: pseudonyms "
+                "and archive links would not match. Unset it, or set it to the backup's.",
+            )
 
 
 def _restore_database(settings: WebSettings, source: Path, manifest: dict[str, Any]) -> None:
@@ -161,9 +198,21 @@ def _restore_database(settings: WebSettings, source: Path, manifest: dict[str, A
         _copy_checked(source, name, target, manifest)
         return
     uri, env = libpq(url)
-    done = subprocess.run([postgres_tool("pg_restore"), "--no-owner", "--no-privileges", "--exit-on-error",
-                           "--single-transaction", "--no-password", f"--dbname={uri}", str(Path(source) / name)],
-                          env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            postgres_tool("pg_restore"),
+            "--no-owner",
+            "--no-privileges",
+            "--exit-on-error",
+            "--single-transaction",
+            "--no-password",
+            f"--dbname={uri}",
+            str(Path(source) / name),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         raise OrapoError("pg_restore_failed", f"pg_restore failed: {lines[-1] if lines else 'no message'}")
@@ -189,8 +238,11 @@ def _copy_checked(source: Path, name: str, target: Path, manifest: dict[str, Any
     """Copy one file of the backup, and check it again on the way (it was checked before anything was written)."""
     expected = manifest["files"][name]
     if copy_file(Path(source) / name, target) != {"size": expected["size"], "sha256": expected["sha256"]}:
-        raise OrapoError("backup_damaged", f"{Path(source) / name} changed while it was restored; empty {target.parent} "
-                                           "and restore again from an unchanging copy.")
+        raise OrapoError(
+            "backup_damaged",
+            f"{Path(source) / name} changed while it was restored; empty {target.parent} "
+            "and restore again from an unchanging copy.",
+        )
 
 
 def check_integrity(database: Database, settings: Settings) -> list[str]:
@@ -239,17 +291,37 @@ def restore(settings: Settings, source: Path, *, actor: Any = "cli") -> RestoreR
         problems = check_integrity(database, settings)
         if restored != expected:
             differ = sorted(t for t in set(restored) | set(expected) if restored.get(t) != expected.get(t))
-            problems.insert(0, "rows differ from the backup's in " + ", ".join(
-                f"{t} ({expected.get(t)} backed up, {restored.get(t)} restored)" for t in differ))
+            problems.insert(
+                0,
+                "rows differ from the backup's in "
+                + ", ".join(f"{t} ({expected.get(t)} backed up, {restored.get(t)} restored)" for t in differ),
+            )
     finally:
         database.dispose()
     if problems and manifest.get("problems"):
         problems.append("the backup itself was made with these: " + "; ".join(manifest["problems"]))
-    audited = audit(settings.sqlalchemy_url, "data.restore", actor,
-                    {"backup_created_at": manifest.get("created_at"), "revision": manifest["database"].get("revision"),
-                     "problems": len(problems)})
+    audited = audit(
+        settings.sqlalchemy_url,
+        "data.restore",
+        actor,
+        {
+            "backup_created_at": manifest.get("created_at"),
+            "revision": manifest["database"].get("revision"),
+            "problems": len(problems),
+        },
+    )
     if problems:
-        raise OrapoError("integrity_failed", f"The backup was restored into {data}, but the integrity check found: "
-                                             + "; ".join(problems) + ".")
-    return RestoreResult(data, manifest["database"]["kind"], manifest["database"].get("revision"), upgraded_to,
-                         restored, len(manifest["files"]), str(manifest.get("created_at")), audited)
+        raise OrapoError(
+            "integrity_failed",
+            f"The backup was restored into {data}, but the integrity check found: " + "; ".join(problems) + ".",
+        )
+    return RestoreResult(
+        data,
+        manifest["database"]["kind"],
+        manifest["database"].get("revision"),
+        upgraded_to,
+        restored,
+        len(manifest["files"]),
+        str(manifest.get("created_at")),
+        audited,
+    )

@@ -57,8 +57,14 @@ class DraftBatcher:
     A drafter without `draft_many` or `new_decoder` is called with `draft` once per request.
     """
 
-    def __init__(self, drafter: Any, *, max_batch: int = DRAFT_MAX_BATCH, max_wait_s: float = DRAFT_MAX_WAIT_S,
-                 idle_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        drafter: Any,
+        *,
+        max_batch: int = DRAFT_MAX_BATCH,
+        max_wait_s: float = DRAFT_MAX_WAIT_S,
+        idle_s: float = 30.0,
+    ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1; got {max_batch}")
         self.drafter = drafter
@@ -120,9 +126,14 @@ class DraftBatcher:
         if request.decoding is not None:  # decoded in the running batch: check, score and record it here, off the loop
             decoded = request.decoding
             # with the version's finding checks, as draft_many drafts (what the gate and the benchmarks measured)
-            draft = self.drafter.finish(request.image, decoded.texts[0], decoded.texts[1:], dict(request.settings),
-                                        batch_size=decoded.peers,  # its latency is set just below
-                                        image_features=decoded.image_features)
+            draft = self.drafter.finish(
+                request.image,
+                decoded.texts[0],
+                decoded.texts[1:],
+                dict(request.settings),
+                batch_size=decoded.peers,  # its latency is set just below
+                image_features=decoded.image_features,
+            )
         if hasattr(draft, "latency_ms"):
             draft = replace(draft, latency_ms=round((time.perf_counter() - request.submitted) * 1000, 1))
         return draft
@@ -168,7 +179,7 @@ class DraftBatcher:
         if running == 0:
             return self._next_batch()
         with self._cond:
-            taken, self._queue = self._queue[: self.max_batch - running], self._queue[self.max_batch - running:]
+            taken, self._queue = self._queue[: self.max_batch - running], self._queue[self.max_batch - running :]
             return taken
 
     def _run_continuous(self, decoder: ContinuousDecoder, new_decoder: Callable[[], ContinuousDecoder]) -> None:
@@ -202,5 +213,3 @@ class DraftBatcher:
         if len(drafts) != len(batch):
             raise RuntimeError(f"draft_many returned {len(drafts)} drafts for {len(batch)} images")
         return drafts
-
-

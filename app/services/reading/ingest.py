@@ -116,8 +116,9 @@ class _Upload:
     display_rel: Path
 
 
-def ingest_bytes(data: bytes, filename: str, *, db: Database, settings: Settings, user: UserRecord | None = None,
-                 actor: str = "cli") -> IngestOutcome:
+def ingest_bytes(
+    data: bytes, filename: str, *, db: Database, settings: Settings, user: UserRecord | None = None, actor: str = "cli"
+) -> IngestOutcome:
     """De-identify one file and store it; refusals come back as an outcome, never as an exception.
 
     Nothing is written before the study is known to be the uploader's to add to (or new), and the
@@ -134,8 +135,14 @@ def ingest_bytes(data: bytes, filename: str, *, db: Database, settings: Settings
     study_uid = image.meta["study_uid"]
     instance_uid = image.meta.get("sop_instance_uid") or study_uid
     folder = Path(_short(study_uid)[:2]) / _short(study_uid)
-    upload = _Upload(display_name, image, study_uid, instance_uid,
-                     folder / f"{_short(instance_uid)}.dcm", folder / f"{_short(instance_uid)}.png")
+    upload = _Upload(
+        display_name,
+        image,
+        study_uid,
+        instance_uid,
+        folder / f"{_short(instance_uid)}.dcm",
+        folder / f"{_short(instance_uid)}.png",
+    )
 
     staged: list[tuple[Path, Path]] = []
     try:
@@ -144,22 +151,32 @@ def ingest_bytes(data: bytes, filename: str, *, db: Database, settings: Settings
             if outcome is not None:
                 return outcome
             if not staged:
-                staged = [(_stage(settings.storage_dir / rel, payload()), settings.storage_dir / rel)
-                          for rel, payload in ((upload.dicom_rel, image.to_dicom_bytes),
-                                               (upload.display_rel, image.display_png_bytes))]
+                staged = [
+                    (_stage(settings.storage_dir / rel, payload()), settings.storage_dir / rel)
+                    for rel, payload in (
+                        (upload.dicom_rel, image.to_dicom_bytes),
+                        (upload.display_rel, image.display_png_bytes),
+                    )
+                ]
             try:
                 return _store(db, upload, study_id, staged, user=user, actor=actor)
             except OrapoError as exc:
                 if exc.code not in _LOST_RACE:
                     raise
-        return IngestOutcome(file=display_name, ok=False, error="ingest_busy",
-                             message="This file is being uploaded by others right now; try again in a moment.")
+        return IngestOutcome(
+            file=display_name,
+            ok=False,
+            error="ingest_busy",
+            message="This file is being uploaded by others right now; try again in a moment.",
+        )
     finally:
         for tmp, _final in staged:
             tmp.unlink(missing_ok=True)  # gone already when stored
 
 
-def _look(db: Database, settings: Settings, upload: _Upload, user: UserRecord | None) -> tuple[int | None, IngestOutcome | None]:
+def _look(
+    db: Database, settings: Settings, upload: _Upload, user: UserRecord | None
+) -> tuple[int | None, IngestOutcome | None]:
     """Before anything is written: (the existing study's id or None, and the outcome if the upload ends here)."""
     from db import StudyRepository
 
@@ -173,17 +190,25 @@ def _look(db: Database, settings: Settings, upload: _Upload, user: UserRecord | 
         try:
             open_study(db, user, study.id)
         except OrapoError as exc:
-            return study.id, IngestOutcome(file=upload.name, ok=False, error=exc.code,
-                                           message=f"{exc.message} Nothing was stored.")
-    existing = studies.find_image(study.id, sop_instance_uid_hash=upload.instance_uid,
-                                  dicom_path=upload.dicom_rel.as_posix())
+            return study.id, IngestOutcome(
+                file=upload.name, ok=False, error=exc.code, message=f"{exc.message} Nothing was stored."
+            )
+    existing = studies.find_image(
+        study.id, sop_instance_uid_hash=upload.instance_uid, dicom_path=upload.dicom_rel.as_posix()
+    )
     if existing is None:
         return study.id, None
     _restore_missing_files(settings, existing, upload)
-    return study.id, IngestOutcome(file=upload.name, ok=True, study_id=study.id, image_id=existing.id,
-                                   duplicate=True, warnings=list(upload.image.warnings),
-                                   not_drafted=_not_drafted(study.id, study.not_drafted),
-                                   images=len(studies.images(study.id)))
+    return study.id, IngestOutcome(
+        file=upload.name,
+        ok=True,
+        study_id=study.id,
+        image_id=existing.id,
+        duplicate=True,
+        warnings=list(upload.image.warnings),
+        not_drafted=_not_drafted(study.id, study.not_drafted),
+        images=len(studies.images(study.id)),
+    )
 
 
 def _restore_missing_files(settings: Settings, existing: ImageRecord, upload: _Upload) -> None:
@@ -196,8 +221,15 @@ def _restore_missing_files(settings: Settings, existing: ImageRecord, upload: _U
             os.replace(tmp, final)
 
 
-def _store(db: Database, upload: _Upload, study_id: int | None, staged: list[tuple[Path, Path]], *,
-           user: UserRecord | None, actor: str) -> IngestOutcome:
+def _store(
+    db: Database,
+    upload: _Upload,
+    study_id: int | None,
+    staged: list[tuple[Path, Path]],
+    *,
+    user: UserRecord | None,
+    actor: str,
+) -> IngestOutcome:
     """One transaction: the study (when new), the image row, the audit entry; the files move into place before it
     commits and are removed again if it does not."""
     from db import AuditRepository, StudyRepository
@@ -211,24 +243,41 @@ def _store(db: Database, upload: _Upload, study_id: int | None, staged: list[tup
             if study_id is None:  # a study's first image decides whether it is drafted (the one drafting shows)
                 pseudonym = meta.get("patient_pseudonym") or "ANON-" + _short(upload.study_uid)[:10]
                 study = studies.create(
-                    upload.study_uid, pseudonym,
-                    view_position=meta.get("view_position"), modality=meta.get("modality"),
-                    laterality=meta.get("laterality"), body_part=meta.get("body_part"),
-                    uploaded_by=user.id if user is not None else None, not_drafted=meta.get("not_drafted"),
+                    upload.study_uid,
+                    pseudonym,
+                    view_position=meta.get("view_position"),
+                    modality=meta.get("modality"),
+                    laterality=meta.get("laterality"),
+                    body_part=meta.get("body_part"),
+                    uploaded_by=user.id if user is not None else None,
+                    not_drafted=meta.get("not_drafted"),
                 )
             else:
                 study = studies.get(study_id)
             added, study_id, reason = study_id is not None, study.id, study.not_drafted
             record = studies.add_image(
-                study_id, display_path=upload.display_rel.as_posix(), dicom_path=upload.dicom_rel.as_posix(),
-                width=int(image.display.shape[1]), height=int(image.display.shape[0]),
-                bits_stored=image.bits_stored, source_format=image.source_format,
-                warnings=image.warnings, header=dict(image.header_items()), sop_instance_uid_hash=upload.instance_uid,
+                study_id,
+                display_path=upload.display_rel.as_posix(),
+                dicom_path=upload.dicom_rel.as_posix(),
+                width=int(image.display.shape[1]),
+                height=int(image.display.shape[0]),
+                bits_stored=image.bits_stored,
+                source_format=image.source_format,
+                warnings=image.warnings,
+                header=dict(image.header_items()),
+                sop_instance_uid_hash=upload.instance_uid,
             )
             AuditRepository(session).append(
-                "study.ingest", actor=user if user is not None else actor, object_type="study", object_id=study_id,
-                details={"image_id": record.id, "format": image.source_format, "warnings": len(image.warnings),
-                         **({"not_drafted": True} if reason else {})},
+                "study.ingest",
+                actor=user if user is not None else actor,
+                object_type="study",
+                object_id=study_id,
+                details={
+                    "image_id": record.id,
+                    "format": image.source_format,
+                    "warnings": len(image.warnings),
+                    **({"not_drafted": True} if reason else {}),
+                },
             )
             count = len(studies.images(study_id))
             for tmp, final in staged:
@@ -238,8 +287,16 @@ def _store(db: Database, upload: _Upload, study_id: int | None, staged: list[tup
         for final in moved:  # no image file without its database row
             final.unlink(missing_ok=True)
         raise
-    return IngestOutcome(file=upload.name, ok=True, study_id=study_id, image_id=record.id, warnings=list(image.warnings),
-                         not_drafted=_not_drafted(study_id, reason), added=added, images=count)
+    return IngestOutcome(
+        file=upload.name,
+        ok=True,
+        study_id=study_id,
+        image_id=record.id,
+        warnings=list(image.warnings),
+        not_drafted=_not_drafted(study_id, reason),
+        added=added,
+        images=count,
+    )
 
 
 def _not_drafted(study_id: int, reason: str | None) -> str | None:
@@ -254,15 +311,19 @@ def iter_files(paths: Iterable[str | Path]) -> Iterator[Path]:
         path = Path(raw)
         if path.is_dir():
             for child in sorted(path.rglob("*")):
-                if child.is_file() and not any(p.startswith(".") for p in child.relative_to(path).parts) \
-                        and child.suffix.lower() in IMAGE_SUFFIXES:
+                if (
+                    child.is_file()
+                    and not any(p.startswith(".") for p in child.relative_to(path).parts)
+                    and child.suffix.lower() in IMAGE_SUFFIXES
+                ):
                     yield child
         else:
             yield path
 
 
-def ingest_paths(paths: Iterable[str | Path], *, db: Database, settings: Settings,
-                 user: UserRecord | None = None) -> Iterator[IngestOutcome]:
+def ingest_paths(
+    paths: Iterable[str | Path], *, db: Database, settings: Settings, user: UserRecord | None = None
+) -> Iterator[IngestOutcome]:
     """`orapo ingest`: every file, in order, going on past refusals."""
     for path in iter_files(paths):
         try:
@@ -271,7 +332,12 @@ def ingest_paths(paths: Iterable[str | Path], *, db: Database, settings: Setting
             yield IngestOutcome(file=str(path), ok=False, error="file_not_found", message="There is no such file.")
             continue
         except OSError as exc:
-            yield IngestOutcome(file=str(path), ok=False, error="unreadable_file", message=f"The file could not be read ({exc.strerror}).")
+            yield IngestOutcome(
+                file=str(path),
+                ok=False,
+                error="unreadable_file",
+                message=f"The file could not be read ({exc.strerror}).",
+            )
             continue
         outcome = ingest_bytes(data, path.name, db=db, settings=settings, user=user)
         yield IngestOutcome(**{**asdict(outcome), "file": str(path)})

@@ -79,7 +79,12 @@ FeatureSpace = tuple[int | None, str | None]
 #: The reader's words for each ordering (the Worklist's choices).
 ORDER_LABELS = {"oldest": "oldest first", "useful": "most useful to the model first"}
 UNREAD = ("new", "drafted")
-WEIGHTS = (0.4, 0.3, 0.3, 0.6)  # self-consistency, disagreement, missed findings, atypical image (a sum: only its order matters)
+WEIGHTS = (
+    0.4,
+    0.3,
+    0.3,
+    0.6,
+)  # self-consistency, disagreement, missed findings, atypical image (a sum: only its order matters)
 OPENED = "worklist.open"
 #: Signed studies a correction added a finding to, of one model's drafts, before the image is compared with them.
 MIN_EXEMPLARS = 2
@@ -110,8 +115,9 @@ def order_key(label_or_key: str | None) -> str:
     value = (label_or_key or "oldest").strip()
     value = {label: key for key, label in ORDER_LABELS.items()}.get(value, value)
     if value not in READING_ORDERS:
-        raise OrapoError("invalid_reading_order", f"Order unread studies {' or '.join(ORDER_LABELS.values())}, "
-                                                  f"not {label_or_key!r}.")
+        raise OrapoError(
+            "invalid_reading_order", f"Order unread studies {' or '.join(ORDER_LABELS.values())}, not {label_or_key!r}."
+        )
     return value
 
 
@@ -245,8 +251,9 @@ def finding_resemblance(signed: list[SignedDraft]) -> dict[FeatureSpace, ImageOd
     return out
 
 
-def image_atypicality(unread: list[StudyOverview], signed: list[SignedDraft],
-                      stated: dict[int, set[str]] | None = None) -> dict[int, float]:
+def image_atypicality(
+    unread: list[StudyOverview], signed: list[SignedDraft], stated: dict[int, set[str]] | None = None
+) -> dict[int, float]:
     """Per unread study whose draft has image features: how unusual its image is for the findings its draft
     states, as its percentile (0 to 1) among the unread drafts of the same model.
 
@@ -266,8 +273,7 @@ def image_atypicality(unread: list[StudyOverview], signed: list[SignedDraft],
         draft = o.latest_draft
         if draft is not None and getattr(draft, "image_features", None):
             says = stated[o.study.id] if o.study.id in stated else stated_findings(draft.text)
-            spaces[feature_space(draft)].append((np.asarray(draft.image_features, dtype=np.float64), says,
-                                                 o.study.id))
+            spaces[feature_space(draft)].append((np.asarray(draft.image_features, dtype=np.float64), says, o.study.id))
     for draft, _text, _truth, drafted in signed:
         if getattr(draft, "image_features", None) and feature_space(draft) in spaces:
             spaces[feature_space(draft)].append((np.asarray(draft.image_features, dtype=np.float64), drafted, None))
@@ -295,9 +301,13 @@ def image_atypicality(unread: list[StudyOverview], signed: list[SignedDraft],
     return out
 
 
-def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
-               resemblance: dict[FeatureSpace, ImageOdds] | None = None, atypical: float = 0.0,
-               stated: set[str] | None = None) -> Usefulness:
+def usefulness(
+    overview: StudyOverview,
+    miss_rates: dict[str, float],
+    resemblance: dict[FeatureSpace, ImageOdds] | None = None,
+    atypical: float = 0.0,
+    stated: set[str] | None = None,
+) -> Usefulness:
     """The study's score from its latest draft (0 without one). With `resemblance` (`finding_resemblance`) for
     the draft's model, the missed term is the chance that the film holds a finding the draft is silent on and
     the model misses: 1 - prod(1 - miss rate x P(finding | image)); without it, the largest miss rate.
@@ -309,7 +319,9 @@ def usefulness(overview: StudyOverview, miss_rates: dict[str, float],
         return Usefulness(overview.study.id)
     sentences = [s for s in (draft.sentence_scores or []) if isinstance(s, dict)]
     with_facts = [s for s in sentences if s.get("agreements")] or sentences
-    inconsistency = 1.0 - sum(float(s.get("confidence", 1.0)) for s in with_facts) / len(with_facts) if with_facts else 0.0
+    inconsistency = (
+        1.0 - sum(float(s.get("confidence", 1.0)) for s in with_facts) / len(with_facts) if with_facts else 0.0
+    )
     facts = [a for s in sentences for a in (s.get("agreements") or []) if isinstance(a, dict)]
     disagreement = sum(1 for a in facts if float(a.get("agreement", 1.0)) < 1.0) / len(facts) if facts else 0.0
     unstated = set(miss_rates) - (stated_findings(draft.text) if stated is None else stated)
@@ -341,8 +353,10 @@ def ordered(db: Database, overviews: list[StudyOverview], order: str) -> list[St
         rates, like = served_miss_rates(db, signed), finding_resemblance(signed)
         stated = {o.study.id: stated_findings(o.latest_draft.text) for o in unread if o.latest_draft is not None}
         unusual = image_atypicality(unread, signed, stated)  # each draft's findings labelled once for both terms
-        scores = {o.study.id: usefulness(o, rates, like, unusual.get(o.study.id, 0.0), stated.get(o.study.id)).score
-                  for o in unread}
+        scores = {
+            o.study.id: usefulness(o, rates, like, unusual.get(o.study.id, 0.0), stated.get(o.study.id)).score
+            for o in unread
+        }
         unread.sort(key=lambda o: -scores[o.study.id])  # stable: ties stay oldest first
         unread += kept_out
     return unread + rest
@@ -356,8 +370,9 @@ def note_opened(db: Database, user: UserRecord, study_id: int, order: str | None
     order = order_key(order)
     if StudyRepository(db).overview(study_id).study.status not in UNREAD:
         return False
-    AuditRepository(db).append(OPENED, actor=user, object_type="study", object_id=study_id,
-                               details={"reading_order": order})
+    AuditRepository(db).append(
+        OPENED, actor=user, object_type="study", object_id=study_id, details={"reading_order": order}
+    )
     return True
 
 
@@ -365,8 +380,9 @@ def opened_from(db: Database, user: UserRecord, study_id: int) -> str | None:
     """The ordering this reader last opened the study from in the worklist (None: not opened from it)."""
     from db import AuditRepository
 
-    entries = AuditRepository(db).query(action=OPENED, actor_name=user.username, object_type="study",
-                                        object_id=study_id, limit=1)
+    entries = AuditRepository(db).query(
+        action=OPENED, actor_name=user.username, object_type="study", object_id=study_id, limit=1
+    )
     order = entries[0].details.get("reading_order") if entries else None
     return order if order in READING_ORDERS else None
 

@@ -40,8 +40,9 @@ def refuse_not_drafted(study: StudyRecord) -> None:
         raise OrapoError("not_a_chest_radiograph", sentence)
 
 
-def screen_pixels(db: Any, user: UserRecord, overview: StudyOverview, source_format: str, drafter: Any,
-                  pixels: Any) -> None:
+def screen_pixels(
+    db: Any, user: UserRecord, overview: StudyOverview, source_format: str, drafter: Any, pixels: Any
+) -> None:
     """Before a study's draft: when its header cannot tell (`has_header_verdict`), the drafting model scores the
     image before its first draft; far from its calibration films, the study is marked as not drafted (and
     audited) and the draft refused. Nothing happens for a chest DICOM, a study drafted before, a model without a
@@ -51,16 +52,24 @@ def screen_pixels(db: Any, user: UserRecord, overview: StudyOverview, source_for
 
     study = overview.study
     films = getattr(drafter, "films", None)
-    if films is None or overview.latest_draft is not None or has_header_verdict({"modality": study.modality},
-                                                                                 source_format):
+    if (
+        films is None
+        or overview.latest_draft is not None
+        or has_header_verdict({"modality": study.modality}, source_format)
+    ):
         return  # no check, a study screened at its first draft already, or a chest DICOM
     (score,) = films.score_pictures([drafter.prepare(pixels)])
     if score is None or not score.far:
         return
     with db.session() as session:
         marked = StudyRepository(session).set_not_drafted(study.id, far_reason(score.ratio))
-        AuditRepository(session).append("study.not_drafted", actor=user, object_type="study", object_id=study.id,
-                                        details={"unfamiliar": score.to_dict()})
+        AuditRepository(session).append(
+            "study.not_drafted",
+            actor=user,
+            object_type="study",
+            object_id=study.id,
+            details={"unfamiliar": score.to_dict()},
+        )
     refuse_not_drafted(marked)
 
 

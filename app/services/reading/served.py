@@ -34,13 +34,19 @@ class ServedModel:
         return f"version-{self.version_id}" if self.version_id is not None else f"dir-{self.model_dir}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version_id": self.version_id, "name": self.name, "model_dir": str(self.model_dir),
-                "adapter_dir": str(self.adapter_dir) if self.adapter_dir else None}
+        return {
+            "version_id": self.version_id,
+            "name": self.name,
+            "model_dir": str(self.model_dir),
+            "adapter_dir": str(self.adapter_dir) if self.adapter_dir else None,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServedModel:
         adapter = data.get("adapter_dir")
-        return cls(data.get("version_id"), data.get("name") or "", Path(data["model_dir"]), Path(adapter) if adapter else None)
+        return cls(
+            data.get("version_id"), data.get("name") or "", Path(data["model_dir"]), Path(adapter) if adapter else None
+        )
 
 
 def served_model(db: Database, settings: Settings) -> ServedModel:

@@ -49,7 +49,9 @@ def _wire_array(pixels: np.ndarray) -> np.ndarray:
     return pixels.astype("<f4", copy=False)
 
 
-def viewer_image(db: Database, settings: Settings, user: UserRecord, study_id: int, image_id: int | None = None) -> ViewerImage:
+def viewer_image(
+    db: Database, settings: Settings, user: UserRecord, study_id: int, image_id: int | None = None
+) -> ViewerImage:
     """The first image of a study this user may read, as the viewer loads it (`image_id`, if given, must be it)."""
     import numpy as np
 

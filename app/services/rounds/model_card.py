@@ -94,9 +94,7 @@ class ModelCard:
             ]
             for f in self.findings:
                 held = "—" if f.heldout_f1 is None else f"{f.heldout_f1:.2f} ({f.heldout_support or 0})"
-                lines.append(
-                    f"| {f.finding} | {_count(f.report_films)} | {_count(f.vision_films)} | {held} |"
-                )
+                lines.append(f"| {f.finding} | {_count(f.report_films)} | {_count(f.vision_films)} | {held} |")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

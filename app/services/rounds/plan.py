@@ -73,21 +73,45 @@ class RoundPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON (`plan.json` in the round folder); the actor becomes its name."""
-        return {"round_id": self.round_id, "round_dir": str(self.round_dir), "recipe": self.recipe,
-                "overrides": self.overrides, "policy": self.policy.model_dump(), "served": self.served.to_dict(),
-                "correction_ids": self.correction_ids, "pair_ids": self.pair_ids, "study_ids": self.study_ids,
-                "max_steps": self.max_steps, "actor": getattr(self.actor, "username", self.actor),
-                "started_by": self.started_by, "trigger": self.trigger, "gate_untrusted": self.gate_untrusted,
-                "draft_min_agreement": self.draft_min_agreement, "finding_changes": self.finding_changes}
+        return {
+            "round_id": self.round_id,
+            "round_dir": str(self.round_dir),
+            "recipe": self.recipe,
+            "overrides": self.overrides,
+            "policy": self.policy.model_dump(),
+            "served": self.served.to_dict(),
+            "correction_ids": self.correction_ids,
+            "pair_ids": self.pair_ids,
+            "study_ids": self.study_ids,
+            "max_steps": self.max_steps,
+            "actor": getattr(self.actor, "username", self.actor),
+            "started_by": self.started_by,
+            "trigger": self.trigger,
+            "gate_untrusted": self.gate_untrusted,
+            "draft_min_agreement": self.draft_min_agreement,
+            "finding_changes": self.finding_changes,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RoundPlan:
-        return cls(int(data["round_id"]), Path(data["round_dir"]), data["recipe"], dict(data.get("overrides") or {}),
-                   RoundPolicy.model_validate(data.get("policy") or {}), ServedModel.from_dict(data["served"]),
-                   list(data.get("correction_ids") or []), list(data.get("pair_ids") or []),
-                   list(data.get("study_ids") or []), int(data.get("max_steps") or 1), data.get("actor") or "rounds",
-                   data.get("started_by"), data.get("trigger") or "manual", data.get("gate_untrusted"),
-                   float(data.get("draft_min_agreement") or 0.0), dict(data.get("finding_changes") or {}))
+        return cls(
+            int(data["round_id"]),
+            Path(data["round_dir"]),
+            data["recipe"],
+            dict(data.get("overrides") or {}),
+            RoundPolicy.model_validate(data.get("policy") or {}),
+            ServedModel.from_dict(data["served"]),
+            list(data.get("correction_ids") or []),
+            list(data.get("pair_ids") or []),
+            list(data.get("study_ids") or []),
+            int(data.get("max_steps") or 1),
+            data.get("actor") or "rounds",
+            data.get("started_by"),
+            data.get("trigger") or "manual",
+            data.get("gate_untrusted"),
+            float(data.get("draft_min_agreement") or 0.0),
+            dict(data.get("finding_changes") or {}),
+        )
 
 
 PLAN_FILE = "plan.json"
@@ -134,16 +158,25 @@ class EvaluationSpec:
     min_agreement: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"heldout": str(self.heldout), "max_new_tokens": self.max_new_tokens, "batch_size": self.batch_size,
-                "min_agreement": self.min_agreement,
-                "models": {"served": self.served.to_dict(), "candidate": self.candidate.to_dict()}}
+        return {
+            "heldout": str(self.heldout),
+            "max_new_tokens": self.max_new_tokens,
+            "batch_size": self.batch_size,
+            "min_agreement": self.min_agreement,
+            "models": {"served": self.served.to_dict(), "candidate": self.candidate.to_dict()},
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvaluationSpec:
         models = data["models"]
-        return cls(Path(data["heldout"]), Weights.from_dict(models["served"]), Weights.from_dict(models["candidate"]),
-                   int(data.get("max_new_tokens", 160)), int(data.get("batch_size", 8)),
-                   float(data.get("min_agreement") or 0.0))
+        return cls(
+            Path(data["heldout"]),
+            Weights.from_dict(models["served"]),
+            Weights.from_dict(models["candidate"]),
+            int(data.get("max_new_tokens", 160)),
+            int(data.get("batch_size", 8)),
+            float(data.get("min_agreement") or 0.0),
+        )
 
 
 @dataclass(frozen=True)
@@ -179,8 +212,11 @@ class Evaluation:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Evaluation:
         alone = data.get("candidate_alone")
-        return cls(ModelScores.from_dict(data["served"]), ModelScores.from_dict(data["candidate"]),
-                   ModelScores.from_dict(alone) if alone else None)
+        return cls(
+            ModelScores.from_dict(data["served"]),
+            ModelScores.from_dict(data["candidate"]),
+            ModelScores.from_dict(alone) if alone else None,
+        )
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,15 @@ def launch(argv: Sequence[str], log_path: Path, *, env: dict[str, str] | None = 
     with log_path.open("ab") as log:
         log.write(f"$ {' '.join(map(str, argv))}\n".encode())
         log.flush()
-        return subprocess.Popen(list(map(str, argv)), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=str(REPO_ROOT), env=child_env, start_new_session=True)
+        return subprocess.Popen(
+            list(map(str, argv)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=str(REPO_ROOT),
+            env=child_env,
+            start_new_session=True,
+        )
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -39,8 +39,14 @@ def evaluation_candidate(plan: RoundPlan) -> Candidate:
 class RoundRunner:
     """Runs rounds inside their monitor threads; holds no state of its own beyond the database and the settings."""
 
-    def __init__(self, database: Database, settings: Settings, *, evaluator: Callable[[EvaluationSpec], Evaluation] | None = None,
-                 backends: Backends | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        settings: Settings,
+        *,
+        evaluator: Callable[[EvaluationSpec], Evaluation] | None = None,
+        backends: Backends | None = None,
+    ) -> None:
         self.watch = RoundWatch(database, backends)
         self.select = SelectData(database, settings, self.watch)
         self.train = Train(settings, self.watch)

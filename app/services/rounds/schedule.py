@@ -49,7 +49,9 @@ def cron_trigger(cron: str, timezone: Any = None) -> Any:
     try:
         return CronTrigger.from_crontab(cron, timezone=timezone)
     except (ValueError, TypeError) as exc:
-        raise OrapoError("invalid_cron", f"{cron!r} is not a valid cron schedule ({exc}); e.g. '0 2 * * *' for 02:00 nightly.") from None
+        raise OrapoError(
+            "invalid_cron", f"{cron!r} is not a valid cron schedule ({exc}); e.g. '0 2 * * *' for 02:00 nightly."
+        ) from None
 
 
 def next_run(cron: str, now: datetime | None = None, timezone: Any = None) -> datetime | None:
@@ -66,8 +68,9 @@ def get_schedule(db: Database) -> ScheduleSettings:
     return ScheduleRepository(db).get()
 
 
-def set_schedule(db: Database, *, actor: Actor = None, scheduler: RoundScheduler | None = None,
-                 **changes: Any) -> ScheduleSettings:
+def set_schedule(
+    db: Database, *, actor: Actor = None, scheduler: RoundScheduler | None = None, **changes: Any
+) -> ScheduleSettings:
     """Save schedule settings (cron, schedule_enabled, corrections_threshold, threshold_enabled); a running scheduler follows."""
     from db import ScheduleRepository
 
@@ -98,7 +101,9 @@ def schedule_status(db: Database, scheduler: RoundScheduler | None = None) -> Sc
     running = scheduler is not None and scheduler.running
     when = None
     if settings.schedule_enabled and settings.cron:
-        when = (scheduler.jobs().get(CRON_JOB) if scheduler is not None and running else None) or next_run(settings.cron)
+        when = (scheduler.jobs().get(CRON_JOB) if scheduler is not None and running else None) or next_run(
+            settings.cron
+        )
     led_by = None
     leadership = getattr(scheduler, "leadership", None)
     if leadership is not None and not running:
@@ -116,9 +121,17 @@ class RoundScheduler:
     elsewhere are picked up and rounds of gone servers recovered; `lease_s` (default ORAPO_LEADER_LEASE_S) is
     the leader lease; `leader_jobs` are (id, function, every_s) run by the leader beside the round jobs."""
 
-    def __init__(self, database: Database, settings: Settings | None = None, *, service: RoundService | None = None,
-                 threshold_check_s: float | None = None, timezone: Any = None, lease_s: float | None = None,
-                 leader_jobs: Iterable[tuple[str, Callable[[], Any], float]] = ()) -> None:
+    def __init__(
+        self,
+        database: Database,
+        settings: Settings | None = None,
+        *,
+        service: RoundService | None = None,
+        threshold_check_s: float | None = None,
+        timezone: Any = None,
+        lease_s: float | None = None,
+        leader_jobs: Iterable[tuple[str, Callable[[], Any], float]] = (),
+    ) -> None:
         from app.services.operations.leader import Leadership
         from app.services.rounds.service import RoundService
         from app.settings import web_settings
@@ -129,8 +142,12 @@ class RoundScheduler:
         self.threshold_check_s = web.round_check_s if threshold_check_s is None else threshold_check_s
         self.timezone = timezone
         self.leader_jobs = tuple(leader_jobs)
-        self.leadership = Leadership(database, lease_s=web.leader_lease_s if lease_s is None else lease_s,
-                                     on_elected=self._lead, on_deposed=self._follow)
+        self.leadership = Leadership(
+            database,
+            lease_s=web.leader_lease_s if lease_s is None else lease_s,
+            on_elected=self._lead,
+            on_deposed=self._follow,
+        )
         self._scheduler: Any = None  # APScheduler's BackgroundScheduler while leading
         self._loaded_at: datetime | None = None  # updated_at of the settings the jobs were built from
 
@@ -162,8 +179,9 @@ class RoundScheduler:
         # Alone, a queued round is what a stopped server left (as before); with others alive it may be theirs.
         alone = not other_servers_alive(self.db, self.leadership.identity)
         self.service.recover(**({} if alone else {"queued_grace_s": QUEUED_GRACE_S}))
-        scheduler = BackgroundScheduler(timezone=self.timezone, job_defaults={"coalesce": True, "max_instances": 1,
-                                                                              "misfire_grace_time": 3600})
+        scheduler = BackgroundScheduler(
+            timezone=self.timezone, job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600}
+        )
         scheduler.start()
         self._install_round_jobs(scheduler)
         # Settings saved by another process (`orapo rounds schedule`, another server) are picked up within a check.
@@ -213,11 +231,19 @@ class RoundScheduler:
             if scheduler.get_job(job_id) is not None:
                 scheduler.remove_job(job_id)
         if settings.schedule_enabled and settings.cron:
-            scheduler.add_job(self._as_leader(self.fire_scheduled), cron_trigger(settings.cron, self.timezone),
-                              id=CRON_JOB, replace_existing=True)
+            scheduler.add_job(
+                self._as_leader(self.fire_scheduled),
+                cron_trigger(settings.cron, self.timezone),
+                id=CRON_JOB,
+                replace_existing=True,
+            )
         if settings.threshold_enabled and settings.corrections_threshold:
-            scheduler.add_job(self._as_leader(self.check_threshold), IntervalTrigger(seconds=self.threshold_check_s),
-                              id=THRESHOLD_JOB, replace_existing=True)
+            scheduler.add_job(
+                self._as_leader(self.check_threshold),
+                IntervalTrigger(seconds=self.threshold_check_s),
+                id=THRESHOLD_JOB,
+                replace_existing=True,
+            )
 
     def _sync(self) -> None:
         if get_schedule(self.db).updated_at != self._loaded_at:
@@ -236,8 +262,10 @@ class RoundScheduler:
 
         scheduler = self._scheduler
         if scheduler is None or not scheduler.running:
-            raise OrapoError("scheduler_stopped", "The round scheduler is not running on this server (another one "
-                                                  "leads, or none was started).")
+            raise OrapoError(
+                "scheduler_stopped",
+                "The round scheduler is not running on this server (another one leads, or none was started).",
+            )
         scheduler.add_job(self._as_leader(self._request), DateTrigger(run_date=when), args=[trigger])
 
     # --- the job functions (called by APScheduler, or directly) ---------------------------------------------
@@ -266,8 +294,12 @@ class RoundScheduler:
         try:
             return self.service.start_round(trigger=trigger, actor="scheduler", wait=False)
         except OrapoError as exc:
-            AuditRepository(self.db).append("round.refused", actor="scheduler", object_type="training_round",
-                                            details={"trigger": trigger, "code": exc.code, "message": exc.message})
+            AuditRepository(self.db).append(
+                "round.refused",
+                actor="scheduler",
+                object_type="training_round",
+                details={"trigger": trigger, "code": exc.code, "message": exc.message},
+            )
             log.info("scheduled round not started: %s: %s", exc.code, exc.message)
             return None
         except Exception as exc:  # a job must never kill the scheduler thread

@@ -67,8 +67,15 @@ def _actor_id(actor: Actor) -> int | None:
 class RoundService:
     """Owns the rounds this process runs (their monitor threads); everything durable is in the database."""
 
-    def __init__(self, database: Database, settings: Settings | None = None, *, policy: RoundPolicy | None = None,
-                 evaluator: Callable[[EvaluationSpec], Evaluation] | None = None, backends: Backends | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        settings: Settings | None = None,
+        *,
+        policy: RoundPolicy | None = None,
+        evaluator: Callable[[EvaluationSpec], Evaluation] | None = None,
+        backends: Backends | None = None,
+    ) -> None:
         self.db = database
         self.settings = settings or Settings()
         self.policy = policy or RoundPolicy()
@@ -101,8 +108,9 @@ class RoundService:
         version = next((v for v in ModelVersionRepository(self.db).list() if v.round_id == round_id), None)
         folder = self.round_dir(round_id)
         history = JsonlTail(folder / "output" / "metrics.jsonl").read()
-        return RoundDetails(record, version, tail_text(folder / "train.log", log_lines), history, folder,
-                            RoundMetrics.of(record))
+        return RoundDetails(
+            record, version, tail_text(folder / "train.log", log_lines), history, folder, RoundMetrics.of(record)
+        )
 
     def list_versions(self, *, status: str | None = None) -> list[ModelVersionRecord]:
         return versions.list_versions(self.db, status=status)
@@ -117,8 +125,15 @@ class RoundService:
 
     # --- starting ---------------------------------------------------------------------------------------
 
-    def request_round(self, *, trigger: str = "manual", actor: Actor = None, recipe: str | None = None,
-                      settings: dict[str, Any] | None = None, resume_from: int | None = None) -> RoundRecord:
+    def request_round(
+        self,
+        *,
+        trigger: str = "manual",
+        actor: Actor = None,
+        recipe: str | None = None,
+        settings: dict[str, Any] | None = None,
+        resume_from: int | None = None,
+    ) -> RoundRecord:
         """A queued round, or `round_active` (with the id of the round in the way) while another is active."""
         from db import CorrectionRepository, RoundRepository
 
@@ -140,12 +155,22 @@ class RoundService:
         # count is checked again when the round's data is selected, before any training).
         if untrained < policy.min_new_corrections or untrained * (1 + policy.replay_fraction) < studies_per_step:
             needed = max(policy.min_new_corrections, math.ceil(studies_per_step / (1 + policy.replay_fraction)))
-            why = (f"one optimizer step of this recipe takes {studies_per_step} studies, replay included"
-                   if untrained >= policy.min_new_corrections else f"min_new_corrections is {policy.min_new_corrections}")
-            raise OrapoError("too_few_corrections" if untrained else "nothing_to_train", f"There are {untrained} signed, untrained corrections of training "
-                                                    f"studies; a round needs at least {needed} ({why}).")
-        config = {"recipe": str(recipe_path), "overrides": overrides, "policy": {**policy.model_dump(), "recipe": str(recipe_path)},
-                  **({"resume_from": resume_from} if resume_from is not None else {})}
+            why = (
+                f"one optimizer step of this recipe takes {studies_per_step} studies, replay included"
+                if untrained >= policy.min_new_corrections
+                else f"min_new_corrections is {policy.min_new_corrections}"
+            )
+            raise OrapoError(
+                "too_few_corrections" if untrained else "nothing_to_train",
+                f"There are {untrained} signed, untrained corrections of training "
+                f"studies; a round needs at least {needed} ({why}).",
+            )
+        config = {
+            "recipe": str(recipe_path),
+            "overrides": overrides,
+            "policy": {**policy.model_dump(), "recipe": str(recipe_path)},
+            **({"resume_from": resume_from} if resume_from is not None else {}),
+        }
         record = rounds.create(trigger=trigger, config=config, started_by=_actor_id(actor), actor=actor or trigger)
         # Two requests may both have passed the check above: the older active round wins, the newer withdraws.
         try:
@@ -167,7 +192,9 @@ class RoundService:
         rounds = RoundRepository(self.db)
         record = rounds.get(round_id)
         if record.status != "queued":
-            raise OrapoError("round_not_queued", f"Round {round_id} is {record.status}; only a queued round can be run.")
+            raise OrapoError(
+                "round_not_queued", f"Round {round_id} is {record.status}; only a queued round can be run."
+            )
         try:
             plan = self._runner.prepare(record, actor, self.policy)
         except Exception as exc:
@@ -237,15 +264,22 @@ class RoundService:
             if not watch.gone:
                 continue
             if self._reattach(record):  # its job runs on a cluster: watched again from here (see `_reattach`)
-                self._runner.watch.log(record.id, f"watched by {me}", metrics=RoundMetrics.update(supervisor=me.as_dict()))
+                self._runner.watch.log(
+                    record.id, f"watched by {me}", metrics=RoundMetrics.update(supervisor=me.as_dict())
+                )
                 continue
             if record.status == "running" and record.pid and watch.local and pid_alive(record.pid):
                 stop_process(record.pid, grace_s=self.policy.cancel_grace_s)
-                error = (f"worker_orphaned: the app stopped while worker {record.pid} ran; it was stopped. "
-                         f"Resume it with `orapo rounds run --resume {record.id}`.")
+                error = (
+                    f"worker_orphaned: the app stopped while worker {record.pid} ran; it was stopped. "
+                    f"Resume it with `orapo rounds run --resume {record.id}`."
+                )
             elif record.status == "running":
-                error = (f"worker_gone: worker process {record.pid} is gone (the app or the machine restarted)."
-                         if watch.local else f"worker_gone: {watch.who}, which watched this round, is gone.")
+                error = (
+                    f"worker_gone: worker process {record.pid} is gone (the app or the machine restarted)."
+                    if watch.local
+                    else f"worker_gone: {watch.who}, which watched this round, is gone."
+                )
             else:
                 error = "app_restarted: the app stopped before this round started."
             try:
@@ -277,8 +311,9 @@ class RoundService:
     def promote_version(self, version_id: int, *, actor: Actor = None, reason: str | None = None) -> ModelVersionRecord:
         return versions.promote_version(self.db, version_id, actor=actor, reason=reason)
 
-    def rollback(self, version_id: int | None = None, *, actor: Actor = None,
-                 reason: str | None = None) -> ModelVersionRecord:
+    def rollback(
+        self, version_id: int | None = None, *, actor: Actor = None, reason: str | None = None
+    ) -> ModelVersionRecord:
         """Serve an earlier version again (default: the served version's parent); one action, audited as `version.rollback`."""
         return versions.rollback(self.db, version_id, actor=actor, reason=reason)
 
@@ -289,10 +324,14 @@ class RoundService:
         others = sorted((r for r in active if r.id != own_id), key=lambda r: r.id)
         if own_id is None and others:
             r = others[0]
-            raise OrapoError("round_active", f"Round {r.id} is {r.status}; one round runs at a time. Wait for it or cancel it.")
+            raise OrapoError(
+                "round_active", f"Round {r.id} is {r.status}; one round runs at a time. Wait for it or cancel it."
+            )
         if own_id is not None and others and others[0].id < own_id:
             r = others[0]
-            raise OrapoError("round_active", f"Round {r.id} was requested first and is {r.status}; one round runs at a time.")
+            raise OrapoError(
+                "round_active", f"Round {r.id} was requested first and is {r.status}; one round runs at a time."
+            )
 
     def _resolve_recipe(self, recipe: str) -> Path:
         path = Path(recipe).expanduser()
@@ -305,11 +344,18 @@ class RoundService:
     def _last_checkpoint(self, round_id: int) -> Path:
         record = self.get_round(round_id)
         if record.status not in ("failed", "cancelled"):
-            raise OrapoError("not_resumable", f"Round {round_id} is {record.status}; only a failed or cancelled round is resumed.")
-        checkpoints = sorted(self.round_dir(round_id).glob("output/checkpoint-*"),
-                             key=lambda p: int(p.name.rsplit("-", 1)[-1]) if p.name.rsplit("-", 1)[-1].isdigit() else -1)
+            raise OrapoError(
+                "not_resumable", f"Round {round_id} is {record.status}; only a failed or cancelled round is resumed."
+            )
+        checkpoints = sorted(
+            self.round_dir(round_id).glob("output/checkpoint-*"),
+            key=lambda p: int(p.name.rsplit("-", 1)[-1]) if p.name.rsplit("-", 1)[-1].isdigit() else -1,
+        )
         if not checkpoints:
-            raise OrapoError("no_checkpoint", f"Round {round_id} saved no checkpoint (set save_strategy=steps to make rounds resumable).")
+            raise OrapoError(
+                "no_checkpoint",
+                f"Round {round_id} saved no checkpoint (set save_strategy=steps to make rounds resumable).",
+            )
         return checkpoints[-1]
 
     def _reattach(self, record: RoundRecord) -> bool:
@@ -328,9 +374,14 @@ class RoundService:
             self.backends.for_job(job).cancel(job, grace_s=self.policy.cancel_grace_s)
             return False
         run = RunningRound(plan, job=job)
-        self._runner.watch.log(record.id, f"watching {job.describe()} ({job.phase}) again: the app that started it "
-                                          f"stopped", metrics=RoundMetrics.update(supervisor_pid=os.getpid()))
-        run.thread = threading.Thread(target=self._execute, args=(run, job), name=f"orapo-round-{record.id}", daemon=True)
+        self._runner.watch.log(
+            record.id,
+            f"watching {job.describe()} ({job.phase}) again: the app that started it stopped",
+            metrics=RoundMetrics.update(supervisor_pid=os.getpid()),
+        )
+        run.thread = threading.Thread(
+            target=self._execute, args=(run, job), name=f"orapo-round-{record.id}", daemon=True
+        )
         with self._lock:
             self._running[record.id] = run
         run.thread.start()

@@ -45,20 +45,29 @@ def evaluate_models(spec: EvaluationSpec, progress: Callable[[str, int, int], No
         for run in runs:
             if run == "candidate_alone":  # what the model writes by itself: its finding checks set aside
                 drafter.verifier = None
-            result = evaluate_drafter(drafter, records, max_new_tokens=spec.max_new_tokens, batch_size=spec.batch_size,
-                                      progress=partial(progress, run) if progress else None)
+            result = evaluate_drafter(
+                drafter,
+                records,
+                max_new_tokens=spec.max_new_tokens,
+                batch_size=spec.batch_size,
+                progress=partial(progress, run) if progress else None,
+            )
             rows = prediction_rows(result.predictions, records)
             scores[run] = ModelScores(judged_metrics(rows).with_values(seconds=result.metrics.seconds), rows)
         del drafter
         gc.collect()
-    return Evaluation(served=scores["served"], candidate=scores["candidate"], candidate_alone=scores.get("candidate_alone"))
+    return Evaluation(
+        served=scores["served"], candidate=scores["candidate"], candidate_alone=scores.get("candidate_alone")
+    )
 
 
 def prediction_rows(predictions: list[dict[str, Any]], records: Sequence[StudyRecord]) -> list[dict[str, Any]]:
     """What the gate reads of each study's prediction (`app.services.rounds.evidence`): the draft, its labels, the
     study's labels, the FactS reward, and where the study came from (a top-up negative counts for false positives only)."""
-    return [{**{k: p[k] for k in ("study_id", "draft", "labels", "reference", "facts_score")}, "source": r.source}
-            for p, r in zip(predictions, records, strict=True)]
+    return [
+        {**{k: p[k] for k in ("study_id", "draft", "labels", "reference", "facts_score")}, "source": r.source}
+        for p, r in zip(predictions, records, strict=True)
+    ]
 
 
 def merge_adapter(base: str | Path, adapter: str | Path, out: str | Path) -> Path:

@@ -29,21 +29,21 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0002'
-down_revision: str | None = '0001'
+revision: str = "0002"
+down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_INDEX = 'uq_images_study_id_sop_instance_uid_hash'
+_INDEX = "uq_images_study_id_sop_instance_uid_hash"
 _AUDIT_MESSAGE = "audit_log is append-only"
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('images') as batch:
-        batch.add_column(sa.Column('sop_instance_uid_hash', sa.String(length=128), nullable=True))
+    with op.batch_alter_table("images") as batch:
+        batch.add_column(sa.Column("sop_instance_uid_hash", sa.String(length=128), nullable=True))
     _fill_instance_uids()
-    with op.batch_alter_table('images') as batch:
-        batch.create_index(_INDEX, ['study_id', 'sop_instance_uid_hash'], unique=True)
+    with op.batch_alter_table("images") as batch:
+        batch.create_index(_INDEX, ["study_id", "sop_instance_uid_hash"], unique=True)
     if op.get_context().dialect.name == "postgresql":
         op.execute(
             "CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log "
@@ -62,28 +62,34 @@ def downgrade() -> None:
         op.execute("DROP TRIGGER IF EXISTS audit_log_no_truncate ON audit_log")
     else:
         op.execute("DROP TRIGGER IF EXISTS audit_log_no_replace")
-    with op.batch_alter_table('images') as batch:
+    with op.batch_alter_table("images") as batch:
         batch.drop_index(_INDEX)
     if op.get_context().dialect.name == "sqlite" and sqlite3.sqlite_version_info >= (3, 35):
         # In place: batch mode would rebuild the table, and dropping the old one fails once a pair points at an image.
         op.execute("ALTER TABLE images DROP COLUMN sop_instance_uid_hash")
     else:
-        with op.batch_alter_table('images') as batch:
-            batch.drop_column('sop_instance_uid_hash')
+        with op.batch_alter_table("images") as batch:
+            batch.drop_column("sop_instance_uid_hash")
 
 
 def _fill_instance_uids() -> None:
-    images = sa.table('images', sa.column('id', sa.Integer()), sa.column('study_id', sa.Integer()),
-                      sa.column('header', sa.JSON()), sa.column('sop_instance_uid_hash', sa.String()))
-    studies = sa.table('studies', sa.column('id', sa.Integer()), sa.column('study_uid_hash', sa.String()))
+    images = sa.table(
+        "images",
+        sa.column("id", sa.Integer()),
+        sa.column("study_id", sa.Integer()),
+        sa.column("header", sa.JSON()),
+        sa.column("sop_instance_uid_hash", sa.String()),
+    )
+    studies = sa.table("studies", sa.column("id", sa.Integer()), sa.column("study_uid_hash", sa.String()))
     connection = op.get_bind()
     rows = connection.execute(
         sa.select(images.c.id, images.c.study_id, images.c.header, studies.c.study_uid_hash)
-        .join(studies, studies.c.id == images.c.study_id).order_by(images.c.id)
+        .join(studies, studies.c.id == images.c.study_id)
+        .order_by(images.c.id)
     ).all()
     seen: set[tuple[int, str]] = set()
     for image_id, study_id, header, study_uid_hash in rows:
-        uid = str((header or {}).get('SOPInstanceUID') or '') or study_uid_hash
+        uid = str((header or {}).get("SOPInstanceUID") or "") or study_uid_hash
         if (study_id, uid) in seen:
             continue  # the oldest row of a duplicate keeps the instance; the others stay NULL
         seen.add((study_id, uid))

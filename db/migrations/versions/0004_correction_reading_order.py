@@ -19,12 +19,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0004'
-down_revision: str | None = '0003'
+revision: str = "0004"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_CHECK = 'ck_corrections_reading_order'
+_CHECK = "ck_corrections_reading_order"
 _RULE = "reading_order IN ('oldest', 'useful')"
 
 
@@ -32,16 +32,16 @@ def upgrade() -> None:
     if op.get_context().dialect.name == "sqlite":
         op.execute(f"ALTER TABLE corrections ADD COLUMN reading_order VARCHAR(16) CONSTRAINT {_CHECK} CHECK ({_RULE})")
     else:
-        op.add_column('corrections', sa.Column('reading_order', sa.String(length=16), nullable=True))
-        op.create_check_constraint(op.f(_CHECK), 'corrections', _RULE)
+        op.add_column("corrections", sa.Column("reading_order", sa.String(length=16), nullable=True))
+        op.create_check_constraint(op.f(_CHECK), "corrections", _RULE)
 
 
 def downgrade() -> None:
     if op.get_context().dialect.name == "sqlite" and sqlite3.sqlite_version_info >= (3, 35):
         op.execute("ALTER TABLE corrections DROP COLUMN reading_order")
     elif op.get_context().dialect.name == "sqlite":
-        with op.batch_alter_table('corrections') as batch:
-            batch.drop_column('reading_order')
+        with op.batch_alter_table("corrections") as batch:
+            batch.drop_column("reading_order")
     else:
-        op.drop_constraint(op.f(_CHECK), 'corrections', type_='check')
-        op.drop_column('corrections', 'reading_order')
+        op.drop_constraint(op.f(_CHECK), "corrections", type_="check")
+        op.drop_column("corrections", "reading_order")

@@ -15,24 +15,25 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0005'
-down_revision: str | None = '0004'
+revision: str = "0005"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table('leases',
-    sa.Column('name', sa.String(length=191), nullable=False),
-    sa.Column('holder', sa.String(length=191), nullable=False),
-    sa.Column('acquired_at', sa.Float(), nullable=False),
-    sa.Column('renewed_at', sa.Float(), nullable=False),
-    sa.Column('expires_at', sa.Float(), nullable=False),
-    sa.PrimaryKeyConstraint('name', name=op.f('pk_leases'))
+    op.create_table(
+        "leases",
+        sa.Column("name", sa.String(length=191), nullable=False),
+        sa.Column("holder", sa.String(length=191), nullable=False),
+        sa.Column("acquired_at", sa.Float(), nullable=False),
+        sa.Column("renewed_at", sa.Float(), nullable=False),
+        sa.Column("expires_at", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_leases")),
     )
-    op.create_index(op.f('ix_leases_expires_at'), 'leases', ['expires_at'], unique=False)
+    op.create_index(op.f("ix_leases_expires_at"), "leases", ["expires_at"], unique=False)
 
 
 def downgrade() -> None:
-    op.drop_index(op.f('ix_leases_expires_at'), table_name='leases')
-    op.drop_table('leases')
+    op.drop_index(op.f("ix_leases_expires_at"), table_name="leases")
+    op.drop_table("leases")

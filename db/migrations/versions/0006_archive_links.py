@@ -18,22 +18,23 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0006'
-down_revision: str | None = '0005'
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_table('archive_links',
-    sa.Column('study_id', sa.Integer(), autoincrement=False, nullable=False),
-    sa.Column('sealed_study_uid', sa.Text(), nullable=False),
-    sa.Column('source', sa.String(length=16), nullable=False),
-    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['study_id'], ['studies.id'], name=op.f('fk_archive_links_study_id_studies')),
-    sa.PrimaryKeyConstraint('study_id', name=op.f('pk_archive_links'))
+    op.create_table(
+        "archive_links",
+        sa.Column("study_id", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("sealed_study_uid", sa.Text(), nullable=False),
+        sa.Column("source", sa.String(length=16), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["study_id"], ["studies.id"], name=op.f("fk_archive_links_study_id_studies")),
+        sa.PrimaryKeyConstraint("study_id", name=op.f("pk_archive_links")),
     )
 
 
 def downgrade() -> None:
-    op.drop_table('archive_links')
+    op.drop_table("archive_links")

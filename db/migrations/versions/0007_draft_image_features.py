@@ -21,19 +21,19 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0007'
-down_revision: str | None = '0006'
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column('drafts', sa.Column('image_features', sa.JSON(), nullable=True))
+    op.add_column("drafts", sa.Column("image_features", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
     if op.get_context().dialect.name == "sqlite" and sqlite3.sqlite_version_info < (3, 35):
-        with op.batch_alter_table('drafts') as batch:
-            batch.drop_column('image_features')
+        with op.batch_alter_table("drafts") as batch:
+            batch.drop_column("image_features")
     else:
-        op.drop_column('drafts', 'image_features')
+        op.drop_column("drafts", "image_features")

@@ -17,29 +17,29 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0008'
-down_revision: str | None = '0007'
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
     op.create_table(
-        'report_autosaves',
-        sa.Column('id', sa.Integer(), nullable=False),
-        sa.Column('user_id', sa.Integer(), nullable=False),
-        sa.Column('study_id', sa.Integer(), nullable=False),
-        sa.Column('text', sa.Text(), nullable=False),
-        sa.Column('base_version', sa.Integer(), nullable=False),
-        sa.Column('saved_at', sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(['study_id'], ['studies.id'], name=op.f('fk_report_autosaves_study_id_studies')),
-        sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_report_autosaves_user_id_users')),
-        sa.PrimaryKeyConstraint('id', name=op.f('pk_report_autosaves')),
-        sa.UniqueConstraint('user_id', 'study_id', name=op.f('uq_report_autosaves_user_id_study_id')),
+        "report_autosaves",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("user_id", sa.Integer(), nullable=False),
+        sa.Column("study_id", sa.Integer(), nullable=False),
+        sa.Column("text", sa.Text(), nullable=False),
+        sa.Column("base_version", sa.Integer(), nullable=False),
+        sa.Column("saved_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["study_id"], ["studies.id"], name=op.f("fk_report_autosaves_study_id_studies")),
+        sa.ForeignKeyConstraint(["user_id"], ["users.id"], name=op.f("fk_report_autosaves_user_id_users")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_report_autosaves")),
+        sa.UniqueConstraint("user_id", "study_id", name=op.f("uq_report_autosaves_user_id_study_id")),
     )
-    op.create_index(op.f('ix_report_autosaves_study_id'), 'report_autosaves', ['study_id'], unique=False)
+    op.create_index(op.f("ix_report_autosaves_study_id"), "report_autosaves", ["study_id"], unique=False)
 
 
 def downgrade() -> None:
-    op.drop_index(op.f('ix_report_autosaves_study_id'), table_name='report_autosaves')
-    op.drop_table('report_autosaves')
+    op.drop_index(op.f("ix_report_autosaves_study_id"), table_name="report_autosaves")
+    op.drop_table("report_autosaves")

@@ -27,37 +27,43 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0009'
-down_revision: str | None = '0008'
+revision: str = "0009"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column('studies', sa.Column('not_drafted', sa.Text(), nullable=True))
+    op.add_column("studies", sa.Column("not_drafted", sa.Text(), nullable=True))
     _judge_unread_studies()
 
 
 def _judge_unread_studies() -> None:
     from orapo_core.imaging.scope import out_of_scope  # the header rules as they stand when this revision runs
 
-    studies = sa.table('studies', sa.column('id', sa.Integer()), sa.column('modality', sa.String()),
-                       sa.column('body_part', sa.String()), sa.column('status', sa.String()),
-                       sa.column('not_drafted', sa.Text()))
+    studies = sa.table(
+        "studies",
+        sa.column("id", sa.Integer()),
+        sa.column("modality", sa.String()),
+        sa.column("body_part", sa.String()),
+        sa.column("status", sa.String()),
+        sa.column("not_drafted", sa.Text()),
+    )
     connection = op.get_bind()
     rows = connection.execute(
-        sa.select(studies.c.id, studies.c.modality, studies.c.body_part)
-        .where(studies.c.status.in_(('new', 'drafted')), studies.c.modality.is_not(None))
+        sa.select(studies.c.id, studies.c.modality, studies.c.body_part).where(
+            studies.c.status.in_(("new", "drafted")), studies.c.modality.is_not(None)
+        )
     ).all()
     for study_id, modality, body_part in rows:  # a stored Modality: the study came from a DICOM
-        reason = out_of_scope({'modality': modality, 'body_part': body_part}, 'dicom')
+        reason = out_of_scope({"modality": modality, "body_part": body_part}, "dicom")
         if reason:
             connection.execute(studies.update().where(studies.c.id == study_id).values(not_drafted=reason))
 
 
 def downgrade() -> None:
     if op.get_context().dialect.name == "sqlite" and sqlite3.sqlite_version_info < (3, 35):
-        with op.batch_alter_table('studies') as batch:
-            batch.drop_column('not_drafted')
+        with op.batch_alter_table("studies") as batch:
+            batch.drop_column("not_drafted")
     else:
-        op.drop_column('studies', 'not_drafted')
+        op.drop_column("studies", "not_drafted")

@@ -10,4 +10,12 @@ from orapo_core.models.starter.architecture import StarterArchitecture
 from orapo_core.models.starter.build import CARD_NAME, build_starter, ensure_starter, read_card
 from orapo_core.models.starter.sft import RARE_KINDS, WarmStartPlan
 
-__all__ = ["CARD_NAME", "RARE_KINDS", "StarterArchitecture", "WarmStartPlan", "build_starter", "ensure_starter", "read_card"]
+__all__ = [
+    "CARD_NAME",
+    "RARE_KINDS",
+    "StarterArchitecture",
+    "WarmStartPlan",
+    "build_starter",
+    "ensure_starter",
+    "read_card",
+]

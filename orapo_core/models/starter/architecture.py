@@ -79,20 +79,37 @@ def build_config(arch: StarterArchitecture, tokenizer: PreTrainedTokenizerBase) 
     spatial = (head_dim // 2 - temporal) // 2
     mrope = [head_dim // 2 - 2 * spatial, spatial, spatial]
     text = dict(
-        vocab_size=len(tokenizer), hidden_size=arch.text_hidden, intermediate_size=arch.text_intermediate,
-        num_hidden_layers=arch.text_layers, num_attention_heads=arch.text_heads,
-        num_key_value_heads=arch.text_kv_heads, max_position_embeddings=arch.max_positions,
-        bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=arch.text_hidden,
+        intermediate_size=arch.text_intermediate,
+        num_hidden_layers=arch.text_layers,
+        num_attention_heads=arch.text_heads,
+        num_key_value_heads=arch.text_kv_heads,
+        max_position_embeddings=arch.max_positions,
+        bos_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
         rope_parameters={"rope_type": "default", "rope_theta": float(arch.rope_theta), "mrope_section": mrope},
         tie_word_embeddings=True,
     )
-    vision = dict(depth=arch.vision_depth, embed_dim=arch.vision_embed_dim, hidden_size=arch.text_hidden,
-                  num_heads=arch.vision_heads, mlp_ratio=4, patch_size=arch.patch_size, spatial_merge_size=2,
-                  temporal_patch_size=2)
+    vision = dict(
+        depth=arch.vision_depth,
+        embed_dim=arch.vision_embed_dim,
+        hidden_size=arch.text_hidden,
+        num_heads=arch.vision_heads,
+        mlp_ratio=4,
+        patch_size=arch.patch_size,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+    )
     return Qwen2VLConfig(
-        text_config=text, vision_config=vision, tie_word_embeddings=True,
-        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+        text_config=text,
+        vision_config=vision,
+        tie_word_embeddings=True,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
     )
 
 
@@ -105,8 +122,14 @@ def build_processor(arch: StarterArchitecture, tokenizer: PreTrainedTokenizerBas
 
     pixels = arch.image_side * arch.image_side
     image_processor = Qwen2VLImageProcessorPil(
-        size={"shortest_edge": pixels, "longest_edge": pixels}, min_pixels=pixels, max_pixels=pixels,
-        patch_size=arch.patch_size, temporal_patch_size=2, merge_size=2, image_mean=list(IMAGE_MEAN), image_std=list(IMAGE_STD),
+        size={"shortest_edge": pixels, "longest_edge": pixels},
+        min_pixels=pixels,
+        max_pixels=pixels,
+        patch_size=arch.patch_size,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=list(IMAGE_MEAN),
+        image_std=list(IMAGE_STD),
     )
     processor_class = without_video_processor(Qwen2VLProcessor)
     return processor_class(image_processor=image_processor, tokenizer=tokenizer, chat_template=tokenizer.chat_template)
@@ -122,6 +145,9 @@ def build_generation_config(tokenizer: PreTrainedTokenizerBase, max_new_tokens: 
     from transformers import GenerationConfig
 
     return GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.pad_token_id,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.pad_token_id,
     )

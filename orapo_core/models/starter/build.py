@@ -43,8 +43,13 @@ _NOT_IN_RESULT = ("max_minutes", "threads", "prevalence")
 _DEFAULT_PLAN = WarmStartPlan()
 
 
-def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: StarterArchitecture | None = None,
-                  *, show_progress: bool = True) -> Path:
+def build_starter(
+    out_dir: str | Path,
+    plan: WarmStartPlan | None = None,
+    arch: StarterArchitecture | None = None,
+    *,
+    show_progress: bool = True,
+) -> Path:
     """Build the starter into `out_dir` (replacing what is there) and return the folder."""
     import torch
     import transformers
@@ -56,8 +61,9 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
     plan = plan or WarmStartPlan()
     arch = arch or StarterArchitecture()
     if not plan.prevalence:
-        plan = WarmStartPlan(**{**plan.to_dict(), "prevalence": training_prevalence(plan.rare_fraction,
-                                                                                         plan.common_prevalence)})
+        plan = WarmStartPlan(
+            **{**plan.to_dict(), "prevalence": training_prevalence(plan.rare_fraction, plan.common_prevalence)}
+        )
     out = Path(out_dir).expanduser()
     started = time.perf_counter()
     threads_before = torch.get_num_threads()
@@ -76,26 +82,32 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
                 vision_data = make_vision_set(plan, arch.image_side, progress=lambda done, _n: bar.update(1))
         prepared = time.perf_counter()
         torch.manual_seed(plan.seed)  # the probe's weights do not depend on how long data preparation took
-        warm_start = WarmStart(model, processor, plan, n_kinds=len(FINDING_KINDS), side=arch.image_side,
-                               n_tokens=visual_tokens(arch))
+        warm_start = WarmStart(
+            model, processor, plan, n_kinds=len(FINDING_KINDS), side=arch.image_side, n_tokens=visual_tokens(arch)
+        )
         deadline = started + plan.max_minutes * 60  # the cap is on the whole build
         vision_result = {}
         if plan.vision_steps:
             with tqdm(total=plan.vision_steps, desc="starter: vision", unit="step", disable=not show_progress) as bar:
+
                 def on_vision_step(_step: int, record: dict) -> None:
                     bar.set_postfix(findings=f"{record['vision_loss']:.3f}", refresh=False)
                     bar.update(1)
 
                 vision_result = warm_start.pretrain_vision(vision_data, deadline=deadline, on_step=on_vision_step)
         with tqdm(total=plan.steps, desc="starter: training", unit="step", disable=not show_progress) as bar:
+
             def on_step(_step: int, record: dict) -> None:
-                bar.set_postfix(report=f"{record['report_loss']:.3f}", probe=f"{record['probe_loss']:.3f}",
-                                refresh=False)
+                bar.set_postfix(
+                    report=f"{record['report_loss']:.3f}", probe=f"{record['probe_loss']:.3f}", refresh=False
+                )
                 bar.update(1)
 
             # The cap is on the whole build, so data preparation on a slow machine shortens training.
-            result = {**vision_result, **warm_start.run(data, deadline=deadline, on_step=on_step,
-                                                               perception=vision_data)}
+            result = {
+                **vision_result,
+                **warm_start.run(data, deadline=deadline, on_step=on_step, perception=vision_data),
+            }
 
         staging = out.with_name(out.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
@@ -132,13 +144,14 @@ def build_starter(out_dir: str | Path, plan: WarmStartPlan | None = None, arch: 
 def build_command(out: Path, plan: WarmStartPlan, arch: StarterArchitecture) -> str:
     """The command that makes this build: `orapo starter build`, or for a variant with the architecture
     experiments (`orapo_core.experimental.starter`) the benchmark that builds those."""
-    experiments = "".join(f" --{name.replace('_', '-')} {getattr(plan, name)}"
-                          for name in ("vision_n_train", "vision_steps", "perception_batch", "rare_fraction")
-                          if getattr(plan, name) != getattr(_DEFAULT_PLAN, name))
+    experiments = "".join(
+        f" --{name.replace('_', '-')} {getattr(plan, name)}"
+        for name in ("vision_n_train", "vision_steps", "perception_batch", "rare_fraction")
+        if getattr(plan, name) != getattr(_DEFAULT_PLAN, name)
+    )
     if arch != StarterArchitecture():
         experiments += f" --image-side {arch.image_side} --patch-size {arch.patch_size}"
-    head = (f"python -m benchmarks.bench_starter --build-only --rebuild {out}" if experiments else
-            "orapo starter build")
+    head = f"python -m benchmarks.bench_starter --build-only --rebuild {out}" if experiments else "orapo starter build"
     return f"{head} --seed {plan.seed} --n-train {plan.n_train} --steps {plan.steps}{experiments}"
 
 
@@ -148,8 +161,9 @@ def read_card(model_dir: str | Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def copy_shipped_starter(out_dir: str | Path, plan: WarmStartPlan | None = None,
-                         shipped_dir: Path = SHIPPED_DIR) -> Path | None:
+def copy_shipped_starter(
+    out_dir: str | Path, plan: WarmStartPlan | None = None, shipped_dir: Path = SHIPPED_DIR
+) -> Path | None:
     """Copy the shipped starter into `out_dir` if it was built, to the last step, with `plan`; else None."""
     plan = plan or WarmStartPlan()
     card = read_card(shipped_dir) if shipped_dir.is_dir() else None

@@ -121,8 +121,12 @@ class TrainingSet:
     counts: dict[str, int]
 
 
-def make_training_set(plan: WarmStartPlan, tokenizer: PreTrainedTokenizerBase, side: int,
-                      progress: Callable[[int, int], None] | None = None) -> TrainingSet:
+def make_training_set(
+    plan: WarmStartPlan,
+    tokenizer: PreTrainedTokenizerBase,
+    side: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> TrainingSet:
     """The report run's studies: rare findings scarce, common ones frequent (`training_prevalence`)."""
     prevalence = plan.prevalence or training_prevalence(plan.rare_fraction, plan.common_prevalence)
     # (seed, 1, i): a stream of its own, apart from the tokenizer's reports and any evaluation set.
@@ -137,9 +141,14 @@ def make_vision_set(plan: WarmStartPlan, side: int, progress: Callable[[int, int
     return _draw_studies(plan.vision_n_train, (plan.seed, 4), prevalence, side, None, progress)
 
 
-def _draw_studies(n: int, stream: tuple[int, int], prevalence: dict[str, float], side: int,
-                  tokenizer: PreTrainedTokenizerBase | None,
-                  progress: Callable[[int, int], None] | None) -> TrainingSet:
+def _draw_studies(
+    n: int,
+    stream: tuple[int, int],
+    prevalence: dict[str, float],
+    side: int,
+    tokenizer: PreTrainedTokenizerBase | None,
+    progress: Callable[[int, int], None] | None,
+) -> TrainingSet:
     from orapo_core.data.phantom import FINDING_KINDS, generate_study
 
     kinds = list(FINDING_KINDS)
@@ -188,8 +197,9 @@ def _picture(array: np.ndarray) -> Image.Image:
 class WarmStart:
     """One supervised run over a `TrainingSet`; `run` returns what the build card records."""
 
-    def __init__(self, model: Any, processor: Any, plan: WarmStartPlan, *, n_kinds: int, side: int,
-                 n_tokens: int) -> None:
+    def __init__(
+        self, model: Any, processor: Any, plan: WarmStartPlan, *, n_kinds: int, side: int, n_tokens: int
+    ) -> None:
         import torch
 
         self.model, self.processor, self.plan = model, processor, plan
@@ -198,8 +208,9 @@ class WarmStart:
         # knows where each token sits, which the tower's relative positions do not tell it),
         # one on the text model's state where the answer begins, so the readout of the image
         # by the text model's attention is trained directly too.
-        self.probe = torch.nn.ModuleDict({"visual": torch.nn.Linear(n_tokens * hidden, n_kinds),
-                                          "answer": torch.nn.Linear(hidden, n_kinds)})
+        self.probe = torch.nn.ModuleDict(
+            {"visual": torch.nn.Linear(n_tokens * hidden, n_kinds), "answer": torch.nn.Linear(hidden, n_kinds)}
+        )
         self.visual: list[torch.Tensor] = []
         model.model.visual.merger.register_forward_hook(lambda _m, _i, out: self.visual.append(out))
         prompt = self._prompt_inputs(side)
@@ -218,16 +229,18 @@ class WarmStart:
     def _param_groups(self) -> list[dict[str, Any]]:
         plan = self.plan
         groups: dict[tuple[bool, bool, bool], dict[str, Any]] = {}
-        named = [(f"model.{n}", p) for n, p in self.model.named_parameters()] + \
-                [(f"probe.{n}", p) for n, p in self.probe.named_parameters()]
+        named = [(f"model.{n}", p) for n, p in self.model.named_parameters()] + [
+            (f"probe.{n}", p) for n, p in self.probe.named_parameters()
+        ]
         for name, param in named:
             vision = ".visual." in name or name.startswith("probe.")
             decay = param.ndim >= 2 and "embed_tokens" not in name
             probe = name.startswith("probe.") and plan.probe_lr > 0
             key = (vision, decay, probe)
             lr = plan.probe_lr if probe else plan.vision_lr if vision else plan.lr
-            groups.setdefault(key, {"params": [], "lr": lr,
-                                    "weight_decay": plan.weight_decay if decay else 0.0})["params"].append(param)
+            groups.setdefault(key, {"params": [], "lr": lr, "weight_decay": plan.weight_decay if decay else 0.0})[
+                "params"
+            ].append(param)
         for group in groups.values():
             group["initial_lr"] = group["lr"]
         return list(groups.values())
@@ -252,16 +265,22 @@ class WarmStart:
             input_ids[row, :n_prompt], input_ids[row, n_prompt:end] = self.prompt_ids, answer
             labels[row, n_prompt:end] = answer
             attention[row, :end] = 1
-        inputs = {"input_ids": input_ids, "attention_mask": attention, "labels": labels,
-                  "pixel_values": vision["pixel_values"], "image_grid_thw": vision["image_grid_thw"]}
+        inputs = {
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "labels": labels,
+            "pixel_values": vision["pixel_values"],
+            "image_grid_thw": vision["image_grid_thw"],
+        }
         if self.prompt_mm is not None:
             mm = torch.zeros_like(input_ids)
             mm[:, :n_prompt] = self.prompt_mm[0]
             inputs["mm_token_type_ids"] = mm
         return inputs
 
-    def pretrain_vision(self, data: TrainingSet, *, deadline: float | None = None,
-                        on_step: Callable[[int, dict], None] | None = None) -> dict:
+    def pretrain_vision(
+        self, data: TrainingSet, *, deadline: float | None = None, on_step: Callable[[int, dict], None] | None = None
+    ) -> dict:
         """`plan.vision_steps` steps of the vision tower and the visual probe alone, on the findings.
 
         Cheap (no text model: ~0.1 s a step on one core) and it is what makes the
@@ -273,8 +292,9 @@ class WarmStart:
         plan, visual = self.plan, self.model.model.visual
         rng = np.random.default_rng([plan.seed, 3])
         params = list(visual.parameters()) + list(self.probe["visual"].parameters())
-        optimizer = torch.optim.AdamW(params, lr=plan.vision_pretrain_lr, betas=(0.9, 0.95),
-                                      weight_decay=plan.weight_decay)
+        optimizer = torch.optim.AdamW(
+            params, lr=plan.vision_pretrain_lr, betas=(0.9, 0.95), weight_decay=plan.weight_decay
+        )
         warmup = max(1, min(plan.warmup_steps, plan.vision_steps // 10))
         started, stopped_by, losses = time.perf_counter(), "steps", []
         visual.train()
@@ -299,32 +319,45 @@ class WarmStart:
             if on_step is not None:
                 on_step(step, {"vision_loss": losses[-1]})
         tail = losses[-20:] or [float("nan")]
-        return {"vision_steps_done": len(losses), "vision_stopped_by": stopped_by,
-                "vision_seconds": round(time.perf_counter() - started, 1),
-                "final_vision_loss": round(sum(tail) / len(tail), 4)}
+        return {
+            "vision_steps_done": len(losses),
+            "vision_stopped_by": stopped_by,
+            "vision_seconds": round(time.perf_counter() - started, 1),
+            "final_vision_loss": round(sum(tail) / len(tail), 4),
+        }
 
     def perception_loss(self, films: TrainingSet, rng: np.random.Generator) -> torch.Tensor:
         """Both probes' loss on `plan.perception_batch` films read through the prompt alone (no report)."""
         import torch
 
-        indices = rng.choice(len(films.images), size=min(self.plan.perception_batch, len(films.images)),
-                             replace=False)
+        indices = rng.choice(len(films.images), size=min(self.plan.perception_batch, len(films.images)), replace=False)
         pictures = [_picture(augment(films.images[i], rng)) for i in indices]
         vision = self.processor.image_processor(images=pictures, return_tensors="pt")
         input_ids = self.prompt_ids[None].expand(len(indices), -1)
-        inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
-                  "pixel_values": vision["pixel_values"], "image_grid_thw": vision["image_grid_thw"]}
+        inputs = {
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
+            "pixel_values": vision["pixel_values"],
+            "image_grid_thw": vision["image_grid_thw"],
+        }
         if self.prompt_mm is not None:
             inputs["mm_token_type_ids"] = self.prompt_mm.expand(len(indices), -1)
         self.visual.clear()
         output = self.model(**inputs, output_hidden_states=True)
         target = torch.from_numpy(films.targets[indices])
         bce = torch.nn.functional.binary_cross_entropy_with_logits
-        return (bce(self.probe["visual"](self.visual[0].reshape(len(indices), -1)), target)
-                + bce(self.probe["answer"](output.hidden_states[-1][:, -1]), target))
+        return bce(self.probe["visual"](self.visual[0].reshape(len(indices), -1)), target) + bce(
+            self.probe["answer"](output.hidden_states[-1][:, -1]), target
+        )
 
-    def run(self, data: TrainingSet, *, deadline: float | None = None,
-            on_step: Callable[[int, dict], None] | None = None, perception: TrainingSet | None = None) -> dict:
+    def run(
+        self,
+        data: TrainingSet,
+        *,
+        deadline: float | None = None,
+        on_step: Callable[[int, dict], None] | None = None,
+        perception: TrainingSet | None = None,
+    ) -> dict:
         """Train for `plan.steps` steps, or until `deadline` (a `time.perf_counter()` value) passes.
         `perception`: the films `plan.perception_batch` draws from (the vision warm-up's)."""
         import torch
@@ -343,7 +376,7 @@ class WarmStart:
                 break
             if cursor + plan.batch_size > len(order):
                 order, cursor = rng.permutation(len(data.images)), 0
-            indices = order[cursor:cursor + plan.batch_size]
+            indices = order[cursor : cursor + plan.batch_size]
             cursor += plan.batch_size
             inputs = self.batch(data, indices, rng)
             for group in self.optimizer.param_groups:
@@ -355,12 +388,13 @@ class WarmStart:
             # The answer probe reads every answer position (and the last prompt token), so each
             # position's attention over the image is trained to find what the report must say.
             n_prompt = len(self.prompt_ids)
-            states = output.hidden_states[-1][:, n_prompt - 1:-1]
+            states = output.hidden_states[-1][:, n_prompt - 1 : -1]
             mask = (inputs["labels"][:, n_prompt:] != -100).to(states.dtype)
             target = torch.from_numpy(data.targets[indices])
             bce = torch.nn.functional.binary_cross_entropy_with_logits
-            per_position = bce(self.probe["answer"](states), target[:, None, :].expand(-1, states.shape[1], -1),
-                               reduction="none").mean(-1)
+            per_position = bce(
+                self.probe["answer"](states), target[:, None, :].expand(-1, states.shape[1], -1), reduction="none"
+            ).mean(-1)
             answer_loss = (per_position * mask).sum() / mask.sum()
             probe_loss = bce(self.probe["visual"](tokens), target) + answer_loss
             if perceive and perception is not None:

@@ -36,8 +36,19 @@ from app.services.rounds.backends.base import (
 )
 from orapo_core.errors import OrapoError
 
-__all__ = ["BACKENDS", "Backends", "JobHandle", "JobSpec", "JobState", "RoundBackend", "RoundBackendSettings",
-           "cluster_command", "job_environment", "make_backend", "stored_job"]
+__all__ = [
+    "BACKENDS",
+    "Backends",
+    "JobHandle",
+    "JobSpec",
+    "JobState",
+    "RoundBackend",
+    "RoundBackendSettings",
+    "cluster_command",
+    "job_environment",
+    "make_backend",
+    "stored_job",
+]
 
 
 def make_backend(kind: str, settings: RoundBackendSettings | None = None) -> RoundBackend:

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 BACKENDS = ("local", "slurm", "ray")
 
 #: Variables a job on a cluster never receives: it reads and writes files, it never opens the database or the archive.
-SECRET_VARIABLES = frozenset({"ORAPO_DATABASE_URL", "ORAPO_DEID_SECRET", "ORAPO_DICOMWEB_PASSWORD", "ORAPO_DICOMWEB_TOKEN"})
+SECRET_VARIABLES = frozenset(
+    {"ORAPO_DATABASE_URL", "ORAPO_DEID_SECRET", "ORAPO_DICOMWEB_PASSWORD", "ORAPO_DICOMWEB_TOKEN"}
+)
 
 
 class RoundBackendSettings(BaseSettings):
@@ -28,20 +30,50 @@ class RoundBackendSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ORAPO_", extra="ignore")
 
-    round_backend: Literal["local", "slurm", "ray"] = Field(default="local", description="Where a round's training and evaluation run: `local` (child processes of the app, the default), `slurm` (batch jobs) or `ray` (Ray Jobs).")
-    round_launcher: str | None = Field(default=None, description="A prefix for the training command on a cluster, e.g. `accelerate launch --config_file orapo_core/train/recipes/accelerate_zero2.yaml --num_processes 1`; the round then runs `<prefix> -m app.cli train ...`.")
-    round_python: str | None = Field(default=None, description="The Python interpreter a cluster job runs (default: the app's own, which must then exist at the same path on the nodes).")
-    slurm_partition: str | None = Field(default=None, description="`sbatch --partition`; default the cluster's default partition.")
-    slurm_gpus: int = Field(default=0, ge=0, description="GPUs per training job (`--gres=gpu:N`); evaluation and merging ask for the same.")
+    round_backend: Literal["local", "slurm", "ray"] = Field(
+        default="local",
+        description="Where a round's training and evaluation run: `local` (child processes of the app, the default), `slurm` (batch jobs) or `ray` (Ray Jobs).",
+    )
+    round_launcher: str | None = Field(
+        default=None,
+        description="A prefix for the training command on a cluster, e.g. `accelerate launch --config_file orapo_core/train/recipes/accelerate_zero2.yaml --num_processes 1`; the round then runs `<prefix> -m app.cli train ...`.",
+    )
+    round_python: str | None = Field(
+        default=None,
+        description="The Python interpreter a cluster job runs (default: the app's own, which must then exist at the same path on the nodes).",
+    )
+    slurm_partition: str | None = Field(
+        default=None, description="`sbatch --partition`; default the cluster's default partition."
+    )
+    slurm_gpus: int = Field(
+        default=0, ge=0, description="GPUs per training job (`--gres=gpu:N`); evaluation and merging ask for the same."
+    )
     slurm_cpus: int | None = Field(default=None, ge=1, description="`--cpus-per-task`; default the partition's.")
     slurm_mem: str | None = Field(default=None, description="`--mem`, e.g. `64G`; default the partition's.")
-    slurm_time: str | None = Field(default=None, description="`--time` for each job, e.g. `04:00:00`; default the partition's limit.")
-    slurm_args: str | None = Field(default=None, description="More `sbatch` options, as on a command line, e.g. `--account=radiology --qos=normal`.")
-    slurm_poll_s: float = Field(default=10.0, gt=0, description="Seconds between two questions to slurmctld about a job (metrics are read from the shared folder in between).")
-    ray_address: str | None = Field(default=None, description="The Ray cluster's job server, e.g. `http://ray-head:8265`.")
-    ray_gpus: float = Field(default=0, ge=0, description="GPUs reserved for each job's entrypoint (`entrypoint_num_gpus`).")
-    ray_cpus: float | None = Field(default=None, ge=0, description="CPUs reserved for each job's entrypoint (`entrypoint_num_cpus`).")
-    ray_poll_s: float = Field(default=2.0, gt=0, description="Seconds between two questions to the Ray job server about a job.")
+    slurm_time: str | None = Field(
+        default=None, description="`--time` for each job, e.g. `04:00:00`; default the partition's limit."
+    )
+    slurm_args: str | None = Field(
+        default=None,
+        description="More `sbatch` options, as on a command line, e.g. `--account=radiology --qos=normal`.",
+    )
+    slurm_poll_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between two questions to slurmctld about a job (metrics are read from the shared folder in between).",
+    )
+    ray_address: str | None = Field(
+        default=None, description="The Ray cluster's job server, e.g. `http://ray-head:8265`."
+    )
+    ray_gpus: float = Field(
+        default=0, ge=0, description="GPUs reserved for each job's entrypoint (`entrypoint_num_gpus`)."
+    )
+    ray_cpus: float | None = Field(
+        default=None, ge=0, description="CPUs reserved for each job's entrypoint (`entrypoint_num_cpus`)."
+    )
+    ray_poll_s: float = Field(
+        default=2.0, gt=0, description="Seconds between two questions to the Ray job server about a job."
+    )
 
 
 @dataclass(frozen=True)
@@ -75,7 +107,8 @@ class JobHandle:
 
     def describe(self) -> str:
         return {"local": f"worker pid {self.id}", "slurm": f"SLURM job {self.id}", "ray": f"Ray job {self.id}"}.get(
-            self.backend, f"{self.backend} job {self.id}")
+            self.backend, f"{self.backend} job {self.id}"
+        )
 
     def to_dict(self) -> dict[str, str]:
         return {"backend": self.backend, "id": self.id, "phase": self.phase, "log_path": self.log_path}

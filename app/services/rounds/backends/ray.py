@@ -33,8 +33,19 @@ from app.services.rounds.processes import REPO_ROOT, tail_text
 from orapo_core.errors import OrapoError
 
 #: What the job's environment carries from the app's: the product's settings and the libraries' offline switches.
-CARRIED_PREFIXES = ("ORAPO_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_", "MKL_", "PYTHON", "CUDA_", "NCCL_",
-                    "ACCELERATE_", "GRADIO_")
+CARRIED_PREFIXES = (
+    "ORAPO_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "OMP_",
+    "MKL_",
+    "PYTHON",
+    "CUDA_",
+    "NCCL_",
+    "ACCELERATE_",
+    "GRADIO_",
+)
 
 
 def entrypoint(command: list[str]) -> str:
@@ -50,13 +61,21 @@ def job_state(job_id: str, status: str, exit_code: int | None, message: str = ""
     if status == "SUCCEEDED":
         return JobState("finished", 0, status)
     if status == "STOPPED":
-        return JobState("finished", exit_code if exit_code else -15, status,
-                        f"Ray job {job_id} was stopped outside the app (`ray job stop`?)")
+        return JobState(
+            "finished",
+            exit_code if exit_code else -15,
+            status,
+            f"Ray job {job_id} was stopped outside the app (`ray job stop`?)",
+        )
     from app.services.rounds.processes import describe_exit
 
     why = describe_exit(exit_code) if exit_code is not None else (message.strip().splitlines() or ["it failed"])[-1]
-    return JobState("finished", exit_code if exit_code not in (None, 0) else 1, status or "FAILED",
-                    f"Ray job {job_id} failed: {why}")
+    return JobState(
+        "finished",
+        exit_code if exit_code not in (None, 0) else 1,
+        status or "FAILED",
+        f"Ray job {job_id} failed: {why}",
+    )
 
 
 class RayBackend:
@@ -77,17 +96,25 @@ class RayBackend:
     def client(self) -> Any:  # ray.job_submission.JobSubmissionClient
         if self._client is None:
             if not self.settings.ray_address:
-                raise OrapoError("ray_unavailable", "ORAPO_ROUND_BACKEND=ray needs ORAPO_RAY_ADDRESS, the Ray cluster's "
-                                                    "job server (e.g. http://ray-head:8265).")
+                raise OrapoError(
+                    "ray_unavailable",
+                    "ORAPO_ROUND_BACKEND=ray needs ORAPO_RAY_ADDRESS, the Ray cluster's "
+                    "job server (e.g. http://ray-head:8265).",
+                )
             try:
                 from ray.job_submission import JobSubmissionClient
             except ImportError:
-                raise OrapoError("ray_unavailable", "Ray is not installed: pip install -c constraints.txt '.[ray]'.") from None
+                raise OrapoError(
+                    "ray_unavailable", "Ray is not installed: pip install -c constraints.txt '.[ray]'."
+                ) from None
             try:
                 self._client = JobSubmissionClient(self.settings.ray_address)
             except Exception as exc:  # ConnectionError, or Ray's RuntimeError for a server that is not Ray's
-                raise OrapoError("ray_unavailable", f"The Ray cluster at {self.settings.ray_address} does not answer: "
-                                                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+                raise OrapoError(
+                    "ray_unavailable",
+                    f"The Ray cluster at {self.settings.ray_address} does not answer: "
+                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                ) from None
         return self._client
 
     def submit(self, spec: JobSpec) -> JobHandle:
@@ -99,14 +126,20 @@ class RayBackend:
             log.write(f"$ {shlex.join(command)}  (Ray job {submission_id} at {self.settings.ray_address})\n")
         options = {"entrypoint_num_gpus": self.settings.ray_gpus or None, "entrypoint_num_cpus": self.settings.ray_cpus}
         try:
-            job_id = self.client.submit_job(entrypoint=entrypoint(command), submission_id=submission_id,
-                                            runtime_env={"env_vars": env}, metadata={"orapo_round": str(spec.round_id),
-                                                                                     "orapo_phase": spec.phase},
-                                            **{k: v for k, v in options.items() if v is not None})
+            job_id = self.client.submit_job(
+                entrypoint=entrypoint(command),
+                submission_id=submission_id,
+                runtime_env={"env_vars": env},
+                metadata={"orapo_round": str(spec.round_id), "orapo_phase": spec.phase},
+                **{k: v for k, v in options.items() if v is not None},
+            )
         except OrapoError:
             raise
         except Exception as exc:
-            raise OrapoError("ray_submit_failed", f"The Ray cluster refused the {spec.phase} job: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            raise OrapoError(
+                "ray_submit_failed",
+                f"The Ray cluster refused the {spec.phase} job: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+            ) from None
         return JobHandle("ray", job_id, spec.phase, str(spec.log_path))
 
     def poll(self, job: JobHandle) -> JobState:

@@ -45,8 +45,23 @@ from app.services.rounds.processes import REPO_ROOT, describe_exit, tail_text
 from orapo_core.errors import OrapoError
 
 #: Job states in which the job has not ended yet (squeue's and scontrol's long names).
-ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
-                           "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
+ACTIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+    }
+)
 
 #: How a job that did not complete ended, as the round's error says it.
 ENDINGS = {
@@ -97,21 +112,35 @@ def job_state(job_id: str, state: str, exit_code: str, reason: str = "", log_tai
         return JobState("running", reason=reason if state == "PENDING" else state)
     code = parse_exit_code(exit_code)
     if state == "COMPLETED":
-        return JobState("finished", code or 0, state,
-                        "" if not code else f"SLURM job {job_id} completed, but {describe_exit(code)}")
+        return JobState(
+            "finished", code or 0, state, "" if not code else f"SLURM job {job_id} completed, but {describe_exit(code)}"
+        )
     if state == "FAILED" and code == -9 and any(m in log_tail.lower() for m in MEMORY_MARKERS):
         state = "OUT_OF_MEMORY"
     if state in ENDINGS:
         return JobState("finished", code if code else 1, state, f"SLURM job {job_id} {ENDINGS[state]}")
     if state == "FAILED":
-        return JobState("finished", code if code else 1, state, f"SLURM job {job_id} failed: {describe_exit(code or 1)}")
-    return JobState("finished", code if code else 1, state or "UNKNOWN", f"SLURM job {job_id} ended {state or 'in an unknown state'}")
+        return JobState(
+            "finished", code if code else 1, state, f"SLURM job {job_id} failed: {describe_exit(code or 1)}"
+        )
+    return JobState(
+        "finished",
+        code if code else 1,
+        state or "UNKNOWN",
+        f"SLURM job {job_id} ended {state or 'in an unknown state'}",
+    )
 
 
 def batch_script(spec: JobSpec, command: list[str], settings: RoundBackendSettings) -> str:
     """The job script kept in the round folder: the resources as #SBATCH lines, then the one command."""
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={spec.name}", f"#SBATCH --output={spec.log_path}",
-             "#SBATCH --open-mode=append", f"#SBATCH --chdir={REPO_ROOT}", "#SBATCH --no-requeue"]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={spec.name}",
+        f"#SBATCH --output={spec.log_path}",
+        "#SBATCH --open-mode=append",
+        f"#SBATCH --chdir={REPO_ROOT}",
+        "#SBATCH --no-requeue",
+    ]
     if settings.slurm_partition:
         lines.append(f"#SBATCH --partition={settings.slurm_partition}")
     if settings.slurm_gpus:
@@ -123,15 +152,25 @@ def batch_script(spec: JobSpec, command: list[str], settings: RoundBackendSettin
     if settings.slurm_time:
         lines.append(f"#SBATCH --time={settings.slurm_time}")
     shown = shlex.join(command)
-    lines += ["", f"echo {shlex.quote('$ ' + shown)} \"  (SLURM job $SLURM_JOB_ID on $(hostname -s))\"", f"exec {shown}", ""]
+    lines += [
+        "",
+        f'echo {shlex.quote("$ " + shown)} "  (SLURM job $SLURM_JOB_ID on $(hostname -s))"',
+        f"exec {shown}",
+        "",
+    ]
     return "\n".join(lines)
 
 
 class SlurmBackend:
     name = "slurm"
 
-    def __init__(self, settings: RoundBackendSettings | None = None, *, run: Callable[..., Any] = subprocess.run,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: RoundBackendSettings | None = None,
+        *,
+        run: Callable[..., Any] = subprocess.run,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings or RoundBackendSettings()
         self._run, self._clock = run, clock  # seams for the tests' fake cluster
         self._lock = threading.Lock()
@@ -145,10 +184,15 @@ class SlurmBackend:
         try:
             return self._run(argv, capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
-            raise OrapoError("slurm_unavailable", f"`{argv[0]}` is not installed here: ORAPO_ROUND_BACKEND=slurm needs "
-                                                  f"SLURM's client commands on the app's machine.") from None
+            raise OrapoError(
+                "slurm_unavailable",
+                f"`{argv[0]}` is not installed here: ORAPO_ROUND_BACKEND=slurm needs "
+                f"SLURM's client commands on the app's machine.",
+            ) from None
         except subprocess.TimeoutExpired:
-            raise OrapoError("slurm_unavailable", f"`{argv[0]}` did not answer within 60 s (is slurmctld up?).") from None
+            raise OrapoError(
+                "slurm_unavailable", f"`{argv[0]}` did not answer within 60 s (is slurmctld up?)."
+            ) from None
 
     def submit(self, spec: JobSpec) -> JobHandle:
         command = cluster_command(spec.argv, spec.phase, self.settings)
@@ -161,8 +205,10 @@ class SlurmBackend:
         job_id = done.stdout.strip().split(";")[0] if done.returncode == 0 else ""
         if not job_id.isdigit():
             said = (done.stderr or done.stdout).strip().splitlines()
-            raise OrapoError("slurm_submit_failed", f"sbatch refused the {spec.phase} job: "
-                                                    f"{said[-1] if said else f'exit status {done.returncode}'}")
+            raise OrapoError(
+                "slurm_submit_failed",
+                f"sbatch refused the {spec.phase} job: {said[-1] if said else f'exit status {done.returncode}'}",
+            )
         return JobHandle("slurm", job_id, spec.phase, str(spec.log_path))
 
     def poll(self, job: JobHandle, *, fresh: bool = False) -> JobState:
@@ -191,7 +237,9 @@ class SlurmBackend:
                 return job_state(job.id, *found, log_tail=tail)
             if "Invalid job id" in (shown.stderr or ""):
                 return JobState("gone", detail=f"SLURM job {job.id} is gone: neither slurmctld nor accounting knows it")
-            return JobState("unknown", detail=f"SLURM did not answer about job {job.id}: {(shown.stderr or '').strip()}")
+            return JobState(
+                "unknown", detail=f"SLURM did not answer about job {job.id}: {(shown.stderr or '').strip()}"
+            )
         except OrapoError as exc:
             return JobState("unknown", detail=exc.message)
 
