@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         parser.print_help()
         return 0
-    from orapo_core.errors import OrapoError
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
 
     try:
         return int(module.run(args) or 0)

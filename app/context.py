@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import gradio as gr
+import gradio as gr  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
+from app.services.accounts.auth import signed_in
 from app.settings import WebSettings
 
 
@@ -35,8 +36,6 @@ class AppContext:
     metrics: Any = None
 
     def user(self, request: gr.Request | None, *, role: str | None = None, allow_password_change: bool = False):
-        from app.services.accounts.auth import signed_in
-
         return signed_in(
             self.database, getattr(request, "username", None), role=role, allow_password_change=allow_password_change
         )

@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import gradio as gr
+import gradio as gr  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from orapo_core.errors import OrapoError, log_line
 

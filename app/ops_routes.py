@@ -11,12 +11,16 @@ serves HTTP; `/readyz` answers 200 when the database answers a trivial query and
 
 from __future__ import annotations
 
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.concurrency import run_in_threadpool  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from starlette.requests import Request  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from starlette.responses import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    JSONResponse,
+    Response,
+)
+from starlette.routing import Route  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from app import gradio_internals
+from app.services.accounts.auth import is_admin
 from app.services.operations.metrics import METRICS_PATH, readiness_checks
 from app.web_security import SESSION_USER
 
@@ -25,7 +29,6 @@ NO_STORE = {"Cache-Control": "no-store"}
 
 def routes(settings, database) -> list[Route]:
     """The routes, bound to this app's database; the app's metrics and models come from its `AppContext`."""
-    from app.services.accounts.auth import is_admin
 
     def context(request: Request):
         return gradio_internals.context_of(request.scope.get("app"))

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from app.services.operations.leader import this_process
+from app.settings import web_settings
+from db import Database
 from orapo_core.config import Settings
 
 
@@ -21,8 +24,6 @@ def server_cache_dir(settings: Settings, identity=None) -> Path:
     """Gradio's upload and file cache for one server (default: this process; the server sets GRADIO_TEMP_DIR to
     it), `<data>/upload-cache/<server>/`, so a killed server's uploads can go whole while others run
     (`app.services.operations.cache_sweep`)."""
-    from app.services.operations.leader import this_process
-
     return upload_cache_dir(settings) / (identity or this_process()).folder
 
 
@@ -30,9 +31,6 @@ def open_database(settings: Settings | None = None, *, migrate: bool = True):
     """The configured database with the schema at head (SQLite file created in the data folder).
 
     `settings` may be the engine's: the database URL is the app's setting (`app.settings.web_settings`)."""
-    from app.settings import web_settings
-    from db import Database
-
     settings = web_settings(settings)
     settings.ensure_dirs()
     database = Database.from_settings(settings)

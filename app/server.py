@@ -21,16 +21,29 @@ import asyncio
 import contextlib
 import html
 import os
+import sys
 from typing import Any
 
-import gradio as gr
+import gradio as gr  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from anyio import to_thread
+from starlette.middleware import Middleware  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
-from app import gradio_internals
+from app import gradio_internals, ops_routes, page_scripts, study_image_routes, viewer_routes
 from app.context import AppContext
+from app.messages import in_page, log_failure
 from app.runtime import server_cache_dir
-from app.services.operations.cache_sweep import CACHE_MAX_AGE_S, CACHE_SWEEP_S
+from app.services.accounts.sessions import SessionBook
+from app.services.operations.cache_sweep import CACHE_MAX_AGE_S, CACHE_SWEEP_S, delete_uploads, sweep_stale
+from app.services.operations.export_downloads import downloads_dir, prune_downloads
+from app.services.operations.metrics import AppMetrics
+from app.services.reading.registry import ModelRegistry
+from app.services.rounds import RoundScheduler
+from app.services.rounds.model_card import synthetic_banner
 from app.settings import web_settings
+from app.tabs import account, admin, dashboard, read, worklist
+from app.tabs import rounds as rounds_tab_module
 from app.tabs.outputs import Outputs
+from app.tabs.read_upload import FILE_TYPES
 from app.web_security import RequireSession
 from orapo_core.config import Settings
 
@@ -51,16 +64,7 @@ def build_app(
     it, so building an app, as tests do, leaves no thread behind; with `warm_model` (as `orapo serve` asks) the lifespan also
     loads and warms the served model in the background. `signin` (a `SignInGuard`) defaults to the
     standard limits."""
-    from app.messages import in_page, log_failure
-    from app.services.accounts.sessions import SessionBook
-    from app.services.accounts.signin import SignInGuard
-    from app.services.operations.export_downloads import prune_downloads
-    from app.services.operations.metrics import AppMetrics
-    from app.services.reading.registry import ModelRegistry
-    from app.services.rounds import RoundScheduler
-    from app.services.rounds.model_card import synthetic_banner
-    from app.tabs import account, admin, dashboard, read, worklist
-    from app.tabs import rounds as rounds_tab_module
+    from app.services.accounts.signin import SignInGuard  # noqa: PLC0415 -- loads limits
 
     settings = web_settings(settings)
     # keep uploads in this server's folder in the data folder, where ingest deletes each one after use and the
@@ -151,10 +155,6 @@ def build_app(
 
 
 def _sweep_stale(settings, database) -> None:
-    import sys
-
-    from app.services.operations.cache_sweep import sweep_stale
-
     report = sweep_stale(settings, database)
     if report.cache_files or report.exports:
         print(report.line("leader's cache sweep"), file=sys.stderr, flush=True)
@@ -163,12 +163,7 @@ def _sweep_stale(settings, database) -> None:
 def launch_options(settings: Settings, database) -> dict[str, Any]:
     """Keyword arguments for `demo.launch`: the sign-in page, the session middleware, the page's own scripts
     (`app.page_scripts`) and the upload limit."""
-    from starlette.middleware import Middleware
-
-    from app import ops_routes, page_scripts, study_image_routes, viewer_routes
-    from app.services.accounts.signin import ACCOUNT_FAILURES, WINDOW_MINUTES
-    from app.services.operations.export_downloads import downloads_dir
-    from app.tabs.read_upload import FILE_TYPES
+    from app.services.accounts.signin import ACCOUNT_FAILURES, WINDOW_MINUTES  # noqa: PLC0415 -- loads limits
 
     async def signed_in_only_through_the_middleware(username: str, password: str) -> bool:
         # `auth` makes Gradio show its sign-in page; the middleware answers every POST to /login itself
@@ -212,10 +207,6 @@ def launch_options(settings: Settings, database) -> dict[str, Any]:
 async def _sweep_stale_uploads(ctx, every_s: float = 60.0) -> None:
     """Every minute: uploads no upload event stored within ORAPO_UPLOAD_TTL_MIN leave the cache (Gradio's own sweep
     would keep them up to an hour)."""
-    from anyio import to_thread
-
-    from app.services.operations.cache_sweep import delete_uploads
-
     book = getattr(ctx, "sessions", None)
     if book is None:
         return
@@ -231,8 +222,6 @@ async def _sweep_stale_uploads(ctx, every_s: float = 60.0) -> None:
 async def server_lifespan(app):
     """Training rounds live as long as the server: recover and schedule at start, stop them at close. The served
     model starts loading (in the background) as the server starts, when the app was built to warm it."""
-    from anyio import to_thread
-
     # the session middleware answers before Gradio's CORS middleware does, and strips its headers (app.web_security)
     gradio_internals.outside_cors(app, RequireSession)
     ctx = gradio_internals.context_of(app)

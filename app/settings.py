@@ -14,7 +14,7 @@ the environment as before the split.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from orapo_core.config import Settings
 
@@ -97,7 +97,7 @@ class WebSettings(Settings):
 
     @property
     def sqlalchemy_url(self) -> str:
-        from db.database import sqlite_url
+        from db.database import sqlite_url  # noqa: PLC0415 -- loads sqlalchemy
 
         return self.database_url or sqlite_url(self.resolved_data_dir)
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.concurrency import run_in_threadpool  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from starlette.requests import Request  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from starlette.responses import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    JSONResponse,
+    Response,
+)
+from starlette.routing import Route  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from app.services.accounts.auth import signed_in
 from app.services.reading import study_images

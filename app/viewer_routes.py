@@ -14,11 +14,16 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.concurrency import run_in_threadpool  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from starlette.requests import Request  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from starlette.responses import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    FileResponse,
+    JSONResponse,
+    Response,
+)
+from starlette.routing import Route  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
+from app.services.accounts.auth import signed_in
 from app.web_security import SESSION_USER
 from orapo_core.errors import OrapoError
 
@@ -57,8 +62,7 @@ def render_url(study_id: int, preset: str = "default") -> str:
 
 def routes(settings, database) -> list[Route]:
     """The routes, bound to this app's settings and database (no module state: one app, one set)."""
-    from app.services.accounts.auth import signed_in
-    from app.services.reading import viewer
+    from app.services.reading import viewer  # noqa: PLC0415 -- loads numpy
 
     def refused(exc: OrapoError) -> JSONResponse:
         return JSONResponse(

@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
-from starlette.datastructures import MutableHeaders
-from starlette.responses import PlainTextResponse
+from starlette.datastructures import MutableHeaders  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from starlette.responses import PlainTextResponse  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",

@@ -57,13 +57,15 @@ import os
 import re
 from collections.abc import Callable, Iterator
 
-from starlette.requests import HTTPConnection
-from starlette.responses import JSONResponse
-from starlette.routing import compile_path
+from anyio import to_thread
+from starlette.requests import HTTPConnection  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from starlette.responses import JSONResponse  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from starlette.routing import compile_path  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from app import gradio_internals, web_signin
 from app.gradio_internals import DEEP_LINK_PATH, STARTUP_EVENTS_PATH, TOKEN_PATHS, UPLOAD_PATHS
 from app.page_scripts import EARLY_HEAD
+from app.services.accounts.auth import is_admin
 from app.services.operations.metrics import HEALTH_PATHS
 from app.web_bodies import SAFE_METHODS, noting_uploads, session_hashes
 from app.web_requests import (
@@ -76,6 +78,7 @@ from app.web_requests import (
     with_early_script,
     with_headers,
 )
+from db import UserRepository
 
 # What a browser needs before it has a session: the sign-in page and its assets.
 PUBLIC_PATHS = frozenset(
@@ -225,8 +228,6 @@ class RequireSession:
 
     async def _session_user(self, scope, ctx) -> str | None:
         """The user of the request's session, checked now: a known token, an active account, the same password."""
-        from anyio import to_thread
-
         app, book = scope.get("app"), getattr(ctx, "sessions", None)
         token = _token(scope)
         if token is None or not gradio_internals.has_sessions(app) or book is None:
@@ -253,15 +254,9 @@ class RequireSession:
         return username
 
     def _stamp(self, username: str) -> str | None:
-        from db import UserRepository
-
         return UserRepository(self.database).session_stamp(username)
 
     async def _is_admin(self, username: str) -> bool:
-        from anyio import to_thread
-
-        from app.services.accounts.auth import is_admin
-
         return await to_thread.run_sync(is_admin, self.database, username)
 
     async def _api_shown(self, username: str | None, ctx) -> Callable[[str], bool] | None:

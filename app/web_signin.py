@@ -11,11 +11,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from anyio import to_thread
+from starlette.requests import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    HTTPConnection,
+    Request,
+)
+from starlette.responses import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    JSONResponse,
+    RedirectResponse,
+    Response,
+)
 
 from app import gradio_internals
 from app.web_requests import client_address, cross_site, same_origin
+from db import AuditRepository, UserRepository
+from orapo_core.errors import OrapoError
 
 MAX_SIGN_IN_BODY = 16 * 1024
 
@@ -70,8 +80,6 @@ async def sign_in(scope, receive, send, ctx, secure: bool) -> None:
 
 async def sign_out(scope, receive, send, ctx, database) -> None:
     """Answer `/logout`: only a request from the app's own page ends the sessions of its user."""
-    from anyio import to_thread
-
     # A link in the page (GET) must show that it came from the app itself; a POST must not come from elsewhere.
     allowed = same_origin(scope) if scope.get("method") in ("GET", "HEAD") else not cross_site(scope)
     if not allowed:
@@ -96,9 +104,6 @@ async def sign_out(scope, receive, send, ctx, database) -> None:
 
 
 def _audit_sign_out(database, session, address: str, ended: int) -> None:
-    from db import AuditRepository, UserRepository
-    from orapo_core.errors import OrapoError
-
     try:
         actor: Any = UserRepository(database).get_by_username(session.username)
     except OrapoError:

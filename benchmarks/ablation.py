@@ -37,15 +37,25 @@ This is a benchmark, not engine code: it writes plots with plotly.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import shutil
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from orapo_core.facts.metrics import EvalMetrics
+from orapo_core.errors import OrapoError
+from orapo_core.facts import label_report
+from orapo_core.facts.metrics import EvalMetrics, clinical_efficacy, is_positive
+from orapo_core.facts.ontology import CHEXPERT_14
+from orapo_core.models.evaluate import load_study_image
+from orapo_core.models.loading import LoadedModel, resolve_model_dir
+from orapo_core.models.picture import to_rgb_image
+from orapo_core.models.scoring import answer_token_logps
+from orapo_core.train.rewards import get_reward
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,8 +217,8 @@ def phantom_split(
 ) -> tuple[Path, list]:
     """`n` PhantomCXR studies from generator `seed` (written once, reused while seed, n, size, conspicuity and
     prevalence overrides match): CSV, records."""
-    from orapo_core.data.phantom import write_dataset
-    from orapo_core.train.dataset import load_training_records
+    from orapo_core.data.phantom import write_dataset  # noqa: PLC0415 -- loads numpy
+    from orapo_core.train.dataset import load_training_records  # noqa: PLC0415 -- loads numpy
 
     stamp = folder / "ablation_split.json"
     wanted = {
@@ -221,7 +231,7 @@ def phantom_split(
     if not (stamp.is_file() and json.loads(stamp.read_text()) == wanted):
         write_dataset(folder, n, seed=seed, size=size, conspicuity=conspicuity, prevalence=prevalence or None)
         stamp.write_text(json.dumps(wanted))
-    from orapo_core.data.phantom_io import CSV_NAME
+    from orapo_core.data.phantom_io import CSV_NAME  # noqa: PLC0415 -- loads numpy
 
     return folder / CSV_NAME, load_training_records(folder, kind="phantom")
 
@@ -238,10 +248,7 @@ def corrected_pool(
     round's CSV adds for a correction (clinician_chosen = the reference report, clinician_rejected = the draft);
     written once per starting model and threshold. Returns its path and a summary (how many were corrected, and
     per rare finding how many corrections added it)."""
-    import csv
-
-    from orapo_core.facts import label_report
-    from orapo_core.models.evaluate import evaluate_drafter
+    from orapo_core.models.evaluate import evaluate_drafter  # noqa: PLC0415 -- tests patch evaluate_drafter
 
     out = pool_csv.with_name(CORRECTED_CSV)
     stamp = out.with_suffix(".json")
@@ -291,8 +298,6 @@ class HeldOut:
     """The held-out studies, their images decoded once, as `evaluate_drafter` decodes them."""
 
     def __init__(self, records: Sequence):
-        from orapo_core.models.evaluate import load_study_image
-
         self.records = list(records)
         self.images = [load_study_image(r.image_paths[0]) for r in self.records]
 
@@ -304,8 +309,7 @@ def evaluate(drafter, held_out: HeldOut, *, n: int | None = None, batch: int = 3
     """`evaluate_drafter` on the first `n` held-out studies, plus the rare findings' macro precision, recall and F1:
     a run's record in results.json (its `EvalMetrics.to_dict()` and the rare findings', the first draft, and each
     study's positives)."""
-    from orapo_core.facts.metrics import clinical_efficacy
-    from orapo_core.models.evaluate import evaluate_drafter
+    from orapo_core.models.evaluate import evaluate_drafter  # noqa: PLC0415 -- tests patch evaluate_drafter
 
     n = len(held_out.records) if n is None else min(n, len(held_out.records))
     result = evaluate_drafter(
@@ -332,9 +336,6 @@ def evaluate(drafter, held_out: HeldOut, *, n: int | None = None, batch: int = 3
 
 def positives_of(labels: dict) -> str:
     """The 14 observations as '0'/'1' (positive or uncertain, as the clinical-efficacy metrics count them)."""
-    from orapo_core.facts.metrics import is_positive
-    from orapo_core.facts.ontology import CHEXPERT_14
-
     return "".join("1" if is_positive(labels, name) else "0" for name in CHEXPERT_14)
 
 
@@ -366,8 +367,6 @@ def _macro_f1_of(predicted, reference, index, columns=None) -> float:
 
 def observation_columns(observations: Sequence[str]) -> list[int]:
     """The columns of `positives_of` strings that hold these observations."""
-    from orapo_core.facts.ontology import CHEXPERT_14
-
     return [list(CHEXPERT_14).index(name) for name in observations]
 
 
@@ -411,8 +410,7 @@ def paired_delta(
 
 def drafter_for(model, processor, model_dir: str | Path):
     """A `Drafter` around a model being trained (the trainer's, PEFT-wrapped or not)."""
-    from orapo_core.models.draft import Drafter
-    from orapo_core.models.loading import LoadedModel
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- loads numpy
 
     parameter = next(model.parameters())
     return Drafter(
@@ -432,9 +430,6 @@ def oracle_logp(model, processor, images: Sequence, oracles: Sequence[str], *, b
 
     The answer is tokenised as the trainer tokenises an oracle: the text, then the end-of-turn token.
     """
-    from orapo_core.models.picture import to_rgb_image
-    from orapo_core.models.scoring import answer_token_logps
-
     tokenizer = processor.tokenizer
     eos = getattr(model.generation_config, "eos_token_id", None) or tokenizer.eos_token_id
     eos = eos[-1] if isinstance(eos, (list, tuple)) else eos
@@ -460,7 +455,7 @@ def oracle_logp(model, processor, images: Sequence, oracles: Sequence[str], *, b
 
 def method_recipe(plan: AblationPlan, method: Method, seed: int, *, pool_csv: Path, model_dir: str, run_dir: Path):
     """The three configs of one method's round: recipe, then plan overrides, then the shared budget, then the method."""
-    from orapo_core.experimental.ablation import parse_ablation_recipe
+    from orapo_core.experimental.ablation import parse_ablation_recipe  # noqa: PLC0415 -- loads trl, peft
 
     settings = dict(plan.overrides)
     settings.update(max_steps=plan.steps, seed=seed, data_seed=seed)
@@ -510,11 +505,9 @@ def train_method(
     log: Callable[[str], None] = print,
 ) -> dict:
     """Train one method with one seed through `train_round`; evaluate at the plan's checkpoints; return its record."""
-    import shutil
-
     from transformers import TrainerCallback, set_seed
 
-    from orapo_core.experimental.ablation import train_ablation_round
+    from orapo_core.experimental.ablation import train_ablation_round  # noqa: PLC0415 -- loads trl, peft
 
     run_dir = Path(plan.out_dir) / "runs" / method.name / f"seed{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -571,7 +564,7 @@ def train_method(
     unverified = None
     if method.corrections and trained:
         # As the app drafts with the version: with the finding verifier its round fitted (none: the drafts as they are).
-        from orapo_core.models.verifier import FindingVerifier, describe
+        from orapo_core.models.verifier import FindingVerifier, describe  # noqa: PLC0415 -- loads numpy
 
         verifier = FindingVerifier.load(run_dir)
         log(f"  {method.name} seed {seed}: finding verifier {describe(verifier) or 'none'}")
@@ -644,8 +637,7 @@ def pooled_seed_std(rows: dict, key: str) -> float | None:
 
 def resolve_model(plan: AblationPlan) -> str:
     """The starting model: the plan's, else the recipe's model_name_or_path, else the served model."""
-    from orapo_core.models.loading import resolve_model_dir
-    from orapo_core.train.config import parse_recipe
+    from orapo_core.train.config import parse_recipe  # noqa: PLC0415 -- loads trl, peft
 
     if plan.model_dir:
         return str(plan.model_dir)
@@ -655,16 +647,13 @@ def resolve_model(plan: AblationPlan) -> str:
 
 def run_ablation(plan: AblationPlan, log: Callable[[str], None] = print) -> dict:
     """Run every method of the plan, write results.json, results.md and the plots, and return the results."""
-    from orapo_core.errors import OrapoError
-    from orapo_core.models.draft import Drafter
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- loads numpy
 
     unknown = [m for m in plan.methods if m not in METHODS]
     if unknown:
         raise OrapoError("unknown_method", f"Unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}.")
     _, recipe_args, _ = shared_recipe(plan)  # a bad recipe or override fails here, before any work
     if plan.reward:
-        from orapo_core.train.rewards import get_reward
-
         get_reward(plan.reward)  # ... and so does an unknown reward
     out = Path(plan.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -814,8 +803,6 @@ def merge_results(parts: Sequence[dict]) -> dict:
     into one row, the pooled seed std over all, the wall time the longest part's. Refused (`ablation_mismatch`)
     when the parts differ in anything but their methods, seeds and output folder, or when two parts ran the same
     method on the same seed."""
-    from orapo_core.errors import OrapoError
-
     if not parts:
         raise OrapoError("ablation_mismatch", "Nothing to merge: give the results.json of at least one run.")
 
@@ -883,7 +870,7 @@ def pooled_runs(row: dict, other: dict) -> dict:
 
 def shared_recipe(plan: AblationPlan) -> tuple[dict, dict, dict]:
     """The recipe with the plan's overrides and budget (no method), as plain dicts: what every method shares."""
-    from orapo_core.experimental.ablation import parse_ablation_recipe
+    from orapo_core.experimental.ablation import parse_ablation_recipe  # noqa: PLC0415 -- loads trl, peft
 
     settings = dict(plan.overrides, max_steps=plan.steps, output_dir=str(Path(plan.out_dir) / "runs"))
     if plan.learning_rate is not None:
@@ -901,7 +888,7 @@ def shared_recipe(plan: AblationPlan) -> tuple[dict, dict, dict]:
 
 
 def markdown_table(results: dict) -> str:
-    from orapo_core.train.config import OraPOConfig
+    from orapo_core.train.config import OraPOConfig  # noqa: PLC0415 -- loads trl, peft
 
     plan, recipe = results["plan"], results.get("recipe", {})
     seeds = len(plan["seeds"])

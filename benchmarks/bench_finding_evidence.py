@@ -28,8 +28,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from types import SimpleNamespace
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from PIL import Image
+
+from benchmarks.bench_probe import auc
+from benchmarks.round_story_common import draw
+from orapo_core.models.features import capture_image_features
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,8 +76,6 @@ def merged_tokens(drafter, pictures, batch: int = 50) -> np.ndarray:
     output, averaged over the image's tokens; the shipped starter has one token)."""
     import torch
 
-    from orapo_core.models.features import capture_image_features
-
     processor, model = drafter.loaded.processor, drafter.loaded.model
     out = []
     for b in range(0, len(pictures), batch):
@@ -92,9 +96,9 @@ def merged_tokens(drafter, pictures, batch: int = 50) -> np.ndarray:
 def nearness_scores(unread: np.ndarray, positives: np.ndarray, negatives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the worklist's own P(finding | image), nearest-neighbour cosine) of each unread feature row: P from
     `reading_order.finding_resemblance` over signed rows whose corrections added the finding to `positives`."""
-    from types import SimpleNamespace
-
-    from app.services.reading.reading_order import finding_resemblance
+    from app.services.reading.reading_order import (  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+        finding_resemblance,
+    )
 
     def signed(x, truth):
         return (SimpleNamespace(image_features=list(x), model_version_id=1, model_name="m"), "", truth, set())
@@ -119,11 +123,7 @@ def logsumexp(a: np.ndarray) -> np.ndarray:
 
 
 def main() -> int:
-    from PIL import Image
-
-    from benchmarks.bench_probe import auc
-    from benchmarks.round_story_common import draw
-    from orapo_core.models.draft import Drafter
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- tests patch Drafter
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ROOT / "assets" / "starter"))

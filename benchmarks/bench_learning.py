@@ -41,19 +41,30 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import yaml
+
+from benchmarks.ablation import (
+    DEFAULT_RECIPE,
+    METHODS,
+    AblationPlan,
+    markdown_table,
+    merge_results,
+    quick_plan,
+    run_ablation,
+    write_outputs,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def default_model() -> Path | None:
-    from orapo_core.models.starter.build import find_starter
+    from orapo_core.models.starter.build import find_starter  # noqa: PLC0415 -- loads numpy
 
     return find_starter()
 
 
 def parse_settings(pairs: list[str]) -> dict:
     """--set KEY=VALUE ... as recipe settings (values read as YAML: 3e-5, true, [q_proj, v_proj])."""
-    import yaml
-
     settings = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -65,8 +76,6 @@ def parse_settings(pairs: list[str]) -> dict:
 
 def build_plan(opts: argparse.Namespace):
     """The starting model and the `AblationPlan` the command line asks for."""
-    from benchmarks.ablation import AblationPlan, quick_plan
-
     model = Path(opts.model) if opts.model else default_model()
     prevalence = parse_settings(opts.prevalence)
     if not all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in prevalence.values()):
@@ -96,8 +105,7 @@ def build_plan(opts: argparse.Namespace):
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from benchmarks.ablation import DEFAULT_RECIPE, METHODS
-    from orapo_core.data.phantom_render import CONSPICUITY
+    from orapo_core.data.phantom_render import CONSPICUITY  # noqa: PLC0415 -- loads numpy
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -186,8 +194,6 @@ def main(argv: list[str] | None = None) -> int:
     opts = make_parser().parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(opts.threads)
     if opts.merge:
-        from benchmarks.ablation import merge_results, write_outputs
-
         parts = [json.loads(Path(d, "results.json").read_text()) for d in opts.merge]
         results = merge_results(parts)
         results["command"] = " ; ".join(p.get("command", "") for p in parts)
@@ -197,8 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     import torch
-
-    from benchmarks.ablation import markdown_table, run_ablation
 
     torch.set_num_threads(opts.threads)
     model, plan = build_plan(opts)
@@ -228,8 +232,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def markdown_table_of(results: dict) -> str:
-    from benchmarks.ablation import markdown_table
-
     commands = results.get("merged_from") or [results.get("command", "")]
     return (
         markdown_table(results)

@@ -28,22 +28,24 @@ import tempfile
 import time
 from pathlib import Path
 
+from orapo_core.errors import OrapoError
+from orapo_core.models.loading import resolve_model_dir
+from tests.support.app import launched_app, phantom_png
+from tests.support.readers import check_stored_once, corrected_text, make_readers, run_readers, summarize
+from tests.support.tiny_vlms import build_tiny_vlm
+
 
 def served_model(arg: str | None, tiny: bool, workdir: Path) -> tuple[Path, str]:
     if tiny:
-        from tests.support.tiny_vlms import build_tiny_vlm
-
         return build_tiny_vlm(workdir / "tiny" / "qwen2_vl", family="qwen2_vl"), "tiny random qwen2_vl (--tiny)"
     if arg:
         return Path(arg).expanduser(), "given with --model"
-    from orapo_core.errors import OrapoError
-    from orapo_core.models.loading import resolve_model_dir
 
     try:
         return resolve_model_dir(), "starter (resolve_model_dir)"
     except OrapoError as exc:
         try:
-            from orapo_core.models.starter.build import SHIPPED_DIR
+            from orapo_core.models.starter.build import SHIPPED_DIR  # noqa: PLC0415 -- optional: try/except ImportError
         except ImportError:
             SHIPPED_DIR = None
         if SHIPPED_DIR is not None and (Path(SHIPPED_DIR) / "config.json").is_file():
@@ -83,11 +85,9 @@ def main() -> None:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from app.runtime import open_database
-    from app.services.reading.registry import ModelRegistry
-    from orapo_core.config import Settings
-    from tests.support.app import launched_app, phantom_png
-    from tests.support.readers import check_stored_once, corrected_text, make_readers, run_readers, summarize
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading.registry import ModelRegistry  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     command = shlex.join(
         [

@@ -26,7 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from PIL import Image
+
+from orapo_core.data.phantom import generate_study
+from orapo_core.models.loading import load_model
+from orapo_core.models.prompt import render_prompt
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -83,11 +88,9 @@ def _ridge(x: np.ndarray, y: np.ndarray, alpha: float) -> np.ndarray:
 def collect(model_dir: str, n: int, seed: int, prevalence: float, batch: int = 32, conspicuity: str | None = None):
     import torch
 
-    from orapo_core.data.phantom import FINDING_KINDS, generate_study
+    from orapo_core.data.phantom import FINDING_KINDS  # noqa: PLC0415 -- `FINDING_KINDS` is also a local name
 
     FINDING_KINDS = list(FINDING_KINDS)
-    from orapo_core.models.loading import load_model
-    from orapo_core.models.prompt import render_prompt
 
     loaded = load_model(model_dir, device="cpu", dtype=torch.float32)
     model, processor = loaded.model, loaded.processor
@@ -111,7 +114,6 @@ def collect(model_dir: str, n: int, seed: int, prevalence: float, batch: int = 3
     h1 = visual.merger.register_forward_hook(keep)
     prompt = render_prompt(processor)
     feats = {"pixels": [], "patches": [], "merged": [], "prompt": []}
-    from PIL import Image
 
     with torch.no_grad():
         for start in range(0, n, batch):
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conspicuity", default=None, help="PhantomCXR conspicuity (default: the generator's)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    from orapo_core.data.phantom import FINDING_KINDS
+    from orapo_core.data.phantom import FINDING_KINDS  # noqa: PLC0415 -- `FINDING_KINDS` is also a local name
 
     FINDING_KINDS = list(FINDING_KINDS)
 

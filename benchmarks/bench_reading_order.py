@@ -52,7 +52,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+
+from benchmarks.round_story_common import draw, fit_version_verifier, phantom_test_records, report_of, write_dicoms
+from orapo_core.data.phantom import generate_study
+from orapo_core.models.starter import ensure_starter
 
 RARE = {
     "pneumothorax": "Pneumothorax",
@@ -64,14 +68,11 @@ RARE = {
 
 def draft_pool(args, base: Path) -> dict[int, object]:
     """The drafted clinic in `base`: pool studies uploaded and drafted; returns study id -> PhantomCXR study."""
-    from app.runtime import open_database
-    from app.services.reading import drafting
-    from app.services.reading.ingest import ingest_bytes
-    from benchmarks.round_story_common import write_dicoms
-    from db import UserRepository
-    from orapo_core.config import Settings
-    from orapo_core.data.phantom import generate_study
-    from orapo_core.models.starter import ensure_starter
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading import drafting  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading.ingest import ingest_bytes  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db import UserRepository  # noqa: PLC0415 -- loads sqlalchemy
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = Settings(data_dir=base)
     database = open_database(settings)
@@ -101,11 +102,10 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
     `order` is 'random', 'useful', 'useful-no-atypical' (useful first without its atypicality term) or
     'useful-words' (without either image term); with `every`, the rare-finding studies read so far after every
     `every` corrections too."""
-    from app.runtime import open_database
-    from app.services.reading import reading_order, reports
-    from benchmarks.round_story_common import report_of
-    from db import StudyRepository, UserRepository
-    from orapo_core.config import Settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading import reading_order, reports  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db import StudyRepository, UserRepository  # noqa: PLC0415 -- loads sqlalchemy
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = Settings(data_dir=arm)
     database = open_database(settings)
@@ -153,11 +153,11 @@ def read_in_order(arm: Path, order: str, budget: int, by_id: dict, seed: int, ev
 
 
 def run_round(arm: Path) -> dict:
-    from app.runtime import open_database
-    from app.services.reading.served import resolve_path
-    from app.services.rounds import RoundService
-    from db import ModelVersionRepository, UserRepository
-    from orapo_core.config import Settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading.served import resolve_path  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.rounds import RoundService  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db import ModelVersionRepository, UserRepository  # noqa: PLC0415 -- loads sqlalchemy
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = Settings(data_dir=arm)
     os.environ["ORAPO_DATA_DIR"] = str(arm)  # the round's child processes read the same folder
@@ -184,9 +184,6 @@ def run_round(arm: Path) -> dict:
 
 def test_set(args) -> tuple[list, list]:
     """(studies, rare-finding kinds present in each) of the test studies, none of them in the pool."""
-    from benchmarks.round_story_common import draw
-    from orapo_core.data.phantom import generate_study
-
     studies, kinds = [], []
     for stream, kind in enumerate(RARE, start=1):
         for study in draw(args.test_per_finding, args.seed + 100 * stream, kind, True, args.size):
@@ -204,9 +201,8 @@ def test_set(args) -> tuple[list, list]:
 
 
 def score(model: tuple[str, str | None], studies, kinds, folder: Path) -> dict:
-    from benchmarks.round_story_common import phantom_test_records
-    from orapo_core.models.draft import Drafter
-    from orapo_core.models.evaluate import evaluate_drafter
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- tests patch Drafter
+    from orapo_core.models.evaluate import evaluate_drafter  # noqa: PLC0415 -- tests patch evaluate_drafter
 
     result = evaluate_drafter(Drafter.from_dir(*model), phantom_test_records(studies, folder, "test"))
     said = [{kind for kind, label in RARE.items() if p["labels"].get(label) in (1, -1)} for p in result.predictions]
@@ -331,7 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.reading_only:
         return reading_only(args, root, by_id, report, started)
     studies, kinds = test_set(args)
-    from orapo_core.models.starter import ensure_starter
 
     starter = ensure_starter(root / "clinic" / "models" / "starter", show_progress=False)
     report["starter"] = score((str(starter), None), studies, kinds, root / "test")
@@ -365,11 +360,10 @@ def main(argv: list[str] | None = None) -> int:
 def rescore(args) -> int:
     """Each arm's candidate scored again, its finding verifier fitted again by today's `fit_round_verifier` on the
     round's own train.csv (`round_story_common.fit_version_verifier`), on the same test studies."""
-    from app.runtime import open_database
-    from app.services.reading.served import resolve_path
-    from benchmarks.round_story_common import fit_version_verifier
-    from db import ModelVersionRepository
-    from orapo_core.config import Settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading.served import resolve_path  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db import ModelVersionRepository  # noqa: PLC0415 -- loads sqlalchemy
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     root = Path(args.data_dir)
     studies, kinds = test_set(args)

@@ -36,8 +36,19 @@ import os
 import platform
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import yaml
+
+from benchmarks.ablation import DEFAULT_RECIPE, macro_f1_from_counts, phantom_split
+from orapo_core.facts import label_report
+from orapo_core.facts.metrics import is_positive
+from orapo_core.facts.ontology import CHEXPERT_14
+from orapo_core.facts.reward import completion_text, make_facts_reward
+from orapo_core.models.evaluate import load_study_image
+from orapo_core.train.rewards import rouge_l_reward
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,9 +62,6 @@ UNSEEN = ("Atelectasis", "Lung Opacity", "Fracture", "Lung Lesion")
 def label_f1(completions, observations, *, labels=None) -> list[float | None]:
     """Per completion, its F1 over `observations` against its study's labels, read as the evaluator reads a draft
     (`label_report`; uncertain counts as positive); 1.0 when neither side states any of them; None without labels."""
-    from orapo_core.facts import label_report
-    from orapo_core.facts.reward import completion_text
-
     labels = list(labels) if labels is not None else [None] * len(completions)
     scores: list[float | None] = []
     for completion, reference in zip(completions, labels, strict=True):
@@ -68,8 +76,6 @@ def label_f1(completions, observations, *, labels=None) -> list[float | None]:
 def study_f1(said: dict, reference: dict, observations) -> float:
     """One report's F1 over `observations` against its study's labels (uncertain counts as positive); 1.0 when
     neither side states any of them."""
-    from orapo_core.facts.metrics import is_positive
-
     tp = sum(is_positive(said, n) and is_positive(reference, n) for n in observations)
     fp = sum(is_positive(said, n) and not is_positive(reference, n) for n in observations)
     fn = sum(is_positive(reference, n) and not is_positive(said, n) for n in observations)
@@ -79,24 +85,17 @@ def study_f1(said: dict, reference: dict, observations) -> float:
 def label_f1_all(completions, *, labels=None, **kwargs) -> list[float | None]:
     """A diagnostic reward (`bench_learning --reward benchmarks.bench_reward_alignment:label_f1_all`): F1 over
     the 14 labels, which this benchmark measures as aligned with macro-F1 as FactS is."""
-    from orapo_core.facts.ontology import CHEXPERT_14
-
     return label_f1(completions, CHEXPERT_14, labels=labels)
 
 
 def label_f1_seen(completions, *, labels=None, **kwargs) -> list[float | None]:
     """The same without the findings the starter cannot see (`UNSEEN`): whether the reward on those is what makes
     GRPO drift."""
-    from orapo_core.facts.ontology import CHEXPERT_14
-
     return label_f1(completions, [n for n in CHEXPERT_14 if n not in UNSEEN], labels=labels)
 
 
 def rewards_to_compare() -> dict:
     """name -> reward function (TRL's signature), the recipe's FactS first."""
-    from orapo_core.facts.reward import make_facts_reward
-    from orapo_core.train.rewards import rouge_l_reward
-
     return {
         "facts (recipe: beta 1, precision-aware, attributes)": make_facts_reward(beta=1.0, precision_aware=True),
         "facts beta 2 (recall), precision-aware": make_facts_reward(beta=2.0, precision_aware=True),
@@ -125,16 +124,12 @@ def weights(rewards: list[float], eta: float) -> list[float]:
 
 def macro_f1(counts: list[list[float]]) -> float:
     """Macro-F1 from one (tp, fp, fn) of expected counts per observation (`ablation.macro_f1_from_counts`)."""
-    from benchmarks.ablation import macro_f1_from_counts
-
     return macro_f1_from_counts(*zip(*counts, strict=True))
 
 
 def per_study_counts(
     sample_labels: list[dict], reference: dict, sample_weights: list[float], names
 ) -> list[list[float]]:
-    from orapo_core.facts.metrics import is_positive
-
     out = []
     for name in names:
         yr = is_positive(reference, name)
@@ -173,16 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     opts = parser.parse_args(argv)
 
-    import tempfile
-
     import torch
-    import yaml
 
-    from benchmarks.ablation import DEFAULT_RECIPE, phantom_split
-    from orapo_core.facts import label_report
-    from orapo_core.facts.ontology import CHEXPERT_14
-    from orapo_core.models.draft import Drafter
-    from orapo_core.models.evaluate import load_study_image
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- loads numpy
 
     torch.manual_seed(0)
     recipe = yaml.safe_load(Path(DEFAULT_RECIPE).read_text())

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
 
-    from app.services.reading.served import resolve_path
+    from app.services.reading.served import resolve_path  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     data_dir, settings, database, version, base = open_round(args)
     positives, negatives = test_studies(args)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,11 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
 
-    import subprocess
-
-    from app.services.reading.served import resolve_path
-    from app.services.rounds.processes import override_argv
-    from db import RoundRepository
+    from app.services.reading.served import resolve_path  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.rounds.processes import override_argv  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db import RoundRepository  # noqa: PLC0415 -- loads sqlalchemy
 
     data_dir = Path(args.data_dir)
     settings, database = open_story(data_dir)

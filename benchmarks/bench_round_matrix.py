@@ -38,7 +38,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.round_story_common import LABEL, command
+from benchmarks.round_story_common import LABEL, command, shown
+from orapo_core.facts.metrics import EvalMetrics
 
 MIN_GROUP = 10  # a group of negatives smaller than this is shown, not judged (one false positive is > 10 %)
 MAX_FPR, MAX_GROUP_FPR, MIN_RECALL, MIN_ADDED_RECALL, MAX_MINUTES = 0.05, 0.10, 0.6, 0.1, 30.0
@@ -109,8 +110,6 @@ def worst_group(scores: dict) -> tuple[str, int, int] | None:
 
 def rates(scores: dict) -> dict:
     """Recall, false-positive rate, worst judged group and macro-F1 of one model's scores, with counts."""
-    from orapo_core.facts.metrics import EvalMetrics
-
     worst = worst_group(scores)
     return {
         "recall": scores["recall"],
@@ -132,8 +131,6 @@ def within_limits(r: dict) -> bool:
 def summarise(finding: str, seed: int, story: dict, alone: dict, checks: dict | None = None) -> dict:
     """One cell's numbers and goals. `checks` (the candidate scored with checks fitted by this checkout's rules)
     gives the "with its checks" column; without it, the checks the round itself fitted (the story's own scores)."""
-    from benchmarks.round_story_common import shown
-
     at = story.get("draft_min_agreement") or 0
     cell = {
         "finding": finding,

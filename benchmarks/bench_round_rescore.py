@@ -22,11 +22,16 @@ The same models with their finding checks set aside: `benchmarks.bench_round_dra
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
+from statistics import NormalDist
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from PIL import Image
 
+from benchmarks.bench_finding_evidence import merged_tokens
+from benchmarks.bench_probe import ridge_probe_auc
 from benchmarks.round_story_common import (
     command,
     finish_tool,
@@ -38,6 +43,9 @@ from benchmarks.round_story_common import (
     test_dir,
     test_studies,
 )
+from orapo_core.data.records import CHEXPERT_14, parse_label
+from orapo_core.facts import label_report
+from orapo_core.models.verifier import prompt_states
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -83,8 +91,6 @@ def make_parser() -> argparse.ArgumentParser:
 
 def d_prime(recall: float, false_positive_rate: float, n: int = 200) -> float:
     """Binormal separability of a yes/no operating point, z(recall) + z(1 - FPR); rates clipped to 1/(2n)."""
-    from statistics import NormalDist
-
     z = NormalDist().inv_cdf
     clip = 1 / (2 * n)
     return round(z(min(max(recall, clip), 1 - clip)) + z(min(max(1 - false_positive_rate, clip), 1 - clip)), 3)
@@ -94,14 +100,7 @@ def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, sp
     """Held-out AUC of a ridge probe (60/40, `splits` random splits: mean and std) telling `truth` from the merged
     visual token (`orapo_core.models.features`, what drafting stores) and from the text model's last prompt state,
     and the AUCs' binormal d' (sqrt 2 * z(AUC)), comparable with the drafts' own."""
-    from statistics import NormalDist
-
-    from PIL import Image
-
-    from benchmarks.bench_finding_evidence import merged_tokens
-    from benchmarks.bench_probe import ridge_probe_auc
-    from orapo_core.models.draft import Drafter
-    from orapo_core.models.verifier import prompt_states
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- tests patch Drafter
 
     drafter = Drafter.from_dir(model_dir, adapter)
     if hasattr(drafter.loaded.model, "merge_and_unload"):  # the merger hook needs the plain model's module names
@@ -126,11 +125,7 @@ def state_separability(model_dir, adapter, pictures: list, truth: np.ndarray, sp
 def changes_of_round(train_csv: Path) -> dict:
     """What a round's corrections did to each finding, from its training CSV: the signed report's stored labels
     against the FactS labels of the draft it replaced (`clinician_rejected`), as the round's selection counts them."""
-    import csv
-
-    from app.services.rounds.evidence import finding_changes
-    from orapo_core.data.records import CHEXPERT_14, parse_label
-    from orapo_core.facts import label_report
+    from app.services.rounds.evidence import finding_changes  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     def stored(row: dict) -> dict:
         return {k: parse_label(row.get(k)) for k in CHEXPERT_14}
@@ -143,10 +138,10 @@ def changes_of_round(train_csv: Path) -> dict:
 def judge_again(settings, database, round_id: int, base, adapter, test_rows: dict) -> dict:
     """This checkout's gate on the round's own held-out set (built and drafted as a round does now) and on the
     test studies' rows; both decisions (without the per-study rows) and whether their verdicts agree."""
-    from app.services.rounds import RoundPolicy, decide
-    from app.services.rounds.heldout import round_heldout
-    from app.services.rounds.plan import EvaluationSpec, Weights
-    from app.services.rounds.worker import evaluate_models
+    from app.services.rounds import RoundPolicy, decide  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.rounds.heldout import round_heldout  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.rounds.plan import EvaluationSpec, Weights  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.rounds.worker import evaluate_models  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     policy = RoundPolicy()
     changes = changes_of_round(settings.rounds_dir / str(round_id) / "train.csv")
@@ -177,11 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
 
-    from app.services.reading.served import resolve_path
+    from app.services.reading.served import resolve_path  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     data_dir, settings, database, version, base = open_round(args)
     if args.fit_verifier:
-        from app.services.rounds import parse_settings
+        from app.services.rounds import parse_settings  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
         add_max_fpr = parse_settings(args.set).get("finding_verifier_add_max_fpr")
         adapter = resolve_path(settings, version.adapter_path)

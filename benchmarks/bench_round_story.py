@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -49,7 +50,9 @@ from benchmarks.round_story_common import (
     test_studies,
     write_dicoms,
 )
+from orapo_core.facts import label_report
 from orapo_core.facts.metrics import EvalMetrics
+from orapo_core.models.starter import ensure_starter
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -78,17 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
 
-    import os
-
-    from app.runtime import open_database
-    from app.services.reading import drafting, reports
-    from app.services.reading.ingest import ingest_bytes
-    from app.services.reading.served import served_model
-    from app.services.rounds import RoundService, parse_settings
-    from db import ModelVersionRepository, UserRepository
-    from orapo_core.config import Settings
-    from orapo_core.facts import label_report
-    from orapo_core.models.starter import ensure_starter
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading import drafting, reports  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading.ingest import ingest_bytes  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading.served import served_model  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.rounds import RoundService, parse_settings  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db import ModelVersionRepository, UserRepository  # noqa: PLC0415 -- loads sqlalchemy
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="orapo-story-"))
     settings = Settings(data_dir=data_dir)
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         before.model_dir, before.adapter_dir, positives, negatives, args.finding, films, agreement=args.agreement
     )
     if version is not None:
-        from app.services.reading.served import resolve_path
+        from app.services.reading.served import resolve_path  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
         report["candidate"] = outcome(
             resolve_path(settings, version.base_model_path),

@@ -32,6 +32,13 @@ import statistics
 import time
 from pathlib import Path
 
+from benchmarks.ablation import HeldOut, phantom_split
+from orapo_core.facts import label_report
+from orapo_core.facts.text import split_sentences
+from orapo_core.models.picture import to_rgb_image
+from orapo_core.models.prompt import render_prompt
+from orapo_core.models.scoring import answer_token_logps
+
 ROOT = Path(__file__).resolve().parents[1]
 
 RARE = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
@@ -39,9 +46,6 @@ RARE = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
 
 def finding_sentence(report: str, finding: str):
     """The first sentence of `report` whose FactS labels state `finding` (present or uncertain), or None."""
-    from orapo_core.facts import label_report
-    from orapo_core.facts.text import split_sentences
-
     for sentence in split_sentences(report):
         if label_report(sentence.text).get(finding) in (1, -1):
             return sentence
@@ -50,9 +54,6 @@ def finding_sentence(report: str, finding: str):
 
 def read_reports(loaded, images, reports, *, batch: int = 8):
     """Per report: its token ids, each token's character span, per-token log-probs and the argmax token ids."""
-    from orapo_core.models.picture import to_rgb_image
-    from orapo_core.models.scoring import answer_token_logps
-
     tokenizer = loaded.processor.tokenizer
     out = []
     loaded.model.eval()
@@ -83,8 +84,6 @@ def sentence_tokens(read: dict, start: int, end: int) -> list[int]:
 
 def measure(loaded, records, images, drafts, finding: str, tokenizer) -> dict:
     """The finding's sentence read by the model on the records with it, and the drafts' statements of it."""
-    from orapo_core.facts import label_report
-
     positives = [i for i, r in enumerate(records) if r.labels.get(finding) == 1]
     negatives = [i for i, r in enumerate(records) if r.labels.get(finding) in (0, None)]
     chosen = [(i, finding_sentence(records[i].report, finding)) for i in positives]
@@ -142,9 +141,7 @@ def state_probe_auc(loaded, records, images, *, folds: int = 5) -> dict:
     """Per context of `STATE_CONTEXTS` and rare finding: the cross-fitted AUC of a ridge readout of the finding
     from the text model's last-layer state at the context's last token (`orapo_core.models.verifier.fit_check`,
     the verifier's own readout): how well the state a report decides in carries the finding."""
-    from orapo_core.models.picture import to_rgb_image
-    from orapo_core.models.prompt import render_prompt
-    from orapo_core.models.verifier import fit_check, prompt_states
+    from orapo_core.models.verifier import fit_check, prompt_states  # noqa: PLC0415 -- loads numpy
 
     prompt = render_prompt(loaded.processor)
     pictures = [to_rgb_image(x) for x in images]
@@ -181,9 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
-    from benchmarks.ablation import HeldOut, phantom_split
-    from orapo_core.models.draft import Drafter
-    from orapo_core.models.evaluate import evaluate_drafter
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models.evaluate import evaluate_drafter  # noqa: PLC0415 -- tests patch evaluate_drafter
 
     torch.set_num_threads(1)
     prevalence = {k: float(v) for k, v in (p.split("=", 1) for p in opts.prevalence)}

@@ -39,8 +39,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+from PIL import Image
+
+from tests.support.app import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,10 +55,10 @@ GOAL_MS = 50.0
 
 def serve(data_dir: str, port: int, mode: str) -> None:
     """The server process: the app as `orapo serve` launches it, until stdin closes."""
-    from app.runtime import open_database
-    from app.server import build_app, launch_options
-    from app.services.accounts.signin import SignInGuard
-    from orapo_core.config import Settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.server import build_app, launch_options  # noqa: PLC0415 -- loads gradio, sqlalchemy
+    from app.services.accounts.signin import SignInGuard  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     class OnTheEventLoop(SignInGuard):
         async def sign_in(self, username, password, address):
@@ -115,7 +120,6 @@ def read(http, paths: list[str], stop_at: float) -> dict[str, list[float]]:
 
 def measure(url: str, seconds: float, guessers: int, one_account: bool = False, signing: list[float] | None = None):
     import httpx
-    from PIL import Image
 
     # the app's own page sends its Origin with an upload (a state-changing request from elsewhere is refused)
     reader = httpx.Client(base_url=url, timeout=60, headers={"X-Forwarded-For": "198.18.1.1", "Origin": url})
@@ -138,8 +142,6 @@ def measure(url: str, seconds: float, guessers: int, one_account: bool = False, 
     time.sleep(0.5 if guessers else 0)  # the guessers are under way before the first timed request
     colleague = None
     if signing is not None:
-        import threading
-
         colleague = threading.Thread(target=sign_ins, args=(url, stop_at, signing))
         colleague.start()
     latencies = read(reader, paths, stop_at)
@@ -157,8 +159,6 @@ def measure(url: str, seconds: float, guessers: int, one_account: bool = False, 
 
 class Server:
     def __init__(self, data_dir: Path, mode: str):
-        from tests.support.app import free_port
-
         self.port = free_port()
         # X-Forwarded-For is believed from 127.0.0.1 only because this says so (as for a local proxy)
         env = {**os.environ, "ORAPO_TRUSTED_PROXIES": "127.0.0.1"}
@@ -220,9 +220,9 @@ def main() -> None:
         serve(args.serve[0], int(args.serve[1]), args.serve[2])
         return
 
-    from app.runtime import open_database
-    from db import UserRepository
-    from orapo_core.config import Settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db import UserRepository  # noqa: PLC0415 -- loads sqlalchemy
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     print(
         f"command: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} "

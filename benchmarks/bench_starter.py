@@ -34,6 +34,12 @@ import sys
 import time
 from pathlib import Path
 
+from orapo_core.facts import label_report
+from orapo_core.facts.metrics import clinical_efficacy
+from orapo_core.models.picture import to_rgb_image
+from orapo_core.models.prompt import render_prompt
+from orapo_core.report_layout import report_text
+
 RARE = ("Pneumothorax", "Fracture", "Lung Lesion", "Pleural Other")
 COMMON = ("Cardiomegaly", "Pleural Effusion", "Edema", "Consolidation", "Lung Opacity", "Support Devices", "No Finding")
 
@@ -41,8 +47,8 @@ COMMON = ("Cardiomegaly", "Pleural Effusion", "Edema", "Consolidation", "Lung Op
 def _model_dir(arg: str | None) -> Path:
     if arg:
         return Path(arg)
-    from orapo_core.config import Settings
-    from orapo_core.models.starter.build import SHIPPED_DIR
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
+    from orapo_core.models.starter.build import SHIPPED_DIR  # noqa: PLC0415 -- loads numpy
 
     built = Settings().models_dir / "starter"
     return built if (built / "config.json").is_file() else SHIPPED_DIR
@@ -64,9 +70,6 @@ def latency(drafter, studies, samples: int) -> float:
 def greedy_drafts(loaded, images, batch: int = 25, max_new_tokens: int = 160) -> list[str]:
     import torch
 
-    from orapo_core.models.picture import to_rgb_image
-    from orapo_core.models.prompt import render_prompt
-
     processor, prompt = loaded.processor, render_prompt(loaded.processor)
     texts = []
     for start in range(0, len(images), batch):
@@ -85,10 +88,7 @@ def greedy_drafts(loaded, images, batch: int = 25, max_new_tokens: int = 160) ->
 def efficacy(loaded, n: int, seed: int):
     """Greedy drafts of `n` held-out phantoms scored: their `EvalMetrics`, and the rare and common findings' macro-F1
     with the first draft."""
-    from orapo_core.data.phantom import iter_studies
-    from orapo_core.facts import label_report
-    from orapo_core.facts.metrics import clinical_efficacy
-    from orapo_core.report_layout import report_text
+    from orapo_core.data.phantom import iter_studies  # noqa: PLC0415 -- loads numpy
 
     studies = [s for _, s in iter_studies(n, seed=seed, size=512)]
     drafts = greedy_drafts(loaded, [s.image for s in studies])
@@ -152,8 +152,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 def rebuild(args: argparse.Namespace) -> Path:
     """The --rebuild build: the shipped starter, or the variant the build options ask for, into `args.rebuild`."""
-    from orapo_core.experimental.starter import starter_variant
-    from orapo_core.models.starter import build_starter
+    from orapo_core.experimental.starter import starter_variant  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models.starter import build_starter  # noqa: PLC0415 -- loads numpy
 
     plan, arch = starter_variant(
         seed=args.seed,
@@ -179,9 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from orapo_core.data.phantom import iter_studies
-    from orapo_core.models import Drafter
-    from orapo_core.models.starter import read_card
+    from orapo_core.data.phantom import iter_studies  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models import Drafter  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models.starter import read_card  # noqa: PLC0415 -- loads numpy
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

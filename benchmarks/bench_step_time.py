@@ -33,9 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from orapo_core.facts import make_facts_reward
+from orapo_core.models.loading import load_for_training
+from tests.support.tiny_vlms import build_tiny_vlm
+
 
 def default_model() -> Path | None:
-    from orapo_core.models.starter.build import find_starter
+    from orapo_core.models.starter.build import find_starter  # noqa: PLC0415 -- loads numpy
 
     return find_starter()
 
@@ -44,10 +48,8 @@ def make_trainer(kind: str, model_dir: Path, dataset, args: dict, out: Path):
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
-    from orapo_core.facts import make_facts_reward
-    from orapo_core.models.loading import load_for_training
-    from orapo_core.train.config import OraPOConfig
-    from orapo_core.train.trainer import OraPOTrainer
+    from orapo_core.train.config import OraPOConfig  # noqa: PLC0415 -- loads trl, peft
+    from orapo_core.train.trainer import OraPOTrainer  # noqa: PLC0415 -- loads trl, peft
 
     torch.manual_seed(args["seed"])
     policy = load_for_training(model_dir)
@@ -117,14 +119,12 @@ def main() -> int:
 
     torch.set_num_threads(opts.threads)
 
-    from orapo_core.data.phantom import write_dataset
-    from orapo_core.train.dataset import build_training_dataset, load_training_records
+    from orapo_core.data.phantom import write_dataset  # noqa: PLC0415 -- loads numpy
+    from orapo_core.train.dataset import build_training_dataset, load_training_records  # noqa: PLC0415 -- loads numpy
 
     work = Path(tempfile.mkdtemp(prefix="orapo-steptime-"))
     model_dir = Path(opts.model) if opts.model else default_model()
     if model_dir is None:
-        from tests.support.tiny_vlms import build_tiny_vlm
-
         model_dir = build_tiny_vlm(work / "tiny-vlm")
         print("no starter model found: using a tiny random test VLM (build one with `orapo starter build`)")
     write_dataset(work / "phantom", 64, seed=303, size=224)

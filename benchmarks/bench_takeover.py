@@ -26,10 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.servers import ServeProcess
+
 
 def leader_pid(database) -> int | None:
-    from app.services.operations.leader import LEADER_LEASE, ServerIdentity
-    from db import LeaseRepository
+    from app.services.operations.leader import (  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+        LEADER_LEASE,
+        ServerIdentity,
+    )
+    from db import LeaseRepository  # noqa: PLC0415 -- loads sqlalchemy
 
     lease = LeaseRepository(database).get(LEADER_LEASE)
     if lease is None or not lease.live:
@@ -44,8 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     if not os.environ.get("ORAPO_TEST_POSTGRES_URL"):
         sys.exit("postgres_missing: set ORAPO_TEST_POSTGRES_URL (`.ci/postgres.sh` starts a server and prints one).")
-    from tests.support.databases import empty_database
-    from tests.support.servers import ServeProcess
+    from tests.support.databases import empty_database  # noqa: PLC0415 -- loads sqlalchemy
 
     print(f"command: OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_takeover {shlex.join(sys.argv[1:])}")
     print(

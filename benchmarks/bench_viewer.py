@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import platform
 import shlex
@@ -55,8 +56,6 @@ SELECTED = """() => { const f = document.querySelector('#orapo-worklist-study :i
 
 
 def pydicom_data_file(name: str) -> Path:
-    import importlib.util
-
     spec = importlib.util.find_spec("data_store")  # pydicom-data, a test dependency
     if spec is None or not spec.origin:
         sys.exit("pydicom-data is not installed: `make install` installs the test dependencies")
@@ -66,11 +65,11 @@ def pydicom_data_file(name: str) -> Path:
 @contextlib.contextmanager
 def served(data_dir: Path):
     """The app, launched as `orapo serve` launches it, with RG1_UNCI.dcm uploaded by rita; yields the URL."""
-    from app.runtime import open_database
-    from app.server import build_app, launch_options
-    from app.services.reading import drafting
-    from db import UserRepository
-    from orapo_core.config import Settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.server import build_app, launch_options  # noqa: PLC0415 -- loads gradio, sqlalchemy
+    from app.services.reading import drafting  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db import UserRepository  # noqa: PLC0415 -- loads sqlalchemy
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = Settings(data_dir=data_dir, deid_secret="bench")
     db = open_database(settings)

@@ -28,15 +28,19 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from PIL import Image
 
 from benchmarks.bench_probe import auc, ridge_probe_auc  # noqa: E402
+from orapo_core.data.phantom import FINDING_KINDS
+from orapo_core.models.starter.architecture import StarterArchitecture, build_config, build_processor, visual_tokens
+from orapo_core.models.starter.sft import WarmStart, WarmStartPlan, make_vision_set
+from orapo_core.models.starter.tokenizer import train_report_tokenizer
 
 
 def merged_tokens(warm_start, images: np.ndarray, batch: int = 64) -> np.ndarray:
     """The merged visual tokens of each film, flattened in grid order (what the warm-up's probe reads)."""
     import torch
-    from PIL import Image
 
     visual = warm_start.model.model.visual
     visual.eval()
@@ -69,11 +73,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     from transformers import Qwen2VLForConditionalGeneration
-
-    from orapo_core.data.phantom import FINDING_KINDS
-    from orapo_core.models.starter.architecture import StarterArchitecture, build_config, build_processor, visual_tokens
-    from orapo_core.models.starter.sft import WarmStart, WarmStartPlan, make_vision_set
-    from orapo_core.models.starter.tokenizer import train_report_tokenizer
 
     kinds = list(FINDING_KINDS)
     plan = WarmStartPlan(seed=args.seed, threads=1)

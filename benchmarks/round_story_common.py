@@ -14,11 +14,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from PIL import Image
 
+from orapo_core.data.phantom import generate_study
+from orapo_core.data.phantom_io import write_dicom
+from orapo_core.data.records import StudyRecord
+from orapo_core.facts import keep_agreed
 from orapo_core.facts.metrics import EvalMetrics
+from orapo_core.models.evaluate import rescore
+from orapo_core.models.loading import load_model
+from orapo_core.models.verifier import ADD_MAX_FPR, describe, fit_round_verifier
+from orapo_core.report_layout import report_text
+from orapo_core.train.dataset import load_round_dataset
 
 SEVERE = {"pneumothorax": ("moderate", "large"), "pleural_effusion": ("moderate", "large")}
 LABEL = {
@@ -41,8 +53,6 @@ def command(module: str, argv: list[str]) -> str:
 
 def draw(n: int, stream: int, finding: str, present: bool, size: int):
     """`n` PhantomCXR studies with (the severe form of) `finding`, or without it; the rest at usual prevalence."""
-    from orapo_core.data.phantom import generate_study
-
     out, i = [], 0
     while len(out) < n:
         study = generate_study(
@@ -61,8 +71,6 @@ def draw(n: int, stream: int, finding: str, present: bool, size: int):
 
 def write_dicoms(studies, folder: Path, seed: int) -> list[Path]:
     """The studies as PhantomCXR DICOMs (with fake identities, which ingest must remove), one file each."""
-    from orapo_core.data.phantom_io import write_dicom
-
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for i, study in enumerate(studies):
@@ -73,17 +81,11 @@ def write_dicoms(studies, folder: Path, seed: int) -> list[Path]:
 
 
 def report_of(study) -> str:
-    from orapo_core.report_layout import report_text
-
     return report_text(study.report_findings, study.report_impression)
 
 
 def phantom_test_records(studies, folder: Path, tag: str) -> list:
     """PhantomCXR `studies` as test StudyRecords of PNG films in `folder` (written once), ids `<tag>-<i>`."""
-    from PIL import Image
-
-    from orapo_core.data.records import StudyRecord
-
     folder.mkdir(parents=True, exist_ok=True)
     records = []
     for i, s in enumerate(studies):
@@ -148,10 +150,8 @@ def add_story_folder_arguments(parser: argparse.ArgumentParser, round_help: str)
 
 def open_story(data_dir: Path):
     """The settings and database of a story's data folder; a round's child processes read the same folder."""
-    import os
-
-    from app.runtime import open_database
-    from orapo_core.config import Settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = Settings(data_dir=data_dir)
     os.environ["ORAPO_DATA_DIR"] = str(data_dir)
@@ -170,7 +170,7 @@ def make_tool_parser(doc: str, round_help: str) -> argparse.ArgumentParser:
 def open_round(args: argparse.Namespace):
     """(the story's folder, its settings, its database, the round's model version, that version's base model) for a
     tool's --data-dir and --round."""
-    from app.services.reading.served import resolve_path
+    from app.services.reading.served import resolve_path  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     data_dir = Path(args.data_dir)
     settings, database = open_story(data_dir)
@@ -189,7 +189,7 @@ def finish_tool(result: dict, models, json_path: str | None) -> int:
 
 def round_version(database, round_id: int):
     """The model version round `round_id` made."""
-    from db import ModelVersionRepository
+    from db import ModelVersionRepository  # noqa: PLC0415 -- loads sqlalchemy
 
     return next(v for v in ModelVersionRepository(database).list() if v.round_id == round_id)
 
@@ -202,12 +202,6 @@ def grpo_twin_dir(data_dir: Path, round_id: int) -> Path:
 def fit_version_verifier(settings, round_id: int, base, adapter, *, add_max_fpr: float | None = None) -> dict:
     """Fit and save the finding verifier of round `round_id`'s version, from the round's own train.csv and recipe
     (`add_max_fpr`: the round setting finding_verifier_add_max_fpr, None the verifier's default; 0 adds nothing)."""
-    from types import SimpleNamespace
-
-    from orapo_core.models.loading import load_model
-    from orapo_core.models.verifier import ADD_MAX_FPR, describe, fit_round_verifier
-    from orapo_core.train.dataset import load_round_dataset
-
     recipe = json.loads((Path(adapter) / "orapo_recipe.json").read_text())["script"]
     recipe["train_csv"] = str(settings.resolved_data_dir / "rounds" / str(round_id) / "train.csv")
     dataset = load_round_dataset(SimpleNamespace(**recipe))
@@ -248,9 +242,8 @@ def outcome(
     operating point of `AGREEMENT`: a finding's sentence kept only where at least that share of the samples
     assert it too (`orapo_core.facts.keep_agreed`), under "agreement". The app's drafts are the one at its
     `ORAPO_DRAFT_MIN_AGREEMENT` (`shown`)."""
-    from orapo_core.facts import keep_agreed
-    from orapo_core.models.draft import Drafter
-    from orapo_core.models.evaluate import evaluate_drafter, rescore
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- tests patch Drafter
+    from orapo_core.models.evaluate import evaluate_drafter  # noqa: PLC0415 -- tests patch evaluate_drafter
 
     records = phantom_test_records(positives, folder, "pos") + phantom_test_records(negatives, folder, "neg")
     drafter = Drafter.from_dir(model_dir, adapter)
@@ -259,7 +252,7 @@ def outcome(
     result = evaluate_drafter(drafter, records, samples=4 if agreement else 0)
     out = _rates(result, len(positives), finding)
     if rows:  # each study's labels, as the rounds' gate reads them (`app.services.rounds.worker.prediction_rows`)
-        from app.services.rounds.worker import prediction_rows
+        from app.services.rounds.worker import prediction_rows  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
         out["rows"] = prediction_rows(result.predictions, records)
     if agreement:

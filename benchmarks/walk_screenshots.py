@@ -39,6 +39,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from PIL import Image
+
+from tests.support.app import free_port, make_env
+from tests.support.browser import CHROMIUM, launch, signed_in
+from tests.support.rounds import SMOKE, seed_study
+
 ROOT = Path(__file__).resolve().parents[1]
 
 WIDTH, HEIGHT = 1440, 900
@@ -66,8 +72,6 @@ OVERRIDES = "\n".join(
 
 def save_png(page, path: Path) -> int:
     """The viewport as a palette PNG; its size in bytes."""
-    from PIL import Image
-
     image = Image.open(io.BytesIO(page.screenshot())).convert("RGB")
     image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True)
     size = path.stat().st_size
@@ -77,14 +81,12 @@ def save_png(page, path: Path) -> int:
 
 def prepare(root: Path):
     """(settings, database, round scheduler) of a data folder with the starter promoted and studies for a round."""
-    from app.services.rounds import RoundPolicy, RoundService
-    from app.services.rounds.schedule import RoundScheduler
-    from db import ModelVersionRepository, UserRepository
-    from orapo_core.data import load_dataset
-    from orapo_core.data.phantom import write_dataset
-    from orapo_core.models.starter.build import copy_shipped_starter
-    from tests.support.app import make_env
-    from tests.support.rounds import SMOKE, seed_study
+    from app.services.rounds import RoundPolicy, RoundService  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.rounds.schedule import RoundScheduler  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db import ModelVersionRepository, UserRepository  # noqa: PLC0415 -- loads sqlalchemy
+    from orapo_core.data import load_dataset  # noqa: PLC0415 -- loads numpy
+    from orapo_core.data.phantom import write_dataset  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models.starter.build import copy_shipped_starter  # noqa: PLC0415 -- loads numpy
 
     starter = root / "data" / "models" / "starter"
     starter.parent.mkdir(parents=True, exist_ok=True)
@@ -110,8 +112,6 @@ def prepare(root: Path):
 
 def sign_in(browser, url: str, user: str, password: str):
     """A page signed in as `user`, at the walk's size (the tests' own sign-in)."""
-    from tests.support.browser import signed_in
-
     page = signed_in(browser, url, user, password, viewport=(WIDTH, HEIGHT))[1]
     page.set_default_timeout(WAIT)  # the walk drafts with the real starter: its waits are longer than the tests'
     return page
@@ -237,10 +237,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from playwright.sync_api import sync_playwright
 
-    from app.server import build_app, launch_options
-    from tests.support.app import free_port
-    from tests.support.browser import CHROMIUM, launch
-    from tests.support.dicom import pydicom_data_file
+    from app.server import build_app, launch_options  # noqa: PLC0415 -- loads gradio, sqlalchemy
+    from tests.support.dicom import pydicom_data_file  # noqa: PLC0415 -- loads pydicom, requests
 
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()

@@ -16,10 +16,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import StaticPool
+from sqlalchemy import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    Engine,
+    create_engine,
+    event,
+    text,
+)
+from sqlalchemy.engine import make_url  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from sqlalchemy.orm import Session, sessionmaker  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from sqlalchemy.pool import StaticPool  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -155,8 +160,6 @@ class Database:
 
     def ping(self) -> None:
         """One trivial query (`SELECT 1`); raises when the database does not answer (the app's `/readyz`)."""
-        from sqlalchemy import text
-
         with self.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import (
+from sqlalchemy import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
     JSON,
     Boolean,
     CheckConstraint,
@@ -27,7 +27,11 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    DeclarativeBase,
+    Mapped,
+    mapped_column,
+)
 
 from db.records import (
     PAIR_SOURCES,

@@ -11,10 +11,16 @@ ignored, so a caller still passing a web setting here fails loudly.
 
 from __future__ import annotations
 
+import os
+import secrets
+import tempfile
 from pathlib import Path
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from pydantic_settings import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    BaseSettings,
+    SettingsConfigDict,
+)
 
 
 class Settings(BaseSettings):
@@ -70,9 +76,6 @@ class Settings(BaseSettings):
         """The de-identification secret: configured, or generated once and kept (0600) in the data folder."""
         if self.deid_secret:
             return self.deid_secret
-        import os
-        import secrets
-        import tempfile
 
         self.resolved_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.resolved_data_dir / ".deid_secret"

@@ -7,6 +7,8 @@ and neither ever shows a traceback to a clinician.
 
 from __future__ import annotations
 
+import traceback
+
 
 class OrapoError(Exception):
     """A refusal with a machine-readable `code` and a human `message`."""
@@ -25,8 +27,6 @@ def log_line(exc: BaseException) -> str:
     where it was raised (file:line of each frame, innermost last). Messages are left out because they carry what
     the code had at hand — a file name, a header value — and a log must hold no patient data.
     `ORAPO_DEBUG=1` (read by the callers) logs the whole traceback instead, on a machine where that is allowed."""
-    import traceback
-
     if isinstance(exc, OrapoError):
         return f"refused: {exc.code}"
     frames = traceback.extract_tb(exc.__traceback__)[-4:]

@@ -18,9 +18,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.commands.users import _cli_actor
-    from app.services.operations.backup import SECRET_FILE, SECRET_WARNING, backup, counts_line
-    from app.settings import WebSettings
+    from app.commands.users import _cli_actor  # noqa: PLC0415 -- keeps `orapo --help` light
+    from app.services.operations.backup import (  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+        SECRET_FILE,
+        SECRET_WARNING,
+        backup,
+        counts_line,
+    )
+    from app.settings import WebSettings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = WebSettings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))
     result = backup(settings, Path(args.out), actor=_cli_actor())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
+import sys
 from pathlib import Path
 
 
@@ -43,11 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-    import subprocess
-    import sys
+    import subprocess  # noqa: PLC0415 -- keeps `orapo --help` light
 
-    from orapo_core.errors import OrapoError
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
 
     found = available()
     if not args.name:

@@ -17,7 +17,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.runtime import open_database
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     database = open_database(migrate=False)
     try:

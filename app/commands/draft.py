@@ -12,6 +12,8 @@ when it has none).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -50,19 +52,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    import secrets
-    import sys
-    from pathlib import Path
+    import json  # noqa: PLC0415 -- keeps `orapo --help` light
+    import secrets  # noqa: PLC0415 -- keeps `orapo --help` light
 
     from transformers.utils import logging as hf_logging
 
-    from orapo_core.config import Settings
-    from orapo_core.errors import OrapoError
-    from orapo_core.imaging import ingest_path
-    from orapo_core.imaging.scope import far_reason, has_header_verdict
-    from orapo_core.models.draft import Drafter
-    from orapo_core.models.loading import check_model_dir, resolve_model_dir
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
+    from orapo_core.imaging import ingest_path  # noqa: PLC0415 -- loads pydicom, requests
+    from orapo_core.imaging.scope import far_reason, has_header_verdict  # noqa: PLC0415 -- loads pydicom, requests
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models.loading import (  # noqa: PLC0415 -- keeps `orapo --help` light
+        check_model_dir,
+        resolve_model_dir,
+    )
 
     # A command-line user needs the draft, not transformers' progress bars and backend notices.
     hf_logging.set_verbosity_error()

@@ -37,14 +37,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.runtime import open_database
-    from orapo_core.config import Settings
-    from orapo_core.errors import OrapoError
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
 
     settings = Settings()
     database = open_database(settings)
     if args.export_command == "pairs":
-        from app.services.operations.export import export_pairs
+        from app.services.operations.export import export_pairs  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
         print(export_pairs(database, settings, args.out, format=args.format, source=args.source, round_id=args.round))
         return 0
@@ -56,18 +56,18 @@ def run(args: argparse.Namespace) -> int:
         )
     study_ids = None if args.all else [args.study]
     if what == "sr":
-        from app.services.archive.export_sr import export_sr
+        from app.services.archive.export_sr import export_sr  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
         archive = None
         if args.send:  # before anything is written: a missing archive setting is known now
-            from app.services.archive.pacs import Archive
+            from app.services.archive.pacs import Archive  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
             archive = Archive.from_environment()
         result = export_sr(database, settings, args.out, study_ids=study_ids, archive=archive)
         print(result)
         # As `orapo ingest`: 1 when some signed report was not written (skipped) or did not reach the archive.
         return 1 if result.skipped or result.unsent else 0
-    from app.services.operations.export_fhir import export_fhir
+    from app.services.operations.export_fhir import export_fhir  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     print(export_fhir(database, args.out, study_ids=study_ids))  # with what was skipped, and why
     return 0

@@ -17,9 +17,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.runtime import open_database
-    from app.services.reading.ingest import ingest_paths
-    from orapo_core.config import Settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.reading.ingest import ingest_paths  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = Settings()
     database = open_database(settings)

@@ -30,9 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orapo_core.errors import OrapoError
-    from orapo_core.facts import label_report
-    from orapo_core.facts.ontology import schema_labels
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
+    from orapo_core.facts import label_report  # noqa: PLC0415 -- keeps `orapo --help` light
+    from orapo_core.facts.ontology import schema_labels  # noqa: PLC0415 -- keeps `orapo --help` light
 
     names = schema_labels(args.schema)
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))

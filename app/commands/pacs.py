@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 #: How many studies per modality `pull --since` asks the archive for.
 SINCE_LIMIT = 1000
@@ -54,10 +55,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.runtime import open_database
-    from app.services.archive.pacs import Archive
-    from orapo_core.config import Settings
-    from orapo_core.errors import OrapoError
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.archive.pacs import Archive  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
 
     if args.pacs_command == "listen":
         if not 0 < args.port < 65536:
@@ -79,9 +80,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _search(archive, args, database, settings) -> int:
-    from dataclasses import asdict
+    from dataclasses import asdict  # noqa: PLC0415 -- keeps `orapo --help` light
 
-    from app.services.archive.pacs import CHEST_MODALITIES, mark_imported
+    from app.services.archive.pacs import (  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+        CHEST_MODALITIES,
+        mark_imported,
+    )
 
     studies = mark_imported(
         archive.search(
@@ -107,7 +111,10 @@ def _search(archive, args, database, settings) -> int:
 
 
 def _pull(archive, args, database, settings) -> int:
-    from app.services.archive.pacs import CHEST_MODALITIES, pull_study
+    from app.services.archive.pacs import (  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+        CHEST_MODALITIES,
+        pull_study,
+    )
 
     if args.since:
         study_uids = []
@@ -146,11 +153,10 @@ def _pull(archive, args, database, settings) -> int:
 
 
 def _listen(args, database, settings) -> int:
-    import signal
-    import threading
-    import time
+    import signal  # noqa: PLC0415 -- keeps `orapo --help` light
+    import threading  # noqa: PLC0415 -- keeps `orapo --help` light
 
-    from app.services.archive.dimse import start_listener
+    from app.services.archive.dimse import start_listener  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     def report(received) -> None:
         outcome = received.outcome

@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orapo_core.data.phantom import resolve_prevalence, write_dataset
+    from orapo_core.data.phantom import resolve_prevalence, write_dataset  # noqa: PLC0415 -- loads numpy
 
     prevalence = resolve_prevalence(dict(args.prevalence))  # refuse unknown names before writing anything
     formats = ("png", "dicom") if args.format == "both" else (args.format,)

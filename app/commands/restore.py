@@ -23,10 +23,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.commands.users import _cli_actor
-    from app.services.operations.backup import counts_line
-    from app.services.operations.restore import restore
-    from app.settings import WebSettings
+    from app.commands.users import _cli_actor  # noqa: PLC0415 -- keeps `orapo --help` light
+    from app.services.operations.backup import counts_line  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.operations.restore import restore  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.settings import WebSettings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = WebSettings(**({"data_dir": Path(args.data_dir)} if args.data_dir else {}))
     result = restore(settings, Path(args.source), actor=_cli_actor())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -84,13 +85,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _actor() -> str:
-    from app.commands.users import _cli_actor
+    from app.commands.users import _cli_actor  # noqa: PLC0415 -- keeps `orapo --help` light
 
     return _cli_actor()
 
 
 def _round_line(r) -> str:
-    from app.services.rounds import RoundMetrics
+    from app.services.rounds import RoundMetrics  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     gate = RoundMetrics.of(r).gate
     tail = f"  {gate.reason}" if gate else (f"  {r.error.splitlines()[0]}" if r.error else "")
@@ -99,7 +100,7 @@ def _round_line(r) -> str:
 
 def _print_gate(gate) -> None:
     """The gate's verdict and why, then its numbers one per line, the candidate's own first."""
-    from app.services.rounds import decision_lines
+    from app.services.rounds import decision_lines  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     print(f"gate: {gate.verdict} - {gate.reason}")
     for line in decision_lines(gate):
@@ -107,9 +108,8 @@ def _print_gate(gate) -> None:
 
 
 def _plain(value):
-    from dataclasses import asdict, is_dataclass
-    from datetime import datetime
-    from pathlib import Path
+    from dataclasses import asdict, is_dataclass  # noqa: PLC0415 -- keeps `orapo --help` light
+    from datetime import datetime  # noqa: PLC0415 -- keeps `orapo --help` light
 
     if is_dataclass(value):  # one with its own JSON layout (a gate Decision, metrics) is written as it is stored
         return _plain(value.to_dict() if hasattr(value, "to_dict") else asdict(value))
@@ -127,7 +127,7 @@ def _watch(service, round_id: int):
     last = None
     while service.is_running_here(round_id):
         r = service.get_round(round_id)
-        from app.services.rounds import RoundMetrics
+        from app.services.rounds import RoundMetrics  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
         line = f"round {r.id}: {RoundMetrics.of(r).phase or r.status} {r.progress:.0%}"
         if line != last:
@@ -138,7 +138,10 @@ def _watch(service, round_id: int):
 
 
 def _spawn_supervisor(settings, round_id: int) -> int:
-    from app.services.rounds.processes import launch, python_command
+    from app.services.rounds.processes import (  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+        launch,
+        python_command,
+    )
 
     folder = settings.rounds_dir / str(round_id)
     process = launch(
@@ -148,7 +151,7 @@ def _spawn_supervisor(settings, round_id: int) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from app.services.rounds import worker
+    from app.services.rounds import worker  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     if args.worker_command == "merge":
         print(f"merged: {worker.merge_adapter(args.base, args.adapter, args.out)}", flush=True)
@@ -160,9 +163,16 @@ def _worker(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.rounds_command == "worker":
         return _worker(args)  # a round's child process: no database, no settings of its own
-    from app.runtime import open_database
-    from app.services.rounds import RoundService, get_schedule, heldout_metrics, next_run, parse_settings, set_schedule
-    from orapo_core.config import Settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.services.rounds import (  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+        RoundService,
+        get_schedule,
+        heldout_metrics,
+        next_run,
+        parse_settings,
+        set_schedule,
+    )
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = Settings()
     database = open_database(settings)

@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def bootstrap_admin(database) -> tuple[str, str] | None:
     """Create the first admin when there are no users; returns (name, one-time password) once."""
-    from db import UserRepository
+    from db import UserRepository  # noqa: PLC0415 -- loads sqlalchemy
 
     users = UserRepository(database)
     if users.list():
@@ -48,18 +48,21 @@ def bootstrap_admin(database) -> tuple[str, str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app import gradio_internals
-    from app.runtime import open_database
-    from app.server import build_app, launch_options
-    from app.services.operations.cache_sweep import sweep_at_start, sweep_at_stop
-    from app.settings import WebSettings
+    from app import gradio_internals  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from app.server import build_app, launch_options  # noqa: PLC0415 -- loads gradio, sqlalchemy
+    from app.services.operations.cache_sweep import (  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+        sweep_at_start,
+        sweep_at_stop,
+    )
+    from app.settings import WebSettings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     settings = WebSettings()
     host = args.host or settings.host
     port = args.port or settings.port
     database = open_database(settings)
     if not args.no_model and settings.model_dir is None:
-        from orapo_core.models.starter import ensure_starter
+        from orapo_core.models.starter import ensure_starter  # noqa: PLC0415 -- loads numpy
 
         # The shipped starter is copied into the data folder; without one it is built here (minutes, once).
         ensure_starter(settings.models_dir / "starter")
@@ -131,7 +134,7 @@ def close(demo) -> None:
     """Close the server as Gradio's Ctrl-C does, and make sure the rounds scheduler stopped even if uvicorn
     could not reach its lifespan's shutdown within Gradio's wait (a client holding a request open)."""
     demo.close()
-    from app import gradio_internals
+    from app import gradio_internals  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
     scheduler = getattr(demo, "round_scheduler", None)
     if scheduler is not None:

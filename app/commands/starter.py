@@ -13,6 +13,7 @@ them (`orapo_core.experimental.starter`).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -59,14 +60,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    import sys
-    from dataclasses import replace
-    from pathlib import Path
+    from dataclasses import replace  # noqa: PLC0415 -- keeps `orapo --help` light
 
-    from orapo_core.config import Settings
-    from orapo_core.errors import OrapoError
-    from orapo_core.models.starter import WarmStartPlan, build_starter
-    from orapo_core.models.starter.build import copy_shipped_starter
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
+    from orapo_core.models.starter import WarmStartPlan, build_starter  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models.starter.build import copy_shipped_starter  # noqa: PLC0415 -- loads numpy
 
     out = Path(args.out).expanduser() if args.out else Settings().models_dir / "starter"
     plan = WarmStartPlan(seed=args.seed)
@@ -99,10 +98,8 @@ def _build(args: argparse.Namespace) -> int:
 def _calibrate(folder: Path) -> None:
     """The unfamiliar-film calibration of a freshly built starter, beside its weights, as the shipped one has it: the
     first server start then flags unfamiliar films at once instead of after computing it."""
-    import sys
-
-    from orapo_core.models import unfamiliar
-    from orapo_core.models.loading import load_model
+    from orapo_core.models import unfamiliar  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models.loading import load_model  # noqa: PLC0415 -- keeps `orapo --help` light
 
     print(
         "starter: computing the unfamiliar-film calibration (PhantomCXR films through the vision tower)...",
@@ -115,12 +112,11 @@ def _calibrate(folder: Path) -> None:
 
 
 def _info(args: argparse.Namespace) -> int:
-    import json
-    from pathlib import Path
+    import json  # noqa: PLC0415 -- keeps `orapo --help` light
 
-    from orapo_core.config import Settings
-    from orapo_core.errors import OrapoError
-    from orapo_core.models.starter import read_card
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
+    from orapo_core.models.starter import read_card  # noqa: PLC0415 -- loads numpy
 
     folder = Path(args.model).expanduser() if args.model else Settings().models_dir / "starter"
     card = read_card(folder) if folder.is_dir() else None

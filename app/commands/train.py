@@ -28,14 +28,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from orapo_core.errors import OrapoError
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
 
     if not args.config:
         raise OrapoError("recipe_missing", "Give a recipe: `orapo train --config RECIPE.yaml [--key value ...]`.")
     recipe, *overrides = args.config
     dry_run = args.dry_run or "--dry-run" in overrides  # REMAINDER also swallows a --dry-run given after --config
     overrides = [o for o in overrides if o != "--dry-run"]
-    from orapo_core.train.config import parse_recipe
+    from orapo_core.train.config import parse_recipe  # noqa: PLC0415 -- loads trl, peft
 
     try:
         script_args, training_args, model_args = parse_recipe(recipe, overrides)
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, SystemExit) as exc:  # argparse exits on a bad value; TRL raises on unknown keys
         raise OrapoError("recipe_invalid", f"{recipe}: {exc or 'a setting has a wrong value (see above)'}") from None
     if dry_run:
-        from dataclasses import asdict
+        from dataclasses import asdict  # noqa: PLC0415 -- keeps `orapo --help` light
 
         print(
             json.dumps(
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    from orapo_core.train.run import train_round
+    from orapo_core.train.run import train_round  # noqa: PLC0415 -- keeps `orapo --help` light
 
     out = train_round(script_args, training_args, model_args)
     print(f"trained: {out}")

@@ -30,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _cli_actor() -> str:
-    import getpass
+    import getpass  # noqa: PLC0415 -- keeps `orapo --help` light
 
     try:
         return f"cli:{getpass.getuser()}"
@@ -39,7 +39,7 @@ def _cli_actor() -> str:
 
 
 def _read_password() -> str:
-    from orapo_core.errors import OrapoError
+    from orapo_core.errors import OrapoError  # noqa: PLC0415 -- keeps `orapo --help` light
 
     line = sys.stdin.readline()
     password = line.rstrip("\r\n")
@@ -49,8 +49,8 @@ def _read_password() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.runtime import open_database
-    from db.repositories.users import UserRepository, generate_password
+    from app.runtime import open_database  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
+    from db.repositories.users import UserRepository, generate_password  # noqa: PLC0415 -- loads sqlalchemy
 
     database = open_database()
     users = UserRepository(database)

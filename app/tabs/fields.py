@@ -7,7 +7,7 @@ and `entered_id` turns what it holds into an id, or says plainly what is wrong w
 
 from __future__ import annotations
 
-import gradio as gr
+import gradio as gr  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from orapo_core.errors import OrapoError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import gradio as gr
+import gradio as gr  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 # a component, or a layout block whose visibility a handler changes (a panel, a row of buttons, a tab)
 Outputs = dict[gr.components.Component | gr.Column | gr.Row | gr.Accordion | gr.Tab | gr.Tabs, Any]

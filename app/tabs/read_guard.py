@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gradio as gr
+import gradio as gr  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from app.context import AppContext
 from app.services.reading import autosave, drafting, reports

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import gradio as gr
+import gradio as gr  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from app.context import AppContext
 from app.messages import in_page

@@ -10,7 +10,7 @@ falls back to the server's rendering: a PNG per preset from the same route modul
 
 from __future__ import annotations
 
-import gradio as gr
+import gradio as gr  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from app.study_image_routes import image_pixels_url
 from app.viewer_routes import script_url

@@ -9,7 +9,7 @@ imported, refused and why): a refusal is news about the study, not an error.
 
 from __future__ import annotations
 
-import gradio as gr
+import gradio as gr  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from app.context import AppContext
 from app.messages import in_page

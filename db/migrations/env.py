@@ -8,9 +8,12 @@ later migrations can alter columns there too. Logging is left to the caller.
 
 from __future__ import annotations
 
-from alembic import context
-from sqlalchemy import create_engine
+import os
 
+from alembic import context  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from sqlalchemy import create_engine  # noqa: TID253 -- this module is heavy; light ones import it lazily
+
+from db.database import sqlite_url
 from db.models import Base
 
 target_metadata = Base.metadata
@@ -29,10 +32,7 @@ def _configure(connection) -> None:
 def _url() -> str:
     url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
     if not url:  # as the app opens it: ORAPO_DATABASE_URL (read by app.settings too), else the data folder's file
-        import os
-
-        from db.database import sqlite_url
-        from orapo_core.config import Settings
+        from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
         url = os.environ.get("ORAPO_DATABASE_URL") or sqlite_url(Settings().resolved_data_dir)
     return url

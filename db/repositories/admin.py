@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from db.models import ArchiveSetting, AuditLog, Correction, PreferencePair, ScheduleSetting, Study, utcnow
 from db.records import (

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from db.database import Database
 from db.models import AuditLog

@@ -9,8 +9,15 @@ the servers' own clocks never enter into it.
 
 from __future__ import annotations
 
-from sqlalchemy import case, delete, or_, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    case,
+    delete,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import IntegrityError  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from db.models import Lease
 from db.records import LeaseRecord

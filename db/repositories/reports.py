@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from sqlalchemy.exc import IntegrityError  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from sqlalchemy.orm import Session  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from db.models import Correction, Draft, ReportAutosave, Study, TrainingRound, User, utcnow
 from db.records import READING_ORDERS, AutosaveRecord, CorrectionRecord, DraftRecord

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import func, select  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from sqlalchemy.exc import IntegrityError  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from db.models import ArchiveLink, Correction, Draft, Image, Study
 from db.records import STUDY_STATUSES, ImageRecord, StudyOverview, StudyRecord

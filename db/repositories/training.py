@@ -12,8 +12,8 @@ import builtins
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import func, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import func, select, text, update  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from sqlalchemy.exc import IntegrityError  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from db.models import ModelVersion, PreferencePair, Study, TrainingRound, utcnow
 from db.records import PAIR_SOURCES, ROUND_STATUSES, ROUND_TRIGGERS, ModelVersionRecord, PairRecord, RoundRecord

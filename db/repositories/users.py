@@ -14,8 +14,8 @@ from functools import cache
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from sqlalchemy.exc import IntegrityError  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from db.models import User, utcnow
 from db.records import ROLES, UserRecord

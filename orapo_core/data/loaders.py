@@ -15,11 +15,13 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from orapo_core.data.phantom_io import CSV_NAME
 from orapo_core.data.records import CHEXPERT_14, StudyRecord, empty_labels, parse_label, split_for
 from orapo_core.errors import OrapoError
 
@@ -70,7 +72,7 @@ def _labels_from(row: dict[str, str]) -> dict[str, int | None] | None:
 
 def _facts_labeler() -> Labeler:
     try:
-        from orapo_core.facts import label_report
+        from orapo_core.facts import label_report  # noqa: PLC0415 -- optional: try/except ImportError
     except ImportError as exc:
         raise OrapoError("facts_unavailable", f"this dataset has no label file and the FactS labeler cannot be imported ({exc}).") from None
     return lambda text: label_report(text, schema="chexpert")
@@ -118,8 +120,6 @@ def _label_files(root: Path) -> list[Path]:
 
 
 def _load_label_table(files: list[Path]) -> dict[str, dict[str, int | None]]:
-    import json
-
     table: dict[str, dict[str, int | None]] = {}
     for path in files:
         if path.suffix == ".csv":
@@ -287,8 +287,6 @@ def load_iu_xray(path: Path, labeler: Labeler | None = None) -> list[StudyRecord
 
 def detect_layout(path: str | Path) -> str:
     """Which of KINDS the folder (or file) at `path` is laid out as."""
-    from orapo_core.data.phantom_io import CSV_NAME
-
     path = Path(path)
     if not path.exists():
         raise OrapoError("dataset_not_found", f"{path} does not exist.")
@@ -315,8 +313,6 @@ def detect_layout(path: str | Path) -> str:
 
 def load_dataset(path: str | Path, kind: str = "auto", labeler: Labeler | None = None) -> list[StudyRecord]:
     """All studies under `path` as StudyRecords; `labeler(text) -> labels` replaces FactS where labels are missing."""
-    from orapo_core.data.phantom_io import CSV_NAME
-
     path = Path(path)
     if not path.exists():
         raise OrapoError("dataset_not_found", f"{path} does not exist.")

@@ -15,8 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
+from orapo_core.data.phantom_io import DatasetWriter
+from orapo_core.data.phantom_render import CONSPICUITY, DEFAULT_CONSPICUITY, render
+from orapo_core.data.phantom_reports import write_report
 from orapo_core.errors import OrapoError
 
 # Finding kind -> the CheXpert observation it is labelled as.
@@ -185,12 +188,9 @@ def generate_study(rng_or_seed: np.random.Generator | int, size: int = 512, prev
 
     `conspicuity` ("clear", the default, or "subtle", the first rendering) sets how visible the small findings
     are drawn; it changes no random draw, so a seed gives the same findings and report either way."""
-    from orapo_core.data.phantom_render import CONSPICUITY, DEFAULT_CONSPICUITY, render
-
     conspicuity = conspicuity or DEFAULT_CONSPICUITY
     if conspicuity not in CONSPICUITY:
         raise OrapoError("bad_conspicuity", f"conspicuity must be one of {', '.join(CONSPICUITY)}, not {conspicuity!r}.")
-    from orapo_core.data.phantom_reports import write_report
 
     if size < 64 or size > 4096:
         raise OrapoError("bad_size", f"PhantomCXR images must be 64 to 4096 pixels wide, not {size}.")
@@ -224,8 +224,6 @@ def write_dataset(
     conspicuity: str | None = None,
 ) -> Path:
     """Writes n studies and a CheXpert-Plus-layout CSV under out_dir; returns the CSV path."""
-    from orapo_core.data.phantom_io import DatasetWriter
-
     if n < 0:
         raise OrapoError("bad_count", f"the number of studies must be zero or more, not {n}.")
     with DatasetWriter(Path(out_dir), seed=seed, formats=tuple(formats), png_bits=png_bits) as writer:

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
 from PIL import Image
 
 from orapo_core.data.records import CHEXPERT_14, format_label, split_for

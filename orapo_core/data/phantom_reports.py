@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from orapo_core.data.phantom_finding import DrawnFinding, required
 from orapo_core.data.records import CHEXPERT_14

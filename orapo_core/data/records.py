@@ -7,6 +7,7 @@ export never need to know which one they are reading.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,7 +70,5 @@ def split_for(key: str) -> str:
 
     crc32 rather than `hash()` because Python salts string hashes per process.
     """
-    import zlib
-
     bucket = zlib.crc32(key.encode("utf-8")) % 100
     return "train" if bucket < 80 else ("valid" if bucket < 90 else "test")

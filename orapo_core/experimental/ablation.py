@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-import torch
+import torch  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from orapo_core.train.config import OraPOConfig, OraPOScriptArguments, parse_recipe
 from orapo_core.train.pairs import MinedGroup
+from orapo_core.train.run import train_round
 from orapo_core.train.trainer import OraPOTrainer
 
 if TYPE_CHECKING:
@@ -120,8 +121,6 @@ def train_ablation_round(
     script_args: OraPOScriptArguments, training_args: AblationConfig, model_args: ModelConfig, **kwargs: Any
 ) -> Path:
     """`orapo_core.train.run.train_round` with `AblationTrainer`: one round of an ablation method."""
-    from orapo_core.train.run import train_round
-
     return train_round(script_args, training_args, model_args, trainer_class=AblationTrainer, **kwargs)
 
 

@@ -12,7 +12,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from orapo_core.facts.extract import NEGATIVE, Fact, ReportFacts, extract_facts
+from orapo_core.facts.extract import NEGATIVE, Fact, ReportFacts, extract_facts, label_report
+from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
+from orapo_core.report_layout import (
+    EMPTIED_SECTION,
+    has_sections,
+    has_text,
+    normalize_space,
+    renumbered,
+    report_text,
+    split_report,
+)
 
 
 @dataclass(frozen=True)
@@ -107,16 +117,12 @@ def split_unsupported(text: str, unsupported: set[str]) -> tuple[str, list[str]]
 
 def stated_findings(text: str) -> set[str]:
     """The CheXpert findings `text` states or hedges (its FactS labels 1 or -1)."""
-    from orapo_core.facts.extract import label_report
-
     return {name for name, value in label_report(text or "").items() if value in (1, -1) and name != "No Finding"}
 
 
 def findings_section_end(text: str) -> str:
     """`text` up to the end of its findings (the whole text when it has no sections), then one space: where a
     sentence added to the findings begins (`add_findings`)."""
-    from orapo_core.report_layout import has_sections, report_text, split_report
-
     findings = split_report(text)[0] if has_sections(text) else text.strip()
     if not findings:
         return ""
@@ -145,8 +151,6 @@ def add_findings(text: str, additions: dict[str, str]) -> tuple[str, list[str], 
     The impression states the additions too, since it is what a referring clinician reads (a report with a
     pneumothorax in its findings and "No acute process." as its impression contradicts itself); a report without an
     impression does not get one. A finding `text` already states is not added again."""
-    from orapo_core.report_layout import EMPTIED_SECTION, has_sections, normalize_space, report_text, split_report
-
     additions = {name: sentence for name, sentence in additions.items() if name not in stated_findings(text)}
     if not additions or not text:
         return text, [], []
@@ -192,8 +196,6 @@ def _denials_kept(report: ReportFacts, contradicted: set[int], denied: set[str])
 
 def _appended(impression: str, sentences: list[str]) -> str:
     """`impression` with `sentences` after it, numbered on where it is a numbered list ("1. ... 2. ...")."""
-    from orapo_core.report_layout import normalize_space
-
     numbers = [int(n) for n in re.findall(r"(?:^|(?<=\s))(\d+)\.\s", impression)]
     if numbers[:1] == [1]:
         sentences = [f"{numbers[-1] + i}. {sentence}" for i, sentence in enumerate(sentences, 1)]
@@ -202,16 +204,12 @@ def _appended(impression: str, sentences: list[str]) -> str:
 
 def _finding(fact: Fact) -> str | None:
     """The CheXpert finding a fact is about, as the ontology maps its concept (None: none of the 14)."""
-    from orapo_core.facts.ontology import CONCEPT_TO_CHEXPERT
-
     return CONCEPT_TO_CHEXPERT.get(fact.observation, fact.observation)
 
 
 def _without(text: str, drop: list, instead: dict[int, str] | None = None) -> tuple[str, list[str]]:
     """`text` without the sentences `drop` (anything with start, end, text and index, in order), each replaced by
     `instead[index]` where given, laid out again; and the texts of the sentences dropped."""
-    from orapo_core.report_layout import has_sections, renumbered, split_report
-
     if not drop:
         return text, []
     kept, cursor = [], 0
@@ -230,8 +228,6 @@ def _laid_out(before: tuple[str, str], after: tuple[str, str]) -> str:
     """The reference layout of `after` (findings, impression), a report `before` was cut into: numbered items
     numbered 1 to n again with no empty one, and a section `before` had that lost every sentence kept, saying
     where to look (`EMPTIED_SECTION`) rather than vanishing; with nothing left in either, nothing."""
-    from orapo_core.report_layout import EMPTIED_SECTION, has_text, renumbered, report_text
-
     sections = [renumbered(part) for part in after]
     if not any(has_text(part) for part in sections):
         return ""

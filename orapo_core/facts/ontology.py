@@ -8,6 +8,8 @@ mapping between them explicit instead of buried in two vocabularies.
 
 from __future__ import annotations
 
+from orapo_core.errors import OrapoError
+
 CHEXPERT_14: tuple[str, ...] = (
     "No Finding",
     "Enlarged Cardiomediastinum",
@@ -113,8 +115,6 @@ def schema_labels(schema: str) -> tuple[str, ...]:
     try:
         return SCHEMAS[schema]
     except KeyError:
-        from orapo_core.errors import OrapoError
-
         raise OrapoError(
             "unknown_schema", f"Schema {schema!r} is not known; use one of: {', '.join(SCHEMAS)}."
         ) from None

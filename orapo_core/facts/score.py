@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from orapo_core.errors import OrapoError
 from orapo_core.facts import vocabulary as V
 from orapo_core.facts.devices import positions_agree
 from orapo_core.facts.extract import NEGATIVE, Fact, ReportFacts, extract_facts, labels_from_facts
@@ -211,8 +212,6 @@ def score_facts(
     for side, severity, change, device type and tip position against the reference's facts of the same observation.
     """
     if beta <= 0:
-        from orapo_core.errors import OrapoError
-
         raise OrapoError("bad_beta", f"beta must be positive (got {beta}); beta > 1 favours recall.")
     reference = with_no_finding(reference)
     predicted = labels_from_facts(report.facts, "chexpert")
@@ -284,8 +283,6 @@ def score_report(
     elif reference_facts is not None:
         reference = labels_from_facts(reference_facts.facts, "chexpert")
     else:
-        from orapo_core.errors import OrapoError
-
         raise OrapoError("no_reference", "score_report needs reference labels or a reference report.")
     return score_facts(
         extract(text),

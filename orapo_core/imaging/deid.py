@@ -58,6 +58,7 @@ which.
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import functools
@@ -66,15 +67,17 @@ import hmac
 import importlib
 import re
 import uuid
-from typing import TYPE_CHECKING
 
-from pydicom._uid_dict import UID_dictionary
-from pydicom.dataset import Dataset, FileMetaDataset
-from pydicom.sequence import Sequence
-from pydicom.uid import PYDICOM_IMPLEMENTATION_UID
+from cryptography.fernet import Fernet, InvalidToken
+from pydicom._uid_dict import UID_dictionary  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from pydicom.dataset import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    Dataset,
+    FileMetaDataset,
+)
+from pydicom.sequence import Sequence  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from pydicom.uid import PYDICOM_IMPLEMENTATION_UID  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
-if TYPE_CHECKING:
-    from cryptography.fernet import Fernet
+from orapo_core.errors import OrapoError
 
 # The edition of PS3.15 Table E.1-1 used, a module of dicomanonymizer.dicom_anonymization_databases
 # (dicom-anonymizer 2.1.0 ships 2023, 2024b and 2026c).
@@ -202,10 +205,6 @@ def hashed_uid(secret: str, uid: str) -> str:
 
 
 def _link_cipher(secret: str) -> Fernet:
-    import base64
-
-    from cryptography.fernet import Fernet
-
     return Fernet(base64.urlsafe_b64encode(_digest(secret, "archive-link", "fernet-key-v1")))
 
 
@@ -219,13 +218,9 @@ def seal_archive_uid(secret: str, uid: str) -> str:
 
 def unseal_archive_uid(secret: str, token: str) -> str:
     """The archive UID `seal_archive_uid` sealed; `archive_link_invalid` with another secret or a changed token."""
-    from cryptography.fernet import InvalidToken
-
     try:
         return _link_cipher(secret).decrypt(token.encode("ascii")).decode()
     except (InvalidToken, ValueError, UnicodeError):
-        from orapo_core.errors import OrapoError
-
         raise OrapoError(
             "archive_link_invalid",
             "The link to the archive's study cannot be read with this "

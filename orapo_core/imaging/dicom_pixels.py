@@ -16,11 +16,22 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-import pydicom
-from pydicom.dataset import Dataset
-from pydicom.pixels import apply_color_lut, apply_modality_lut, apply_voi_lut, get_decoder, pixel_array
-from pydicom.uid import UID, ExplicitVRBigEndian, ExplicitVRLittleEndian, ImplicitVRLittleEndian
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+import pydicom  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from pydicom.dataset import Dataset  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from pydicom.pixels import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    apply_color_lut,
+    apply_modality_lut,
+    apply_voi_lut,
+    get_decoder,
+    pixel_array,
+)
+from pydicom.uid import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    UID,
+    ExplicitVRBigEndian,
+    ExplicitVRLittleEndian,
+    ImplicitVRLittleEndian,
+)
 
 from orapo_core.errors import OrapoError
 from orapo_core.imaging.scope import colour_share

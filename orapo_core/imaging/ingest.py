@@ -12,11 +12,17 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pydicom
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+import pydicom  # noqa: TID253 -- this module is heavy; light ones import it lazily
 from PIL import Image
-from pydicom.dataset import Dataset, FileMetaDataset
-from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage
+from pydicom.dataset import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    Dataset,
+    FileMetaDataset,
+)
+from pydicom.uid import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    ExplicitVRLittleEndian,
+    SecondaryCaptureImageStorage,
+)
 
 from orapo_core.errors import OrapoError
 from orapo_core.imaging import sniff

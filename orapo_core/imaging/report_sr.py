@@ -52,6 +52,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orapo_core.errors import OrapoError
+from orapo_core.facts import extract_facts
+from orapo_core.report_layout import split_report
 
 if TYPE_CHECKING:
     from highdicom.sr import CodedConcept, ContentItem, ImageContentItem
@@ -142,8 +144,6 @@ def coded_findings(text: str) -> list[CodedFinding]:
 
     Presence aggregates as the labeler does (present over undetermined over absent); laterality is kept only when
     every mention that decided the presence agrees on it."""
-    from orapo_core.facts import extract_facts
-
     found: dict[tuple[str, str, str], CodedFinding] = {}
     for fact in extract_facts(text).facts:
         if fact.observation == "Support Devices":
@@ -212,8 +212,6 @@ def build_report_sr(
     images (`images` their headers, with the real identity and dates); otherwise the de-identified study's date.
     `added`: the sentences of `report` the finding check added to the model's draft, each named in a Comment.
     """
-    from orapo_core.report_layout import split_report
-
     hd, codes = _hd(), _codes()
     RT = hd.sr.RelationshipTypeValues
     findings, impression = split_report(report)

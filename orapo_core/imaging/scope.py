@@ -40,7 +40,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 #: DICOM Modality values of chest radiography (DR: not a DICOM term, but written by some vendors for DX).
 CHEST_MODALITIES = ("CR", "DX", "DR")

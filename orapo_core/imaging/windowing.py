@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 # Radiographs have no physical unit (unlike CT's Hounsfield units), so the
 # presets are fractions of the image's own range between its 0.5th and 99.5th

@@ -34,11 +34,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from orapo_core.errors import OrapoError
+from orapo_core.facts.consistency import (
+    add_findings,
+    findings_section_end,
+    split_agreed,
+    split_unsupported,
+    stated_findings,
+)
 from orapo_core.models.decoding import ContinuousDecoder, DecodeRequest, unsupported_reason
 from orapo_core.models.loading import LoadedModel, load_model
 from orapo_core.models.picture import DEFAULT_MAX_SIDE, to_rgb_image
 from orapo_core.models.prompt import PROMPT_VERSION, REPORT_PROMPT, render_prompt
-from orapo_core.models.unfamiliar import FilmCheck, FilmScore
+from orapo_core.models.scoring import best_continuation
+from orapo_core.models.unfamiliar import WARNING, FilmCheck, FilmScore
 from orapo_core.models.verifier import FindingVerifier, prompt_states
 
 if TYPE_CHECKING:
@@ -81,8 +89,6 @@ class Draft:
     @property
     def unfamiliar_warning(self) -> str | None:
         """The warning a draft of an unfamiliar film carries, else None."""
-        from orapo_core.models.unfamiliar import WARNING
-
         return WARNING if (self.unfamiliar or {}).get("unfamiliar") else None
 
     def to_dict(self) -> dict:
@@ -252,15 +258,12 @@ class Drafter:
         """For each finding the check reads on `picture` and the greedy draft (less what the check withholds) does
         not state, the sentence to add: the one of the check's sentences the model reads most easily after the
         draft's findings (`orapo_core.models.scoring.best_continuation`), so side and size come from the film."""
-        from orapo_core.facts.consistency import findings_section_end, split_unsupported, stated_findings
-
         if not supported:
             return {}
         text, _ = split_unsupported(greedy, unsupported)
         wanted = sorted(supported - unsupported - stated_findings(text))
         if not wanted:
             return {}
-        from orapo_core.models.scoring import best_continuation
 
         prefix = findings_section_end(text)
         assert self.verifier is not None  # `supported` is empty without one (`checked_findings`)
@@ -324,8 +327,6 @@ class Drafter:
         verified findings the verifier did not find on the image (their sentences are withheld); `additions`, the
         sentences the finding check puts in (`choose_additions`; a denial of their finding is withheld); `film`, the
         image's unfamiliar-film score when it was measured apart (else it is scored from `image_features`)."""
-        from orapo_core.facts.consistency import add_findings, split_agreed, split_unsupported
-
         scoring = time.perf_counter()
         text, withheld = split_agreed(greedy, sampled, self.min_agreement)
         text, vetoed = split_unsupported(text, unsupported or set())
@@ -455,7 +456,7 @@ def score_self_consistency(greedy: str, samples: list[str]) -> tuple[list[dict],
     Delegates to `orapo_core.facts.self_consistency`, and turns what it returns
     into plain JSON-ready values (the draft is stored and sent to the browser).
     """
-    from orapo_core.facts import self_consistency
+    from orapo_core.facts import self_consistency  # noqa: PLC0415 -- tests patch self_consistency
 
     result = self_consistency(greedy, samples)
     if isinstance(result, tuple):

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orapo_core.facts.metrics import EvalMetrics
+from orapo_core.facts import label_report, score_report
+from orapo_core.facts.metrics import EvalMetrics, clinical_efficacy
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,7 +54,7 @@ class EvaluationResult:
 
 def load_study_image(path: str | Path) -> np.ndarray:
     """The display rendering of one study image, decoded the way the app decodes uploads (nothing stored)."""
-    from orapo_core.imaging import ingest_path
+    from orapo_core.imaging import ingest_path  # noqa: PLC0415 -- loads pydicom, requests
 
     return ingest_path(path, secret=secrets.token_hex(8)).display
 
@@ -81,7 +82,7 @@ def evaluate_drafter(
     is the greedy draft with the findings too few of them assert left out.
     """
     if getattr(drafter, "min_agreement", 0.0) and not samples:
-        from orapo_core.models.draft import DRAFT_SAMPLES
+        from orapo_core.models.draft import DRAFT_SAMPLES  # noqa: PLC0415 -- loads numpy
 
         samples = DRAFT_SAMPLES
     if batch_size < 1:
@@ -128,9 +129,6 @@ def rescore(
 
 def _score(drafts: Sequence[tuple], facts_beta: float) -> EvaluationResult:
     """(record, draft text) pairs labelled by FactS against each record's reference: metrics and rows."""
-    from orapo_core.facts import label_report, score_report
-    from orapo_core.facts.metrics import clinical_efficacy
-
     predicted, reference, texts, rewards, rows = [], [], [], [], []
     for record, text in drafts:
         labels = label_report(text)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from orapo_core.errors import OrapoError
+from orapo_core.models.compat import load_processor
 
 if TYPE_CHECKING:
     import torch
@@ -91,7 +92,7 @@ def resolve_model_dir(model_dir: str | Path | None = None, settings: Settings | 
     if model_dir is not None:
         return Path(model_dir).expanduser()
     if settings is None:
-        from orapo_core.config import Settings
+        from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
         settings = Settings()
     if settings.model_dir is not None:
@@ -99,7 +100,7 @@ def resolve_model_dir(model_dir: str | Path | None = None, settings: Settings | 
     starter = settings.models_dir / "starter"
     if (starter / "config.json").exists():
         return starter
-    from orapo_core.models.starter import build
+    from orapo_core.models.starter import build  # noqa: PLC0415 -- loads numpy
 
     starter.parent.mkdir(parents=True, exist_ok=True)
     if build.copy_shipped_starter(starter, shipped_dir=build.SHIPPED_DIR) is None:
@@ -195,8 +196,6 @@ def as_torch_dtype(dtype: Any) -> Any:
 def _load_checked(path: Path, *, dtype: Any, device_map: Any, attn_implementation: str | None) -> tuple[Any, Any]:
     """The model and processor of `path`, refused (OrapoError) unless every weight fits the config."""
     from transformers import AutoConfig, AutoModelForImageTextToText
-
-    from orapo_core.models.compat import load_processor
 
     extra = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
     try:

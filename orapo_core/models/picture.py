@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from PIL import Image
+
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
     import numpy as np
-    from PIL import Image
 
 # Radiographs are often 3000 px a side; a VLM's own resize would keep far more
 # visual tokens than a report needs, and those tokens dominate CPU latency.
@@ -27,7 +28,6 @@ def to_rgb_image(image: Image.Image | np.ndarray, *, max_side: int | None = DEFA
     its full range is mapped to 0..255, the same default window the viewer uses.
     """
     import numpy as np
-    from PIL import Image
 
     if isinstance(image, Image.Image) and image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
         image = np.asarray(image)  # PIL's own conversion to 8 bits clips instead of scaling

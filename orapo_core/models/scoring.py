@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from orapo_core.models.prompt import render_prompt
+
 if TYPE_CHECKING:
     import torch
     from PIL import Image
@@ -27,8 +29,6 @@ def answer_token_logps(
     forward: (log-prob of each answer token, the argmax token at each position, mask), each (answers, width).
     `prompt_text` is the rendered prompt (default: `render_prompt(processor)`)."""
     import torch
-
-    from orapo_core.models.prompt import render_prompt
 
     prompt = prompt_text if prompt_text is not None else render_prompt(processor)
     tokenizer = processor.tokenizer

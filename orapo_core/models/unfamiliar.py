@@ -45,18 +45,25 @@ draft is wrong; a familiar-looking film can still be drafted wrongly.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from PIL import Image
+
+from orapo_core.data.phantom import generate_study
+from orapo_core.models.features import capture_image_features
+from orapo_core.models.picture import to_rgb_image
 
 log = logging.getLogger("orapo.unfamiliar")
 
@@ -280,11 +287,6 @@ def phantom_pictures(
     n: int, stream: int, *, side: int = SIDE, start: int = 0, stop: threading.Event | None = None
 ) -> list:
     """PhantomCXR films (SEED, stream, i) for i in [start, start + n), as drafting shows a PNG of one: 8-bit RGB."""
-    from PIL import Image
-
-    from orapo_core.data.phantom import generate_study
-    from orapo_core.models.picture import to_rgb_image
-
     pictures = []
     for i in range(start, start + n):
         _check(stop)
@@ -303,11 +305,7 @@ def film_features(
 ) -> np.ndarray:
     """(images, features): each picture's pooled vision features, as drafting captures them, from the vision tower
     alone (no language model forward). `loaded` is a `LoadedModel`; `pictures`, RGB pictures (`to_rgb_image`)."""
-    import contextlib
-
     import torch
-
-    from orapo_core.models.features import capture_image_features
 
     processor = loaded.processor
     rows: list[list[float] | None] = []
@@ -359,8 +357,6 @@ def build_calibration(
 ) -> FilmCalibration:
     """Compute the calibration of a loaded model and store it beside its weights, else under `cache_dir`.
     Setting `stop` ends it early (`CalibrationStopped`), between two films or two batches."""
-    import time
-
     started = time.perf_counter()
     reference = film_features(loaded, phantom_pictures(n_reference, 0, side=side, stop=stop), lock=lock, stop=stop)
     heldout = film_features(loaded, phantom_pictures(n_heldout, 1, side=side, stop=stop), lock=lock, stop=stop)

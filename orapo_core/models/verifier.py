@@ -37,12 +37,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+
+from orapo_core.facts import label_report
+from orapo_core.facts.text import split_sentences
+from orapo_core.models.picture import DEFAULT_MAX_SIDE, to_rgb_image
+from orapo_core.models.prompt import REPORT_PROMPT, render_prompt
 
 VERIFIER_FILE = "finding_verifier.json"
 
@@ -280,8 +286,6 @@ def prompt_states(model: Any, processor: Any, prompt_text: str, pictures: Sequen
 def taught_findings(rows: Sequence[dict], *, min_taught: int = 10) -> list[str]:
     """CheXpert findings that at least `min_taught` corrections added: the signed report (`clinician_chosen`)
     states or hedges it, the model's draft (`clinician_rejected`) did not."""
-    from orapo_core.facts import label_report
-
     counts: dict[str, int] = {}
     for row in rows:
         chosen, rejected = row.get("clinician_chosen") or "", row.get("clinician_rejected") or ""
@@ -316,11 +320,6 @@ SENTENCES_PER_FINDING = 8
 def finding_sentences(reports: Sequence[str], finding: str, *, limit: int = SENTENCES_PER_FINDING) -> list[str]:
     """The sentences of `reports` that state `finding` (present) and mention no other finding, most frequent
     first, at most `limit`: what a check may add to a draft silent on the finding."""
-    from collections import Counter
-
-    from orapo_core.facts import label_report
-    from orapo_core.facts.text import split_sentences
-
     counts: Counter[str] = Counter()
     for report in reports:
         for sentence in split_sentences(report or ""):
@@ -349,8 +348,6 @@ def fit_verifier(
     cut `add_cut` picks with `add_max_fpr` overall and `ADD_MAX_GROUP_FPR` within each group of the rows without
     the finding that carry one other of the 14 CheXpert labels of the oracle reports (`label_report`), "No Finding"
     included; a check that does neither is dropped."""
-    from orapo_core.facts import label_report
-
     labels = [label_report(text or "") for text in oracle_reports]
     names = list(labels[0]) if labels else []
     carries = {name: np.array([lab.get(name) in (1, -1) for lab in labels]) for name in names}
@@ -414,9 +411,6 @@ def fit_round_verifier(
     on the prompt states `model` gives the round's own training rows (`dataset`: the trainer's `datasets.Dataset`,
     with ``image``, ``oracle_report`` and the clinician columns), the films prepared as drafting prepares them.
     None when the round's corrections taught no finding often enough."""
-    from orapo_core.models.picture import DEFAULT_MAX_SIDE, to_rgb_image
-    from orapo_core.models.prompt import REPORT_PROMPT, render_prompt
-
     columns = set(dataset.column_names)
     texts = {
         c: list(dataset[c]) if c in columns else [None] * len(dataset)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import yaml
-from trl import GRPOConfig, ModelConfig
+from trl import GRPOConfig, ModelConfig, TrlParser  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from orapo_core.models.verifier import ADD_MAX_FPR
 
@@ -380,8 +380,6 @@ def parse_recipe(
 def _parse_recipe(
     config_path: str | Path | None, overrides: Mapping | Sequence[str] | None, config_class: type[OraPOConfig]
 ) -> tuple[OraPOScriptArguments, OraPOConfig, ModelConfig]:
-    from trl import TrlParser
-
     parser = TrlParser(cast(Any, (OraPOScriptArguments, config_class, ModelConfig)))  # its DataClassType is a NewType
     argv: list[str] = []
     tmp = None

@@ -22,6 +22,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from orapo_core.data.loaders import load_dataset
 from orapo_core.data.records import CHEXPERT_14, StudyRecord
 from orapo_core.errors import OrapoError
 from orapo_core.models.prompt import REPORT_PROMPT
@@ -113,8 +114,6 @@ def load_training_records(
     ``image_root`` re-roots images that the CSV lists relative to its own folder; ``split`` keeps only the
     studies of that split (train/valid/test), none: all of them.
     """
-    from orapo_core.data.loaders import load_dataset
-
     path = Path(path)
     if not path.exists():
         raise OrapoError("data_missing", f"The training data {path} does not exist.")

@@ -23,16 +23,15 @@ import functools
 from collections.abc import Iterator
 from typing import Any, cast
 
-import torch
+import torch  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
+from orapo_core.facts import label_report
 from orapo_core.facts.ontology import CHEXPERT_14
 
 
 @functools.lru_cache(maxsize=65536)
 def finding_targets(report: str) -> tuple[float, ...]:
     """1.0 per CheXpert observation the report states or hedges (FactS), 0.0 otherwise, in `CHEXPERT_14` order."""
-    from orapo_core.facts import label_report
-
     labels = label_report(report or "")
     return tuple(1.0 if labels.get(name) in (1, -1) else 0.0 for name in CHEXPERT_14)
 

@@ -9,8 +9,8 @@ shuffling and splitting of a generation batch into micro-batches.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+import torch  # noqa: TID253 -- this module is heavy; light ones import it lazily
+import torch.nn.functional as F  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 
 def sequence_logps(

@@ -13,7 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
 
 
 def _plain(value: object) -> int | float | str | bool | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orapo_core.errors import OrapoError
+from orapo_core.facts.reward import completion_text, make_facts_reward
 
 if TYPE_CHECKING:
     from orapo_core.facts.reward import Completion, RewardFunction
@@ -30,8 +31,6 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 
 def _words(text: Completion) -> list[str]:
-    from orapo_core.facts.reward import completion_text
-
     return _WORD.findall(completion_text(text).lower())
 
 
@@ -94,8 +93,6 @@ class RewardSettings:
 
 
 def _facts(settings: RewardSettings, **fixed: Any) -> RewardFunction:
-    from orapo_core.facts.reward import make_facts_reward
-
     extra: dict[str, Any] = {} if settings.attribute_check is None else {"attribute_check": settings.attribute_check}
     if settings.form_guard is not None:
         extra["form_guard"] = settings.form_guard

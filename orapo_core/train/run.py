@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orapo_core.errors import OrapoError
+from orapo_core.models.loading import load_for_training, resolve_model_dir
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -39,7 +40,7 @@ def phantom_training_data(script_args: OraPOScriptArguments, training_args: OraP
     """
     if script_args.train_csv or not script_args.phantom_studies:
         return None
-    from orapo_core.data.phantom import write_dataset
+    from orapo_core.data.phantom import write_dataset  # noqa: PLC0415 -- loads numpy
 
     assert training_args.output_dir is not None  # TrainingArguments.__post_init__ fills it in
     folder = Path(training_args.output_dir).resolve() / PHANTOM_FOLDER
@@ -69,9 +70,8 @@ def train_round(
     """
     from trl import get_peft_config
 
-    from orapo_core.models.loading import load_for_training, resolve_model_dir
-    from orapo_core.train.dataset import load_round_dataset
-    from orapo_core.train.trainer import MINER_STATE_FILE, OraPOTrainer
+    from orapo_core.train.dataset import load_round_dataset  # noqa: PLC0415 -- loads numpy
+    from orapo_core.train.trainer import MINER_STATE_FILE, OraPOTrainer  # noqa: PLC0415 -- loads trl, peft
 
     if train_dataset is None:
         phantom_csv = phantom_training_data(script_args, training_args)
@@ -111,7 +111,7 @@ def train_round(
         processor.save_pretrained(str(out))
         trainer.miner.save(out / MINER_STATE_FILE)
         if training_args.finding_verifier:
-            from orapo_core.models.verifier import describe, fit_round_verifier
+            from orapo_core.models.verifier import describe, fit_round_verifier  # noqa: PLC0415 -- loads numpy
 
             verifier = fit_round_verifier(
                 trainer.model,

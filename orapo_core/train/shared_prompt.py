@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+import torch  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 SHARED_PROMPT_MODEL_TYPES = frozenset({"qwen2_vl", "qwen2_5_vl", "idefics3", "llava"})
 

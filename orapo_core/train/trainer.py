@@ -41,11 +41,26 @@ import zlib
 from collections.abc import Iterator
 from typing import Any, cast
 
-import torch
-from accelerate.utils import gather_object, is_peft_model
-from trl import GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import pad, split_pixel_values_by_grid, unsplit_pixel_values_by_grid, use_adapter
+import torch  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from accelerate.utils import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    gather_object,
+    is_peft_model,
+)
+from transformers.trainer_utils import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    PREFIX_CHECKPOINT_DIR,
+)
+from trl import GRPOTrainer  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from trl.models import prepare_deepspeed  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from trl.models.utils import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    disable_gradient_checkpointing,
+)
+from trl.trainer.utils import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    add_fused_lm_head,
+    pad,
+    split_pixel_values_by_grid,
+    unsplit_pixel_values_by_grid,
+    use_adapter,
+)
 
 from orapo_core.train.config import OraPOConfig
 from orapo_core.train.dataset import oracle_for
@@ -231,8 +246,6 @@ class OraPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
             folder = os.path.join(
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
@@ -490,9 +503,6 @@ class OraPOTrainer(GRPOTrainer):
         return self.accelerator.unwrap_model(self.model)
 
     def _frozen_copy(self, model: Any) -> Any:
-        from trl.models import prepare_deepspeed
-        from trl.trainer.utils import add_fused_lm_head
-
         ref = copy.deepcopy(self.accelerator.unwrap_model(model)).eval()
         # TRL's `add_fused_lm_head` sets `forward` on the instance, a closure over the *policy's* original forward,
         # and the deep copy keeps that closure: remove the instance attribute (the class's forward shows through)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+from db import AuditRepository, UserRepository
 from db.records import AuditEntry, UserRecord
+from db.repositories.users import generate_password
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -25,8 +27,6 @@ ROLE_WORDS = {"admin": "an administrator", "radiologist": "a radiologist"}
 def check_credentials(db: Database, username: str, password: str) -> bool:
     """True for a valid, active account (even one that must change its password). The web sign-in goes through
     `app.services.accounts.signin.SignInGuard`, which adds throttling and the audit log to the same check."""
-    from db import UserRepository
-
     try:
         UserRepository(db).authenticate(username, password)
     except OrapoError:
@@ -36,8 +36,6 @@ def check_credentials(db: Database, username: str, password: str) -> bool:
 
 def is_admin(db: Database, username: str) -> bool:
     """Whether `username` is an active administrator now (the session middleware asks, for admin-only files)."""
-    from db import UserRepository
-
     try:
         user = UserRepository(db).get_by_username(username)
     except OrapoError:
@@ -49,8 +47,6 @@ def signed_in(
     db: Database, username: str | None, *, role: str | None = None, allow_password_change: bool = False
 ) -> UserRecord:
     """The signed-in user, checked now: active, password changed if required, and holding `role` if given."""
-    from db import UserRepository
-
     if not username:
         raise OrapoError("not_signed_in", "Sign in first.")
     try:
@@ -74,8 +70,6 @@ def require_role(user: UserRecord, role: str) -> None:
 
 
 def change_own_password(db: Database, user: UserRecord, old: str, new: str, repeat: str) -> UserRecord:
-    from db import UserRepository
-
     if new != repeat:
         raise OrapoError("password_mismatch", "The new password and its repetition differ.")
     return UserRepository(db).change_password(user.username, old, new)
@@ -101,8 +95,6 @@ def _session_token(sessions: SessionBook | None, request: Any) -> str | None:
 def end_other_sessions(db: Database, sessions: SessionBook | None, user: UserRecord, request: Any) -> int:
     """After `user` changed their own password: the session of `request` goes on under the new password, every
     other session of theirs ends (the middleware would refuse them anyway: their password stamp is stale)."""
-    from db import UserRepository
-
     if sessions is None:
         return 0
     return sessions.password_changed(
@@ -115,23 +107,17 @@ def end_other_sessions(db: Database, sessions: SessionBook | None, user: UserRec
 
 
 def list_users(db: Database, actor: UserRecord) -> list[UserRecord]:
-    from db import UserRepository
-
     require_role(actor, "admin")
     return UserRepository(db).list()
 
 
 def create_user(db: Database, actor: UserRecord, username: str, role: str) -> tuple[UserRecord, str]:
     """A new account with a one-time password, returned once to show the administrator."""
-    from db import UserRepository
-
     require_role(actor, "admin")
     return UserRepository(db).create_with_one_time_password(username, role=role, actor=actor)
 
 
 def set_user_active(db: Database, actor: UserRecord, username: str, active: bool) -> UserRecord:
-    from db import UserRepository
-
     require_role(actor, "admin")
     if not active and (username or "").strip().lower() == actor.username:
         raise OrapoError("cannot_disable_self", "You cannot disable your own account.")
@@ -141,9 +127,6 @@ def set_user_active(db: Database, actor: UserRecord, username: str, active: bool
 
 def reset_password(db: Database, actor: UserRecord, username: str) -> tuple[UserRecord, str]:
     """A new one-time password the user must change at next sign-in."""
-    from db import UserRepository
-    from db.repositories.users import generate_password
-
     require_role(actor, "admin")
     password = generate_password()
     return UserRepository(db).set_password(username, password, must_change_password=True, actor=actor), password
@@ -152,7 +135,5 @@ def reset_password(db: Database, actor: UserRecord, username: str) -> tuple[User
 def audit_log(
     db: Database, actor: UserRecord, *, action: str | None = None, actor_name: str | None = None, limit: int = 200
 ) -> list[AuditEntry]:
-    from db import AuditRepository
-
     require_role(actor, "admin")
     return AuditRepository(db).query(action=action or None, actor_name=actor_name or None, limit=limit)

@@ -40,18 +40,23 @@ from datetime import UTC, datetime
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from limits import parse
-from limits.storage import MemoryStorage
-from limits.strategies import MovingWindowRateLimiter
+import anyio
+from anyio import CapacityLimiter, to_thread
+from limits import parse  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from limits.storage import MemoryStorage  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from limits.strategies import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    MovingWindowRateLimiter,
+)
 
+from app.services.accounts.auth import require_role
 from app.services.accounts.holds import FailureLog, Lockout, SignInResult, account_key, held_refusal
 from app.services.operations.metrics import count_sign_in_failure
+from db import AuditRepository, UserRepository
 from db.records import UserRecord
+from db.repositories.users import normalize_username
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
-    from anyio import CapacityLimiter
-
     from db.database import Database
 
 
@@ -119,9 +124,6 @@ class SignInGuard:
 
     async def sign_in(self, username: str, password: str, address: str) -> SignInResult:
         """Check a name and password from `address`; call from the event loop (the hashing runs in a thread)."""
-        import anyio
-        from anyio import CapacityLimiter, to_thread
-
         name = account_key(username)
         locked = self.locked(name, address)
         if locked is not None:
@@ -167,8 +169,6 @@ class SignInGuard:
 
     def lockouts(self, actor: UserRecord) -> list[Lockout]:
         """Accounts and addresses held now (administrators only)."""
-        from app.services.accounts.auth import require_role
-
         require_role(actor, "admin")
         now, found = time.time(), []
         with self._lock:
@@ -191,9 +191,6 @@ class SignInGuard:
 
     def lift(self, actor: UserRecord, target: str) -> list[str]:
         """Forget the failures of an account or an address (administrators only); returns what was locked."""
-        from app.services.accounts.auth import require_role
-        from db import AuditRepository
-
         require_role(actor, "admin")
         target = (target or "").strip()
         name, now, lifted = account_key(target), time.time(), []
@@ -221,8 +218,6 @@ class SignInGuard:
     # -- in a worker thread ------------------------------------------------------------------------------------
 
     def _check(self, name: str, password: str, address: str) -> SignInResult:
-        from db import AuditRepository, UserRepository
-
         locked = self.locked(name, address)  # again: attempts that waited for a slot while others failed
         if locked is not None:
             self._audit_refusal(name, address, locked)
@@ -254,8 +249,6 @@ class SignInGuard:
     def _anonymous_row(self, address: str, action: str, **row: Any) -> None:
         """One audit row of an unproven attempt from `address`, unless that address wrote `ADDRESS_AUDITED`
         already: then it is only counted, and the count goes in as one summary row before its next row."""
-        from db import AuditRepository
-
         if not self._limiter.hit(self._address_audited, "audited", address):
             with self._lock:
                 self._unwritten[address] = self._unwritten.get(address, 0) + 1
@@ -275,8 +268,6 @@ class SignInGuard:
 
     def flush_summaries(self) -> int:
         """Write the counts not yet summarised (the server is stopping); returns how many rows it wrote."""
-        from db import AuditRepository
-
         with self._lock:
             pending, self._unwritten = self._unwritten, {}
         for address, unwritten in pending.items():
@@ -350,8 +341,6 @@ class SignInGuard:
 def _shown(name: str) -> str:
     """The attempted name as the audit log keeps it: only something that could be a username (a password typed
     into the name field is not written down)."""
-    from db.repositories.users import normalize_username
-
     try:
         return normalize_username(name)
     except OrapoError:

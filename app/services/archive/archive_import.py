@@ -14,7 +14,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from app.services.archive.pacs import CHEST_MODALITIES, ArchiveStudy
+from app.services.accounts.auth import require_role
+from app.services.archive.pacs import (
+    CHEST_MODALITIES,
+    Archive,
+    ArchiveStudy,
+    archive_settings,
+    mark_imported,
+    pull_study,
+)
 from db.records import UserRecord
 from orapo_core.errors import OrapoError
 
@@ -56,8 +64,6 @@ class StudyImport:
 
 def archive_note(environ: Mapping[str, str] | None = None) -> str | None:
     """Why the view cannot be used (None when an archive is configured)."""
-    from app.services.archive.pacs import archive_settings
-
     try:
         return None if archive_settings(environ) is not None else NO_ARCHIVE
     except OrapoError as exc:
@@ -75,9 +81,6 @@ def search(
     limit: int = 200,
 ) -> list[ArchiveStudy]:
     """The archive's chest studies matching the filters, each with the study it was already imported as."""
-    from app.services.accounts.auth import require_role
-    from app.services.archive.pacs import Archive, mark_imported
-
     require_role(user, "radiologist")
     modalities = [m for m in modalities if m in CHEST_MODALITIES] or list(CHEST_MODALITIES)
     archive = Archive.from_environment()
@@ -92,9 +95,6 @@ def search(
 
 def import_studies(db: Database, settings: Settings, user: UserRecord, study_uids: Iterable[str]) -> list[StudyImport]:
     """Pull each archive study through the upload's ingest as `user`; a study the archive fails on is a refusal."""
-    from app.services.accounts.auth import require_role
-    from app.services.archive.pacs import Archive, pull_study
-
     require_role(user, "radiologist")
     study_uids = [uid.strip() for uid in study_uids if uid and uid.strip()]
     if not study_uids:

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.services.archive.pacs import link_to_archive
+from app.services.reading.ingest import ingest_bytes
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -106,8 +108,6 @@ def listener(
     ae.add_supported_context(Verification)
 
     def handle_store(event: Event) -> int | Dataset:
-        from app.services.reading.ingest import ingest_bytes
-
         try:
             data = event.encoded_dataset(include_meta=True)
         except Exception:  # a data set pynetdicom cannot encode back: nothing we could ingest
@@ -115,8 +115,6 @@ def listener(
         try:
             outcome = ingest_bytes(data, "dimse-instance.dcm", db=db, settings=settings, actor="dimse")
             if outcome.ok and outcome.study_id is not None:
-                from app.services.archive.pacs import link_to_archive
-
                 link_to_archive(
                     db, settings, outcome.study_id, str(event.dataset.get("StudyInstanceUID", "") or ""), source="dimse"
                 )

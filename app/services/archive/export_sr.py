@@ -21,11 +21,13 @@ import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.services.operations.export import SkippedStudy, build_each
 from app.services.operations.export_fhir import _model_label, kept_additions
+from db import ArchiveLinkRepository, DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -75,8 +77,6 @@ def _signed_parts(
     the finding check added to the draft (`kept_additions`)."""
     import pydicom
 
-    from db import DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
-
     overview = StudyRepository(db).overview(study_id)
     signed = overview.latest_correction
     if signed is None or signed.signed_at is None:
@@ -105,7 +105,7 @@ def _signed_parts(
 def study_sr(db: Database, settings: Settings, study_id: int) -> StudySR:
     """The SR of a study's signed report, read back and checked (errors: no_signed_report, no_dicom_image, sr_invalid).
     It belongs to the de-identified study: what `orapo export sr` writes to disk."""
-    from orapo_core.imaging.report_sr import build_report_sr, read_report_sr
+    from orapo_core.imaging.report_sr import build_report_sr, read_report_sr  # noqa: PLC0415 -- loads pydicom, requests
 
     signed, images, reader, model, uid_hash, added = _signed_parts(db, settings, study_id)
     assert signed.signed_at is not None  # `_signed_parts` refuses an unsigned report
@@ -136,9 +136,8 @@ def archive_sr(
     this study's images were made from (matched by their hashed UIDs), with the patient and study attributes the
     archive holds. That SR carries the real identity, so it is only ever sent, never written (errors:
     archive_link_invalid, archive_study_not_found, archive_images_not_found, and those of `study_sr`)."""
-    from db import ArchiveLinkRepository
-    from orapo_core.imaging.deid import hashed_uid, unseal_archive_uid
-    from orapo_core.imaging.report_sr import build_report_sr, read_report_sr
+    from orapo_core.imaging.deid import hashed_uid, unseal_archive_uid  # noqa: PLC0415 -- loads pydicom, requests
+    from orapo_core.imaging.report_sr import build_report_sr, read_report_sr  # noqa: PLC0415 -- loads pydicom, requests
 
     sealed = ArchiveLinkRepository(db).sealed(study_id)
     if sealed is None:
@@ -176,8 +175,6 @@ def archive_sr(
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return f"orapo {version('orapo')}"
     except PackageNotFoundError:
@@ -215,8 +212,6 @@ class SrExport:
 
 def signed_study_ids(db: Database) -> list[int]:
     """Every study whose latest report is signed, oldest first."""
-    from db import StudyRepository
-
     return [
         o.study.id
         for o in reversed(StudyRepository(db).list(limit=1_000_000))

@@ -21,14 +21,17 @@ one function is what joins them there.
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from app.services.reading.ingest import ingest_bytes
+from db import ArchiveLinkRepository, StudyRepository
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -139,8 +142,6 @@ def dicom_date_range(text: str) -> str:
 
 
 def _dicom_date(part: str, whole: str) -> str:
-    import datetime as dt
-
     digits = part.strip().replace("-", "")
     try:
         return dt.datetime.strptime(digits, "%Y%m%d").strftime("%Y%m%d")
@@ -328,10 +329,7 @@ def _study_from_json(row: dict) -> ArchiveStudy:
 def mark_imported(studies: Iterable[ArchiveStudy], *, db: Database, settings: Settings) -> list[ArchiveStudy]:
     """Each study with the id of this app's study made from it, found by hashing its UID with the de-identification
     secret (the only link kept)."""
-    from dataclasses import replace
-
-    from db import StudyRepository
-    from orapo_core.imaging.deid import hashed_uid
+    from orapo_core.imaging.deid import hashed_uid  # noqa: PLC0415 -- loads pydicom, requests
 
     repo, secret = StudyRepository(db), settings.secret()
     marked = []
@@ -345,8 +343,7 @@ def link_to_archive(db: Database, settings: Settings, study_id: int, archive_stu
     """Remember, sealed, which archive study a de-identified study came from, so that its signed report can be filed
     there (`app.services.archive.export_sr.archive_sr`). Only when the study is that archive study's de-identified copy
     (its hashed UID is the archive UID's hash): a study of another origin is never linked. True when linked."""
-    from db import ArchiveLinkRepository, StudyRepository
-    from orapo_core.imaging.deid import hashed_uid, seal_archive_uid
+    from orapo_core.imaging.deid import hashed_uid, seal_archive_uid  # noqa: PLC0415 -- loads pydicom, requests
 
     secret = settings.secret()
     study = StudyRepository(db).get(study_id)
@@ -366,8 +363,6 @@ def pull_study(
     actor: str = "pacs",
 ) -> Iterator[PulledInstance]:
     """Every image instance of one archive study through the upload's ingest; refusals come back as outcomes."""
-    from app.services.reading.ingest import ingest_bytes
-
     index, linked = 0, set()
     for series_uid in archive.image_series(study_uid):
         for data in archive.instances(study_uid, series_uid):

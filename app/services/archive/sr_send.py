@@ -19,14 +19,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.services.accounts.auth import require_role
+from app.services.archive.export_sr import archive_sr
+from app.services.archive.pacs import Archive, archive_settings
+from db import ArchiveSettingsRepository, AuditRepository
 from db.records import SR_SEND_MODES, AuditEntry, UserRecord
+from orapo_core.config import Settings
 from orapo_core.errors import OrapoError, log_line
 
 if TYPE_CHECKING:
-    from app.services.archive.pacs import Archive
     from db.database import Database
     from db.repositories.base import Actor
-    from orapo_core.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -52,16 +55,11 @@ class SrSend:
 
 
 def sr_send_mode(db: Database) -> str:
-    from db import ArchiveSettingsRepository
-
     return ArchiveSettingsRepository(db).get().sr_send
 
 
 def set_sr_send_mode(db: Database, user: UserRecord, mode: str) -> str:
     """An admin's choice of when signed reports go to the archive (refused to anyone else)."""
-    from app.services.accounts.auth import require_role
-    from db import ArchiveSettingsRepository
-
     require_role(user, "admin")
     mode = {label: key for key, label in SR_SEND_LABELS.items()}.get(mode, mode)
     return ArchiveSettingsRepository(db).update(sr_send=mode, actor=user).sr_send
@@ -71,9 +69,6 @@ def send_report(
     db: Database, settings: Settings, study_id: int, archive: Archive, *, actor: Actor = None, trigger: str = "on_sign"
 ) -> SrSend:
     """Build the study's SR and store it in `archive`; never raises: a failure is returned, audited and logged."""
-    from app.services.archive.export_sr import archive_sr
-    from db import AuditRepository
-
     try:
         report = archive_sr(db, settings, study_id, archive)
         archive.store([report.data])
@@ -123,18 +118,14 @@ def after_signing(
     try:
         if sr_send_mode(db) != "on_sign":
             return None
-        from app.services.archive.pacs import Archive, archive_settings
 
         configured = archive_settings(environ)
         if configured is None:
             return None
         if settings is None:
-            from orapo_core.config import Settings
-
             settings = Settings()
     except Exception as exc:  # noqa: BLE001 - signing is done; a wrong archive setting must not undo it
         log.warning("SR of study %s not sent: %s", study_id, exc)
-        from db import AuditRepository
 
         try:
             AuditRepository(db).append(
@@ -165,9 +156,6 @@ def after_signing(
 def send_now(db: Database, settings: Settings, user: UserRecord, study_id: int | None) -> SrSend:
     """An admin sends one study's SR at once, whatever the setting (the manual mode's button; a retry after a
     failed send). The outcome is audited like a background send."""
-    from app.services.accounts.auth import require_role
-    from app.services.archive.pacs import Archive
-
     require_role(user, "admin")
     if study_id is None:
         raise OrapoError("no_study", "Enter the number of the study whose signed report to send.")
@@ -176,16 +164,12 @@ def send_now(db: Database, settings: Settings, user: UserRecord, study_id: int |
 
 def last_send(db: Database) -> AuditEntry | None:
     """The newest SR send, done or failed."""
-    from db import AuditRepository
-
     entries = AuditRepository(db).query(action="sr.", limit=20)
     return next((e for e in entries if e.action in (SENT, FAILED)), None)
 
 
 def status_markdown(db: Database, environ: Mapping[str, str] | None = None) -> str:
     """The archive, the setting and the last send, for the Admin tab."""
-    from app.services.archive.pacs import archive_settings
-
     try:
         configured = archive_settings(environ)
         where = (

@@ -23,7 +23,9 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
+from app.services.accounts.auth import require_role
 from app.services.reading.served import drafted_by
+from db import DraftRepository, ModelVersionRepository, PairRepository, StudyRepository
 from db.records import (
     PAIR_SOURCES,
     STUDY_STATUSES,
@@ -34,10 +36,10 @@ from db.records import (
     UserRecord,
 )
 from orapo_core.errors import OrapoError
+from orapo_core.facts import label_report
 
 if TYPE_CHECKING:
     from db.database import Database
-    from db.repositories.reports import DraftRepository
 
 SCOPES = ("everyone", "mine")
 BUCKETS = ("auto", "day", "week")
@@ -97,8 +99,6 @@ class DashboardData:
 
 def resolve_scope(user: UserRecord, scope: str | None) -> str:
     """An administrator sees everyone by default; anyone may ask for their own; only an administrator for everyone."""
-    from app.services.accounts.auth import require_role
-
     if scope in (None, "", "default"):
         return "everyone" if user.is_admin else "mine"
     if scope not in SCOPES:
@@ -112,8 +112,6 @@ def dashboard_data(
     db: Database, user: UserRecord, *, scope: str | None = None, bucket: str = "auto", top: int | None = None
 ) -> DashboardData:
     """The dashboard for `user`: everyone's numbers for an administrator, a radiologist's own otherwise."""
-    from db import DraftRepository, ModelVersionRepository, PairRepository, StudyRepository
-
     scope = resolve_scope(user, scope)
     if bucket not in BUCKETS:
         raise OrapoError("invalid_bucket", f"Acceptance is grouped by {', '.join(BUCKETS)}, not {bucket!r}.")
@@ -219,8 +217,6 @@ def _acceptance_series(corrections: Iterable[CorrectionRecord], bucket: str) -> 
 
 def stated_findings(text: str) -> set[str]:
     """The findings a report states as present or possible, by FactS's CheXpert labels."""
-    from orapo_core.facts import label_report
-
     return {k for k, v in label_report(text or "").items() if v in STATED and k not in NOT_A_FINDING}
 
 

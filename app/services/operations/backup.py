@@ -29,11 +29,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.services.operations.backup_database import database_kind, pg_snapshot, sqlite_snapshot
 from app.services.operations.backup_files import copy_tree, file_digest, missing_files, write_private
+from app.settings import web_settings
+from db import AuditRepository, Database
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -88,8 +91,6 @@ def _refuse_existing(out: Path) -> None:
 
 def backup(settings: Settings, out: Path, *, actor: Any = "cli") -> BackupResult:
     """Back up the data folder `settings` names (and its database) into the new or empty folder `out`."""
-    from app.settings import web_settings
-
     settings = web_settings(settings)
     out = Path(out).expanduser().absolute()
     _refuse_existing(out)
@@ -166,8 +167,6 @@ def backup(settings: Settings, out: Path, *, actor: Any = "cli") -> BackupResult
 def audit(url: str, action: str, actor: Any, details: dict[str, Any]) -> str | None:
     """Record the backup or restore in the audit log; None, or why it could not be (a read-only backup account
     makes a good backup all the same)."""
-    from db import AuditRepository, Database
-
     database = Database(url)
     try:
         AuditRepository(database).append(action, actor=actor, object_type="data", details=details)
@@ -179,8 +178,6 @@ def audit(url: str, action: str, actor: Any, details: dict[str, Any]) -> str | N
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("orapo")
     except PackageNotFoundError:

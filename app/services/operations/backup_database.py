@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
+from urllib.parse import quote, urlencode
 
 from app.services.operations.backup_files import write_private
+from db.database import SQLITE_BUSY_TIMEOUT_MS
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -53,8 +56,6 @@ def sqlite_path(url: str) -> Path:
 def libpq(url: str) -> tuple[str, dict[str, str]]:
     """A SQLAlchemy PostgreSQL URL as (a libpq URI without the password, the environment pg_dump and pg_restore
     run with: PGPASSWORD carries the password, so it never appears in a process list)."""
-    from urllib.parse import quote, urlencode
-
     from sqlalchemy.engine import make_url
 
     u = make_url(url)
@@ -117,11 +118,7 @@ def sqlite_problems(connection: Connection) -> list[str]:
 def sqlite_snapshot(url: str, target: Path) -> tuple[Snapshot, list[str]]:
     """Copy the live SQLite database to `target` with the online backup API; what the copy holds, and the problems
     SQLite's checks find in it."""
-    import sqlite3
-
     import sqlalchemy as sa
-
-    from db.database import SQLITE_BUSY_TIMEOUT_MS
 
     source_path = sqlite_path(url)
     if not source_path.is_file():

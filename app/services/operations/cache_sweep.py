@@ -47,6 +47,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.runtime import upload_cache_dir
+from app.services.operations.export_downloads import (
+    DOWNLOAD_RETENTION_S,
+    EXPORTS,
+    newest_mtime,
+    prune_downloads,
+    prune_folder,
+)
+from app.services.operations.leader import live_server_folders, this_process
+from db import StudyRepository
 
 if TYPE_CHECKING:
     from app.services.operations.leader import ServerIdentity
@@ -95,8 +104,6 @@ def sweep_at_start(
 ) -> SweepReport:
     """Before the server `me` (default: this process) listens: what a run, killed or not, of it or of any server
     now dead left behind (see the module docstring)."""
-    from app.services.operations.export_downloads import prune_downloads
-
     now = time.time() if now is None else now
     expired = prune_downloads(settings, now=now, work=True)
     cache_files = _sweep_upload_cache(settings, database, me=me, keep_own=False)[0]
@@ -114,8 +121,6 @@ def sweep_at_stop(settings: Settings, database: Database, *, me: ServerIdentity 
     """After the server `me` (default: this process) closed: its whole folder, not even an export zip stays, and
     what dead servers left. With the database unreachable, its own folder only: who else lives is unknown, and
     the leader or the next start deletes the rest."""
-    from app.services.operations.leader import this_process
-
     me = me or this_process()
     try:
         return SweepReport(cache_files=_sweep_upload_cache(settings, database, me=me, keep_own=False)[0])
@@ -140,9 +145,6 @@ def _sweep_upload_cache(
     """Delete, at the top of the upload cache, every entry that is not a live server's folder (`me`'s only with
     `keep_own`); with `now`, in the live folders kept, entries older than CACHE_MAX_AGE_S and export zips past
     their download time. Returns how many files went, and how many of those zips apart."""
-    from app.services.operations.export_downloads import DOWNLOAD_RETENTION_S, EXPORTS, newest_mtime, prune_folder
-    from app.services.operations.leader import live_server_folders, this_process
-
     me = me or this_process()
     cache = upload_cache_dir(settings)
     if not cache.is_dir():
@@ -206,8 +208,6 @@ def _delete(path: Path) -> int:
 
 def _sweep_storage(settings: Settings, database: Database, *, now: float) -> tuple[int, int, int]:
     """(partial writes, unreferenced images) deleted from the storage folder, and unreferenced ones kept as recent."""
-    from db import StudyRepository
-
     root, cutoff = settings.storage_dir, now - ORPHAN_GRACE_S
     if not root.is_dir():
         return 0, 0, 0

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from db import DraftRepository, PairRepository, StudyRepository
 from orapo_core.errors import OrapoError
+from orapo_core.facts import label_report
 from orapo_core.report_layout import report_text, same_text, split_report
 
 if TYPE_CHECKING:
@@ -80,8 +82,6 @@ def _export_dpo(
 ) -> ExportSummary:
     from datasets import Dataset, Features, Image, List, Value
 
-    from db import PairRepository, StudyRepository
-
     studies = StudyRepository(db)
     rows: dict[str, list] = {k: [] for k in ("prompt", "chosen", "rejected", "images", "study_id", "pair_id", "source")}
     skipped = 0
@@ -122,9 +122,7 @@ def _export_dpo(
 
 
 def _export_grpo(db: Database, settings: Settings, out: Path) -> ExportSummary:
-    from db import StudyRepository
-    from orapo_core.facts import label_report
-    from orapo_core.train.dataset import build_training_dataset
+    from orapo_core.train.dataset import build_training_dataset  # noqa: PLC0415 -- loads numpy
 
     studies = StudyRepository(db)
     records, skipped = [], 0
@@ -166,8 +164,6 @@ def clinician_draft(db: Database, correction: CorrectionRecord) -> str | None:
     was made from if the reader changed it; None when the reader took the draft as it stood. The same rule a round
     applies to its studies (`app.services.rounds.data`), so `trl-grpo` pairs what a round would: another version of
     the report, or another study's, with the same words is not this report's pair."""
-    from db import DraftRepository, PairRepository
-
     pairs = PairRepository(db).list(correction_id=correction.id, source="clinician_edit")
     if pairs:
         return pairs[-1].rejected

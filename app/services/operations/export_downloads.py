@@ -36,6 +36,7 @@ from app.runtime import server_cache_dir
 from app.services.accounts.auth import require_role
 from app.services.operations.export import ExportSummary, SkippedStudy, export_pairs
 from app.services.operations.export_fhir import export_fhir
+from db import AuditRepository
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -127,8 +128,6 @@ def download_training_data(
     db: Database, settings: Settings, actor: UserRecord, formats: Sequence[str]
 ) -> ExportDownload:
     """The preference pairs and OraPO prompts in each of `formats`, as one zip (`<format>/` folders inside); audited."""
-    from db import AuditRepository
-
     require_role(actor, "admin")
     if not formats:
         raise OrapoError("no_format", "Choose at least one format to export.")
@@ -150,8 +149,6 @@ def download_training_data(
 def download_fhir(db: Database, settings: Settings, actor: UserRecord) -> ExportDownload:
     """Every reported study as a FHIR R4 Bundle (`fhir/study-<id>.json` inside the zip); audited. A study that
     cannot be exported is left out and listed, with why, in `fhir/skipped.json` and in `skipped`."""
-    from db import AuditRepository
-
     require_role(actor, "admin")
     archive, result = _zip_export(settings, "fhir", lambda folder: export_fhir(db, folder / "fhir"))
     AuditRepository(db).append(

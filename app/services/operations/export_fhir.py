@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.services.operations.export import SkippedStudy, build_each
+from db import DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
 from orapo_core.errors import OrapoError
 from orapo_core.report_layout import normalize_space, split_report
 
 if TYPE_CHECKING:
-    from db import Database, ModelVersionRepository
+    from db import Database
     from db.records import DraftRecord, StudyRecord
 
 LOINC = "http://loinc.org"
@@ -127,8 +128,6 @@ def fhir_bundle(db: Database, study_id: int) -> dict[str, Any]:
     """A FHIR R4 `collection` Bundle of a study's reports: the latest model draft (preliminary) and the signed report
     (final), each with a Provenance naming the model version that drafted it; validated before it is returned."""
     from fhir.resources.R4B.bundle import Bundle
-
-    from db import DraftRepository, ModelVersionRepository, StudyRepository, UserRepository
 
     overview = StudyRepository(db).overview(study_id)
     study = overview.study
@@ -238,8 +237,6 @@ def export_fhir(db: Database, out: str | Path, *, study_ids: list[int] | None = 
     A study that cannot be exported (say, an unsigned report and no draft) is skipped, with its reason, and
     the others are still written; the skipped ones are listed in `skipped.json` next to the bundles. Only when
     nothing at all could be written is that an error (the single study's own, when one was asked for)."""
-    from db import StudyRepository
-
     out = Path(out)
     if study_ids is None:
         study_ids = [

@@ -55,6 +55,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
+from db import LeaseRepository
 from orapo_core.errors import log_line
 
 if TYPE_CHECKING:
@@ -125,15 +128,11 @@ class ServerIdentity:
 
 
 def this_process() -> ServerIdentity:
-    import psutil
-
     return ServerIdentity(socket.gethostname(), os.getpid(), round(psutil.Process().create_time(), 2))
 
 
 def process_alive(identity: ServerIdentity) -> bool:
     """Whether the process `identity` names runs on this machine (its pid alive and started when it says)."""
-    import psutil
-
     try:
         return abs(psutil.Process(identity.pid).create_time() - identity.started) < 1.0
     except psutil.NoSuchProcess:
@@ -144,8 +143,6 @@ def process_alive(identity: ServerIdentity) -> bool:
 
 def server_leases(database: Database) -> dict[str, LeaseRecord]:
     """Every server's sign-of-life lease (`db.records.LeaseRecord`, live or expired) by its process key."""
-    from db import LeaseRepository
-
     return {lease.name[len(SERVER_PREFIX) :]: lease for lease in LeaseRepository(database).with_prefix(SERVER_PREFIX)}
 
 
@@ -223,8 +220,8 @@ def watch_of(
     live, or, on this machine, while that process runs (`orapo rounds run` holds no lease). On another machine,
     a watcher that never held a lease cannot be seen from here: its round is left alone (an admin can cancel it).
     A round from before the watcher was recorded has only `supervisor_pid`, judged on this machine as before."""
-    from app.services.rounds.metrics import RoundMetrics
-    from app.services.rounds.processes import pid_alive
+    from app.services.rounds.metrics import RoundMetrics  # noqa: PLC0415 -- import cycle through app.services.rounds
+    from app.services.rounds.processes import pid_alive  # noqa: PLC0415 -- import cycle through app.services.rounds
 
     if record.status == "queued":
         created = record.created_at
@@ -289,8 +286,6 @@ class Leadership:
 
     def leader(self) -> LeaseRecord | None:
         """The leader lease (`db.records.LeaseRecord`: holder, live), or None before any server led."""
-        from db import LeaseRepository
-
         return LeaseRepository(self.db).get(LEADER_LEASE)
 
     def start(self) -> Leadership:
@@ -304,8 +299,6 @@ class Leadership:
 
     def stop(self) -> None:
         """Stop ticking; a leader steps down first (`on_deposed`), then both leases are given back."""
-        from db import LeaseRepository
-
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
@@ -324,8 +317,6 @@ class Leadership:
 
     def tick(self) -> bool:
         """Renew this server's sign of life, then renew or take the leader lease; whether this process leads now."""
-        from db import LeaseRepository
-
         with self._lock:
             began = time.monotonic()
             leases = LeaseRepository(self.db)

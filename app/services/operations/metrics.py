@@ -22,6 +22,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from db import RoundRepository
+
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
@@ -139,8 +141,6 @@ class _ScrapeTime:
                 value=depth(),
             )
         try:
-            from db import RoundRepository
-
             counts = RoundRepository(self._db).count_by_status()
         except Exception as exc:  # noqa: BLE001 - left out of this scrape; /readyz reports the database
             log.warning("orapo: rounds not counted for the metrics: %s", type(exc).__name__)

@@ -30,11 +30,13 @@ from app.services.operations.backup_database import (
     sqlite_problems,
 )
 from app.services.operations.backup_files import copy_file, file_digest, missing_files
+from app.settings import web_settings
+from db import Database
+from db.database import MIGRATIONS_DIR
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
     from app.settings import WebSettings
-    from db.database import Database
     from orapo_core.config import Settings
 
 
@@ -138,8 +140,6 @@ def _known_revision(revision: str | None) -> bool:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
     from alembic.util import CommandError
-
-    from db.database import MIGRATIONS_DIR
 
     if revision is None:
         return True
@@ -262,9 +262,6 @@ def check_integrity(database: Database, settings: Settings) -> list[str]:
 
 def restore(settings: Settings, source: Path, *, actor: Any = "cli") -> RestoreResult:
     """Restore the backup in `source` into the (empty) data folder and database `settings` names, and check it."""
-    from app.settings import web_settings
-    from db import Database
-
     settings = web_settings(settings)
     source = Path(source).expanduser().absolute()
     manifest = read_manifest(source)

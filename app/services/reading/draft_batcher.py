@@ -21,6 +21,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from orapo_core.models.decoding import DecodeRequest
+
 if TYPE_CHECKING:
     from orapo_core.models.decoding import ContinuousDecoder
     from orapo_core.models.draft import Draft
@@ -183,8 +185,6 @@ class DraftBatcher:
             return taken
 
     def _run_continuous(self, decoder: ContinuousDecoder, new_decoder: Callable[[], ContinuousDecoder]) -> None:
-        from orapo_core.models.decoding import DecodeRequest
-
         decoding: dict[int, _Request] = {}  # id(DecodeRequest) -> its caller's request
         while (admitted := self._admit(len(decoding))) is not None:
             for request in admitted:

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from PIL import Image
+
 from app.services.operations.metrics import count_draft
+from app.services.reading.ingest import IngestOutcome, ingest_bytes
 from app.services.reading.registry import ModelRegistry
 from app.services.reading.scope import refuse_not_drafted, screen_pixels, unfamiliar_summary
 from app.services.reading.studies import first_image, open_study  # the access rule, shared
-from db import Database
+from db import AuditRepository, Database, DraftRepository
 from db.records import DraftRecord, ImageRecord, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
@@ -26,8 +29,6 @@ from orapo_core.models.draft import DRAFT_SAMPLES  # how many samples measure ea
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from app.services.reading.ingest import IngestOutcome
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,10 @@ def viewer_pixels(settings: Settings, image: ImageRecord) -> ViewerPixels:
     """The stored de-identified DICOM read back at full bit depth (PNG/JPEG uploads are stored as DICOM too)."""
     import numpy as np
 
-    from orapo_core.imaging.dicom_pixels import decode_first_frame, read_dataset
+    from orapo_core.imaging.dicom_pixels import (  # noqa: PLC0415 -- loads pydicom, requests
+        decode_first_frame,
+        read_dataset,
+    )
 
     path = settings.storage_dir / (image.dicom_path or image.display_path)
     if not path.is_file():
@@ -50,8 +54,6 @@ def viewer_pixels(settings: Settings, image: ImageRecord) -> ViewerPixels:
         frame = decode_first_frame(read_dataset(path.read_bytes()))
         pixels, default = frame.pixels, (frame.window_center, frame.window_width)
     else:
-        from PIL import Image
-
         pixels = np.asarray(Image.open(path).convert("L"))
         default = (127.5, 256.0)
     if pixels.ndim == 3:  # colour secondary captures: view as grey
@@ -61,7 +63,7 @@ def viewer_pixels(settings: Settings, image: ImageRecord) -> ViewerPixels:
 
 def render(view: ViewerPixels, center: float, width: float, zoom: float = 1.0) -> np.ndarray:
     """The windowed 8-bit rendering, cropped around the centre for zoom > 1."""
-    from orapo_core.imaging import window
+    from orapo_core.imaging import window  # noqa: PLC0415 -- loads pydicom, requests
 
     pixels = view.pixels
     zoom = max(1.0, float(zoom or 1.0))
@@ -74,7 +76,7 @@ def render(view: ViewerPixels, center: float, width: float, zoom: float = 1.0) -
 
 
 def preset(view: ViewerPixels, name: str) -> tuple[float, float]:
-    from orapo_core.imaging import preset_window
+    from orapo_core.imaging import preset_window  # noqa: PLC0415 -- loads pydicom, requests
 
     try:
         return preset_window(name, view.pixels, view.default_window)
@@ -93,7 +95,6 @@ def draft_study(
     progress: Callable[..., Any] | None = None,
 ) -> DraftRecord:
     """Draft the study's first image with the served model, store the draft, and return its record."""
-    from db import AuditRepository, DraftRepository
 
     def step(fraction: float, what: str) -> None:
         if progress is not None:
@@ -152,8 +153,6 @@ def ingest_upload(
 ) -> IngestOutcome:
     """Ingest one uploaded file and then delete it from the upload cache, whatever the outcome; with `release`,
     only when `release(path)` says no other session still waits to read the same cached file."""
-    from app.services.reading.ingest import IngestOutcome, ingest_bytes
-
     path = Path(path)
     try:
         try:

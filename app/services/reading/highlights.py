@@ -17,6 +17,7 @@ from typing import Any
 from db import Database, DraftRepository
 from db.records import DraftRecord
 from db.repositories.reports import same_text
+from orapo_core.facts import extract_facts, score_edit
 from orapo_core.facts.score import ATTRIBUTE_NAMES, FactJudgement, SentenceScore
 
 HIGH, MEDIUM = 0.75, 0.5
@@ -132,8 +133,6 @@ def confidence_highlights(draft: DraftRecord) -> Highlights:
 def facts_highlights(draft_text: str, corrected_text: str) -> Highlights:
     """The draft's sentences judged against the corrected text, and what the draft missed. A sentence the reader
     deleted is "removed", never "entailed" (a deleted "No pneumothorax." used to be ticked, the edit being silent)."""
-    from orapo_core.facts import score_edit
-
     if not (corrected_text or "").strip():
         return Highlights([(draft_text, None)], mode="facts")
     score = score_edit(draft_text, corrected_text)
@@ -173,16 +172,12 @@ def rescore(db: Database, draft_id: int, edited_text: str | None) -> Highlights:
 
 def sentence_choices(draft_text: str) -> list[tuple[str, int]]:
     """(label, index) for each sentence of the draft, for a dropdown."""
-    from orapo_core.facts import extract_facts
-
     report = extract_facts(draft_text)
     return [(f"{i + 1}. {s.text[:80]}", i) for i, s in enumerate(report.sentences)]
 
 
 def sentence_facts(draft_text: str, index: int, reference_text: str | None = None) -> list[list[Any]]:
     """The atomic facts of one draft sentence: mention, finding, polarity, attributes, and the verdict with its reason."""
-    from orapo_core.facts import extract_facts, score_edit
-
     index = int(index)
     if reference_text and reference_text.strip():
         for s in score_edit(draft_text, reference_text).sentences:

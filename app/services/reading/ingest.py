@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.services.reading.studies import open_study
+from db import AuditRepository, StudyRepository
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
 
@@ -124,7 +126,7 @@ def ingest_bytes(
     Nothing is written before the study is known to be the uploader's to add to (or new), and the
     study, the image row, its audit entry and its two files are stored all together or not at all.
     """
-    from orapo_core.imaging import ingest_bytes as decode
+    from orapo_core.imaging import ingest_bytes as decode  # noqa: PLC0415 -- loads pydicom, requests
 
     display_name = Path(filename).name
     try:
@@ -178,15 +180,11 @@ def _look(
     db: Database, settings: Settings, upload: _Upload, user: UserRecord | None
 ) -> tuple[int | None, IngestOutcome | None]:
     """Before anything is written: (the existing study's id or None, and the outcome if the upload ends here)."""
-    from db import StudyRepository
-
     studies = StudyRepository(db)
     study = studies.find_by_uid_hash(upload.study_uid)
     if study is None:
         return None, None
     if user is not None:  # the CLI runs as the operator; a signed-in user adds only to a study they may open
-        from app.services.reading.studies import open_study
-
         try:
             open_study(db, user, study.id)
         except OrapoError as exc:
@@ -232,8 +230,6 @@ def _store(
 ) -> IngestOutcome:
     """One transaction: the study (when new), the image row, the audit entry; the files move into place before it
     commits and are removed again if it does not."""
-    from db import AuditRepository, StudyRepository
-
     image, meta = upload.image, upload.image.meta
     moved: list[Path] = []
     reason = None
@@ -300,7 +296,7 @@ def _store(
 
 
 def _not_drafted(study_id: int, reason: str | None) -> str | None:
-    from orapo_core.imaging.scope import not_drafted_sentence
+    from orapo_core.imaging.scope import not_drafted_sentence  # noqa: PLC0415 -- loads pydicom, requests
 
     return not_drafted_sentence(study_id, reason) if reason else None
 

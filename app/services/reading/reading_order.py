@@ -63,8 +63,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
+from app.services.insight.dashboard import stated_findings
+from db import AuditRepository, DraftRepository, ModelVersionRepository, StudyRepository
 from db.records import READING_ORDERS, DraftRecord, StudyOverview, UserRecord
 from orapo_core.errors import OrapoError
 
@@ -124,9 +126,6 @@ def order_key(label_or_key: str | None) -> str:
 def signed_drafts(db: Database) -> list[SignedDraft]:
     """(draft, signed report text, findings the report states, findings the draft states) of every signed study
     whose report was made from a draft."""
-    from app.services.insight.dashboard import stated_findings
-    from db import DraftRepository, StudyRepository
-
     drafts = DraftRepository(db)
     signed: list[SignedDraft] = []
     for o in StudyRepository(db).list(status=["signed", "trained"], limit=100_000):
@@ -141,8 +140,6 @@ def signed_drafts(db: Database) -> list[SignedDraft]:
 def served_miss_rates(db: Database, signed: list[SignedDraft] | None = None) -> dict[str, float]:
     """Per finding, how often the served model's drafts missed it in the signed reports made from them (smoothed);
     the drafts of every model while no version is served or the served one has no signed report yet."""
-    from db import ModelVersionRepository
-
     served = ModelVersionRepository(db).promoted()
     signed = signed_drafts(db) if signed is None else signed
     mine = [row for row in signed if served is not None and row[0].model_version_id == served.id]
@@ -263,8 +260,6 @@ def image_atypicality(
     `SHRINKAGE` towards a multiple of the identity (the features outnumber the films of a small clinic). Only
     the drafts are read, never the signed report: an unread study has none. `stated`: the findings each unread
     draft states, by study id, when the caller has them already."""
-    from app.services.insight.dashboard import stated_findings
-
     stated = stated or {}
 
     # (features, stated findings, unread study id or None)
@@ -312,8 +307,6 @@ def usefulness(
     the draft's model, the missed term is the chance that the film holds a finding the draft is silent on and
     the model misses: 1 - prod(1 - miss rate x P(finding | image)); without it, the largest miss rate.
     `atypical` is the study's `image_atypicality`; `stated`, the findings its draft states, if known."""
-    from app.services.insight.dashboard import stated_findings
-
     draft = overview.latest_draft
     if draft is None:
         return Usefulness(overview.study.id)
@@ -344,8 +337,6 @@ def ordered(db: Database, overviews: list[StudyOverview], order: str) -> list[St
     unread = sorted((o for o in overviews if o.study.status in UNREAD), key=lambda o: (o.study.created_at, o.study.id))
     rest = [o for o in overviews if o.study.status not in UNREAD]
     if order == "useful" and unread:
-        from app.services.insight.dashboard import stated_findings
-
         # a study that is not a chest radiograph is never drafted: out of the model's ranking, after it
         kept_out = [o for o in unread if getattr(o.study, "not_drafted", None)]
         unread = [o for o in unread if not getattr(o.study, "not_drafted", None)]
@@ -365,8 +356,6 @@ def ordered(db: Database, overviews: list[StudyOverview], order: str) -> list[St
 def note_opened(db: Database, user: UserRecord, study_id: int, order: str | None) -> bool:
     """The reader opened an unread `study_id` from the worklist in `order`: what the correction they save will
     record. A study already reported (opened to amend it) was not read in any ordering: nothing is noted."""
-    from db import AuditRepository, StudyRepository
-
     order = order_key(order)
     if StudyRepository(db).overview(study_id).study.status not in UNREAD:
         return False
@@ -378,8 +367,6 @@ def note_opened(db: Database, user: UserRecord, study_id: int, order: str | None
 
 def opened_from(db: Database, user: UserRecord, study_id: int) -> str | None:
     """The ordering this reader last opened the study from in the worklist (None: not opened from it)."""
-    from db import AuditRepository
-
     entries = AuditRepository(db).query(
         action=OPENED, actor_name=user.username, object_type="study", object_id=study_id, limit=1
     )

@@ -41,6 +41,8 @@ from app.services.reading.served import ServedModel, served_model
 from app.settings import web_settings
 from db import Database
 from orapo_core.config import Settings
+from orapo_core.models.loading import check_model_dir
+from orapo_core.models.shared_base import SharedBase
 
 if TYPE_CHECKING:
     from orapo_core.models.draft import Drafter
@@ -191,9 +193,7 @@ class ModelRegistry:
 
     def _load_on_shared_base(self, served: ServedModel) -> Drafter:
         """A Drafter for `served` on its base folder's one SharedBase (loaded now if no resident version uses it)."""
-        from orapo_core.models.draft import Drafter
-        from orapo_core.models.loading import check_model_dir
-        from orapo_core.models.shared_base import SharedBase
+        from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- loads numpy
 
         folder = check_model_dir(served.model_dir).resolve()
         base = self._bases.get(folder)

@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.services.archive.sr_send import after_signing
 from app.services.reading.draft_review import refuse_unsignable_draft
-from db import Database, DraftRepository
+from db import AuditRepository, CorrectionRepository, Database, DraftRepository, PairRepository, UserRepository
 from db.records import CorrectionRecord, DraftRecord, UserRecord
 from db.repositories.reports import same_text
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
+from orapo_core.facts import label_report
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def prepare_report(
     stored another version since, storing is refused (`stale_correction`) and nothing is
     stored. None (a script that reads the latest version itself) takes the latest as it is.
     """
-    from app.services.reading.drafting import open_study
+    from app.services.reading.drafting import open_study  # noqa: PLC0415 -- loads numpy
 
     if not (text := (text or "").strip()):
         raise OrapoError("empty_report", "The report is empty; write or accept a report before saving.")
@@ -101,8 +103,6 @@ def prepare_report(
 
 def check_base_version(db: Database, latest: CorrectionRecord | None, base_version: int) -> None:
     """Refuse to store over a report version the clinician has not seen (optimistic concurrency)."""
-    from db import UserRepository
-
     if (latest.version if latest else 0) == base_version:
         return
     if latest is None or latest.version < base_version:
@@ -128,7 +128,7 @@ def store_report(
 ) -> CorrectionRecord:
     """Store what the confirmation showed, provided the report on screen is still exactly that text
     and the study's report is still the version the confirmation spoke of."""
-    from app.services.reading.drafting import open_study
+    from app.services.reading.drafting import open_study  # noqa: PLC0415 -- loads numpy
 
     if (current_text or "").strip() != pending.text:
         raise OrapoError(
@@ -197,8 +197,6 @@ def save_report(
     With `base_version` (the version the page opened), a report stored by anyone since is refused (`stale_correction`).
     The correction (with the worklist ordering it was opened from), its pair and its audit entries are one
     transaction; a committed signature then sends the SR in the background if the admin said so (`sr_send`)."""
-    from app.services.archive.sr_send import after_signing
-
     record = _store_correction(db, user, study_id, draft_id, text, sign=sign, base_version=base_version)
     if sign and record.signed_at is not None:
         after_signing(db, record.study_id, actor=user, settings=settings)
@@ -215,10 +213,8 @@ def _store_correction(
     sign: bool,
     base_version: int | None,
 ) -> CorrectionRecord:
-    from app.services.reading.drafting import open_study
-    from app.services.reading.reading_order import opened_from
-    from db import AuditRepository, CorrectionRepository, PairRepository
-    from orapo_core.facts import label_report
+    from app.services.reading.drafting import open_study  # noqa: PLC0415 -- loads numpy
+    from app.services.reading.reading_order import opened_from  # noqa: PLC0415 -- loads numpy
 
     if not (text := (text or "").strip()):
         raise OrapoError("empty_report", "The report is empty; write or accept a report before saving.")
@@ -306,7 +302,7 @@ def accept_draft(
     Refused when `text` is not the draft (whitespace aside): what is signed is the text on
     screen, so an edited report is never signed as the draft.
     """
-    from app.services.reading.drafting import open_study
+    from app.services.reading.drafting import open_study  # noqa: PLC0415 -- loads numpy
 
     overview = open_study(db, user, study_id)
     _check_unchanged(DraftRepository(db).get(int(draft_id)), overview.study.id, text or "")

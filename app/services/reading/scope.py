@@ -19,6 +19,7 @@ import logging
 import threading
 from typing import Any
 
+from db import AuditRepository, StudyRepository
 from db.records import DraftRecord, StudyOverview, StudyRecord, UserRecord
 from orapo_core.errors import OrapoError
 
@@ -27,7 +28,7 @@ log = logging.getLogger("orapo.drafting")
 
 def not_drafted(study: StudyRecord) -> str | None:
     """The reader's sentence for a study stored but never drafted ("Study 3 is a CT ...: stored, not drafted.")."""
-    from orapo_core.imaging.scope import not_drafted_sentence
+    from orapo_core.imaging.scope import not_drafted_sentence  # noqa: PLC0415 -- loads pydicom, requests
 
     reason = getattr(study, "not_drafted", None)
     return not_drafted_sentence(study.id, reason) if reason else None
@@ -47,8 +48,7 @@ def screen_pixels(
     image before its first draft; far from its calibration films, the study is marked as not drafted (and
     audited) and the draft refused. Nothing happens for a chest DICOM, a study drafted before, a model without a
     calibration, or a drafter without the check."""
-    from db import AuditRepository, StudyRepository
-    from orapo_core.imaging.scope import far_reason, has_header_verdict
+    from orapo_core.imaging.scope import far_reason, has_header_verdict  # noqa: PLC0415 -- loads pydicom, requests
 
     study = overview.study
     films = getattr(drafter, "films", None)
@@ -82,7 +82,7 @@ def study_note(study: StudyRecord) -> str:
 def draft_note(draft: DraftRecord | None) -> str:
     """What a draft's status line adds about its film: the unfamiliar-film warning, or that the check did not run
     (no calibration for the model yet); "" for a familiar film or a draft made before the check existed."""
-    from orapo_core.models.unfamiliar import WARNING
+    from orapo_core.models.unfamiliar import WARNING  # noqa: PLC0415 -- loads numpy
 
     facts = draft.facts if draft is not None and isinstance(draft.facts, dict) else {}
     if "unfamiliar" not in facts:
@@ -121,7 +121,7 @@ class BackgroundCalibration:
 
     @staticmethod
     def _run(films: Any, name: str) -> None:
-        from orapo_core.models.unfamiliar import CalibrationStopped
+        from orapo_core.models.unfamiliar import CalibrationStopped  # noqa: PLC0415 -- loads numpy
 
         try:
             films.calibration(build=True)

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from db import ModelVersionRepository
+from orapo_core.models.loading import resolve_model_dir
+
 if TYPE_CHECKING:
     from db.database import Database
     from db.records import DraftRecord
@@ -51,9 +54,6 @@ class ServedModel:
 
 def served_model(db: Database, settings: Settings) -> ServedModel:
     """The promoted version as a ServedModel, else the configured model (ORAPO_MODEL_DIR) or the starter."""
-    from db import ModelVersionRepository
-    from orapo_core.models.loading import resolve_model_dir
-
     version = ModelVersionRepository(db).promoted()
     if version is not None:
         adapter = resolve_path(settings, version.adapter_path)

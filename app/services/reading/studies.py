@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from db import StudyRepository
 from db.records import ImageRecord, StudyOverview, UserRecord
 from orapo_core.errors import OrapoError
 
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
 
 def open_study(db: Database, user: UserRecord, study_id: int) -> StudyOverview:
     """The study, if this user may read it: an admin any, a radiologist those they uploaded (or unowned ones)."""
-    from db import StudyRepository
-
     overview = StudyRepository(db).overview(int(study_id))
     owner = overview.study.uploaded_by
     if not user.is_admin and owner is not None and owner != user.id:
@@ -68,8 +67,6 @@ def priors(db: Database, user: UserRecord, study_id: int, *, limit: int = 20) ->
     """The same pseudonymous patient's other studies this user may open, newest first, each with its latest report
     (signed or not: `latest_correction.signed` says). A study stored from a PNG or JPEG has a pseudonym of its own
     (no patient in the file), so it has no priors."""
-    from db import StudyRepository
-
     current = open_study(db, user, study_id).study
     found = StudyRepository(db).list(patient_pseudonym=current.patient_pseudonym, limit=limit + 1)
     mine = [

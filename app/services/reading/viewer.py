@@ -17,9 +17,12 @@ import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from PIL import Image
+
 from app.services.reading import drafting
 from db.records import UserRecord
 from orapo_core.config import Settings
+from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,8 +58,6 @@ def viewer_image(
     """The first image of a study this user may read, as the viewer loads it (`image_id`, if given, must be it)."""
     import numpy as np
 
-    from orapo_core.errors import OrapoError
-
     overview = drafting.open_study(db, user, study_id)
     image = drafting.first_image(overview)
     if image_id is not None and image_id != image.id:
@@ -80,8 +81,6 @@ def viewer_image(
 
 def fallback_png(db: Database, settings: Settings, user: UserRecord, study_id: int, preset: str) -> bytes:
     """The study's first image windowed on the server with a named preset, as a PNG (no script needed)."""
-    from PIL import Image
-
     view = drafting.viewer_pixels(settings, drafting.first_image(drafting.open_study(db, user, study_id)))
     picture = Image.fromarray(drafting.render(view, *drafting.preset(view, preset)))
     if max(picture.size) > FALLBACK_MAX_SIDE:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from db import Database
+from app.services.accounts.auth import require_role
+from db import CorrectionRepository, Database, DraftRepository, StudyRepository, UserRepository
 from db.records import CorrectionRecord, DraftRecord, StudyOverview, UserRecord
 from orapo_core.errors import OrapoError
 
@@ -17,9 +18,6 @@ def worklist(
     db: Database, user: UserRecord, *, status: str | None = None, everyone: bool = False, limit: int = 200
 ) -> list[StudyOverview]:
     """The user's own studies; everyone's for an administrator who asks."""
-    from app.services.accounts.auth import require_role
-    from db import StudyRepository
-
     if everyone:
         require_role(user, "admin")
     statuses = None if status in (None, "", "all") else status
@@ -29,9 +27,6 @@ def worklist(
 def owners(db: Database, user: UserRecord, overviews: list[StudyOverview]) -> dict[int, str]:
     """Study id -> the username of whoever uploaded it, for an administrator's "everyone" view ("" where nobody
     is recorded, or the account is gone)."""
-    from app.services.accounts.auth import require_role
-    from db import UserRepository
-
     require_role(user, "admin")
     names = {u.id: u.username for u in UserRepository(db).list()}
     return {o.study.id: names.get(o.study.uploaded_by, "") if o.study.uploaded_by else "" for o in overviews}
@@ -49,8 +44,7 @@ class StudyHistory:
 
 
 def history(db: Database, user: UserRecord, study_id: int) -> StudyHistory:
-    from app.services.reading.drafting import open_study
-    from db import CorrectionRepository, DraftRepository, UserRepository
+    from app.services.reading.drafting import open_study  # noqa: PLC0415 -- loads numpy
 
     overview = open_study(db, user, study_id)
     corrections = CorrectionRepository(db).history(overview.study.id)

@@ -25,9 +25,13 @@ from typing import TYPE_CHECKING
 from app.services.reading.reading_order import pairs_by_order
 from app.services.rounds.evidence import finding_changes
 from app.services.rounds.metrics import Selection
+from db import CorrectionRepository, DraftRepository, PairRepository, StudyRepository
+from orapo_core.data import load_dataset
 from orapo_core.data.loaders import ROUND_COLUMNS
+from orapo_core.data.phantom import write_dataset
 from orapo_core.data.records import CHEXPERT_14, format_label
 from orapo_core.errors import OrapoError
+from orapo_core.facts import label_report
 from orapo_core.report_layout import report_text, same_text, split_report
 
 if TYPE_CHECKING:
@@ -88,8 +92,6 @@ class RoundSelection:
 
     def finding_changes(self) -> dict[str, dict[str, int]]:
         """What the new corrections did to each finding: the signed report's labels against the replaced draft's."""
-        from orapo_core.facts import label_report
-
         return finding_changes((s.labels, label_report(s.draft_text)) for s in self.new if s.draft_text)
 
     def summary(self) -> Selection:
@@ -117,9 +119,6 @@ def first_image_path(settings: Settings, images: Iterable[ImageRecord]) -> str |
 def _round_study(
     db: Database, settings: Settings, correction: CorrectionRecord, images: Iterable[ImageRecord], *, replay: bool
 ) -> RoundStudy | None:
-    from db import DraftRepository, PairRepository
-    from orapo_core.facts import label_report
-
     image_path = first_image_path(settings, images)
     if image_path is None:
         return None
@@ -159,8 +158,6 @@ def select_round_studies(
     with `phantom_size` (given only while the PhantomCXR starter is served) PhantomCXR studies drawn at
     their usual prevalence make up what is missing, since the starter's own training distribution is the
     one thing a fresh install has to rehearse."""
-    from db import CorrectionRepository, StudyRepository
-
     studies = StudyRepository(db)
     selection = RoundSelection()
     for correction in CorrectionRepository(db).untrained(signed_only=True):
@@ -190,10 +187,6 @@ def select_round_studies(
 
 def phantom_replay(settings: Settings, n: int, *, size: int = 256, seed: int = 0) -> list[PhantomReplayStudy]:
     """`n` PhantomCXR studies for replay, written once under `<data>/replay/phantomcxr-<seed>-<n>-<size>/`."""
-    from orapo_core.data import load_dataset
-    from orapo_core.data.phantom import write_dataset
-    from orapo_core.facts import label_report
-
     # Seeds far from the validation split's (20240) and from every starter build stream.
     folder = settings.resolved_data_dir / "replay" / f"phantomcxr-{9_000_000 + seed}-{n}-{size}"
     if not (folder / ".complete").exists():

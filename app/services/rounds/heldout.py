@@ -22,8 +22,14 @@ from typing import TYPE_CHECKING
 from app.services.rounds.data import first_image_path
 from app.services.rounds.evidence import TOPUP_MAX_STUDIES, TOPUP_SOURCE, corrected_findings
 from app.services.rounds.metrics import HeldoutSummary
+from db import StudyRepository
+from orapo_core.data import load_dataset
+from orapo_core.data.phantom import generate_study, write_dataset
+from orapo_core.data.phantom_io import DatasetWriter
 from orapo_core.data.records import StudyRecord
 from orapo_core.errors import OrapoError
+from orapo_core.facts import label_report
+from orapo_core.facts.metrics import is_positive
 from orapo_core.report_layout import split_report
 
 if TYPE_CHECKING:
@@ -108,9 +114,6 @@ class HeldoutSet:
 
 
 def heldout_from_database(db: Database, settings: Settings, *, limit: int | None = None) -> list[HeldoutStudy]:
-    from db import StudyRepository
-    from orapo_core.facts import label_report
-
     out = []
     for overview in reversed(StudyRepository(db).list(split="holdout", limit=100_000)):
         correction = overview.latest_correction
@@ -136,9 +139,6 @@ def phantom_validation(
     settings: Settings, *, studies: int = 200, size: int = 256, seed: int = 20240
 ) -> list[HeldoutStudy]:
     """PhantomCXR's validation split, generated once under `<data>/heldout/phantomcxr-<seed>-<n>-<size>/`."""
-    from orapo_core.data import load_dataset
-    from orapo_core.data.phantom import write_dataset
-
     folder = settings.resolved_data_dir / "heldout" / f"phantomcxr-{seed}-{studies}-{size}"
     done = folder / ".complete"
     if not done.exists():
@@ -222,8 +222,6 @@ TOPUP_CHUNK = 100
 
 def negatives_short(studies: list[HeldoutStudy], findings: list[str], minimum: int) -> dict[str, int]:
     """How many negatives each of `findings` lacks among `studies` to have `minimum` (only those that lack some)."""
-    from orapo_core.facts.metrics import is_positive
-
     short = {f: minimum - sum(not is_positive(s.labels, f) for s in studies) for f in findings}
     return {f: n for f, n in short.items() if n > 0}
 
@@ -246,8 +244,6 @@ def top_up(
     so a finding's negatives include films with the others (an effusion film among pleural other's). Added
     studies are marked `TOPUP_SOURCE`: the gate counts them for false-positive rates only (`evidence.finding_rows`).
     A finding still short after `limit` studies is left so, and the gate says it cannot measure it."""
-    from orapo_core.facts.metrics import is_positive
-
     short = negatives_short(heldout.studies, findings, minimum)
     if not short:
         return heldout
@@ -280,10 +276,6 @@ def phantom_pool(
     drawn from (seed, i) alone as `write_dataset` draws it, so the pool is one stream however it is cut. Each slice
     is generated once under `<data>/heldout/phantomcxr-pool-<seed>-<size>/<start>-<n>/`."""
     import numpy as np
-
-    from orapo_core.data import load_dataset
-    from orapo_core.data.phantom import generate_study
-    from orapo_core.data.phantom_io import DatasetWriter
 
     folder = settings.resolved_data_dir / "heldout" / f"phantomcxr-pool-{seed}-{size}" / f"{start}-{n}"
     if not (folder / ".complete").exists():

@@ -20,6 +20,7 @@ from app.services.rounds.metrics import RoundMetrics
 from app.services.rounds.plan import Candidate, Evaluation, EvaluationSpec, RoundPlan, RunningRound, Weights
 from app.services.rounds.processes import JsonlTail, train_command
 from app.services.rounds.watch import RoundWatch, worker_command
+from app.services.rounds.worker import evaluate_models
 
 if TYPE_CHECKING:
     from orapo_core.config import Settings
@@ -143,8 +144,6 @@ class Evaluate:
         if self.evaluator is not None:
             return self.evaluator(spec)
         if not plan.policy.evaluate_in_subprocess:
-            from app.services.rounds.worker import evaluate_models
-
             return evaluate_models(spec)
         spec_path, out_path, log_path = (
             plan.round_dir / "eval_spec.json",

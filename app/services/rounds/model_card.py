@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.services.reading.served import ServedModel, resolve_path, served_model
 from app.services.rounds.versions import heldout_metrics
+from db import ModelVersionRepository, PairRepository
 from orapo_core.facts.ontology import CHEXPERT_14
 from orapo_core.models.starter.build import read_card
 
@@ -121,8 +122,6 @@ def synthetic_text(corrections: int) -> str:
 
 def model_card(db: Database, settings: Settings, version_id: int | None = None) -> ModelCard:
     """The card of a version, or (None) of the model drafting now."""
-    from db import ModelVersionRepository
-
     served = served_model(db, settings)
     if version_id is None and served.version_id is None:
         return _card(db, None, served.model_dir, served, served.name)
@@ -141,8 +140,6 @@ def synthetic_banner(db: Database, settings: Settings) -> str | None:
 
 
 def _lineage(db: Database, version: ModelVersionRecord | None) -> list[ModelVersionRecord]:
-    from db import ModelVersionRepository
-
     chain, seen = [], set()
     repo = ModelVersionRepository(db)
     while version is not None and version.id not in seen:
@@ -153,8 +150,6 @@ def _lineage(db: Database, version: ModelVersionRecord | None) -> list[ModelVers
 
 
 def _card(db: Database, version: ModelVersionRecord | None, base: Path, served: ServedModel, name: str) -> ModelCard:
-    from db import PairRepository
-
     starter = read_card(base) if base.is_dir() else None
     chain = _lineage(db, version)
     rounds = sorted({v.round_id for v in chain if v.round_id is not None})

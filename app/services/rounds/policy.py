@@ -7,13 +7,22 @@ training recipe and is passed to `orapo train` as `--key value`.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import yaml
+from pydantic import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
 
 from app.services.rounds.evidence import TOPUP_MAX_STUDIES
 from app.services.rounds.gate import GatePolicy
+from app.services.rounds.processes import override_argv
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -99,8 +108,6 @@ POLICY_KEYS = frozenset(RoundPolicy.model_fields)
 
 def parse_settings(pairs: list[str] | None) -> dict[str, Any]:
     """`key=value` strings (values as YAML: numbers, booleans, [a, b]) into a dict."""
-    import yaml
-
     out: dict[str, Any] = {}
     for item in pairs or []:
         key, sep, value = item.partition("=")
@@ -119,11 +126,7 @@ def check_overrides(recipe: str | Path, overrides: dict[str, Any]) -> OraPOConfi
     Returns the training config (`OraPOConfig`: its `studies_per_step` and `optimizer_steps` are what a round
     needs of it); a bad value is an `invalid_setting` error that names it (argparse's own sentence), never a
     round that crashes later with a raw ValueError."""
-    import contextlib
-    import io
-
-    from app.services.rounds.processes import override_argv
-    from orapo_core.train.config import _PARSE_LOCK, parse_recipe
+    from orapo_core.train.config import _PARSE_LOCK, parse_recipe  # noqa: PLC0415 -- loads trl, peft
 
     placeholders = {"model_name_or_path": "served-model", "train_csv": "round.csv", "output_dir": "round-output"}
     said = io.StringIO()

@@ -22,13 +22,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from app.services.operations.leader import QUEUED_GRACE_S, Leadership, other_servers_alive
+from app.services.rounds.service import RoundService
+from app.settings import web_settings
+from db import AuditRepository, CorrectionRepository, ScheduleRepository
 from orapo_core.errors import OrapoError, log_line
 
 if TYPE_CHECKING:
-    from app.services.rounds.service import RoundService
     from db import Database
     from db.records import RoundRecord, ScheduleSettings
     from db.repositories.base import Actor
@@ -55,16 +58,12 @@ def cron_trigger(cron: str, timezone: Any = None) -> Any:
 
 
 def next_run(cron: str, now: datetime | None = None, timezone: Any = None) -> datetime | None:
-    from datetime import UTC
-
     trigger = cron_trigger(cron, timezone)
     now = now or datetime.now(UTC)
     return trigger.get_next_fire_time(None, now)
 
 
 def get_schedule(db: Database) -> ScheduleSettings:
-    from db import ScheduleRepository
-
     return ScheduleRepository(db).get()
 
 
@@ -72,8 +71,6 @@ def set_schedule(
     db: Database, *, actor: Actor = None, scheduler: RoundScheduler | None = None, **changes: Any
 ) -> ScheduleSettings:
     """Save schedule settings (cron, schedule_enabled, corrections_threshold, threshold_enabled); a running scheduler follows."""
-    from db import ScheduleRepository
-
     if changes.get("cron"):
         cron_trigger(changes["cron"])  # the full grammar check, before anything is stored
     saved = ScheduleRepository(db).update(actor=actor, **changes)
@@ -95,8 +92,6 @@ class ScheduleStatus:
 
 def schedule_status(db: Database, scheduler: RoundScheduler | None = None) -> ScheduleStatus:
     """The stored schedule, when its cron fires next (as the running scheduler has it, else computed) and the backlog."""
-    from db import CorrectionRepository
-
     settings = get_schedule(db)
     running = scheduler is not None and scheduler.running
     when = None
@@ -132,10 +127,6 @@ class RoundScheduler:
         lease_s: float | None = None,
         leader_jobs: Iterable[tuple[str, Callable[[], Any], float]] = (),
     ) -> None:
-        from app.services.operations.leader import Leadership
-        from app.services.rounds.service import RoundService
-        from app.settings import web_settings
-
         web = web_settings(settings)
         self.db = database
         self.service = service or RoundService(database, settings)
@@ -171,8 +162,6 @@ class RoundScheduler:
     def _lead(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
         from apscheduler.triggers.interval import IntervalTrigger
-
-        from app.services.operations.leader import QUEUED_GRACE_S, other_servers_alive
 
         if self.running:
             return
@@ -211,8 +200,6 @@ class RoundScheduler:
         return job
 
     def _recover(self) -> None:
-        from app.services.operations.leader import QUEUED_GRACE_S
-
         self.service.recover(queued_grace_s=QUEUED_GRACE_S)
 
     def reload(self) -> None:
@@ -279,8 +266,6 @@ class RoundScheduler:
 
     def check_threshold(self) -> RoundRecord | None:
         """The threshold job: request a round once `corrections_threshold` untrained corrections have accumulated."""
-        from db import CorrectionRepository
-
         settings = get_schedule(self.db)
         if not (settings.threshold_enabled and settings.corrections_threshold):
             return None
@@ -289,8 +274,6 @@ class RoundScheduler:
         return self._request("threshold")
 
     def _request(self, trigger: str) -> RoundRecord | None:
-        from db import AuditRepository
-
         try:
             return self.service.start_round(trigger=trigger, actor="scheduler", wait=False)
         except OrapoError as exc:

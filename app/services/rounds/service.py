@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.services.operations.leader import server_leases, this_process, watch_of
 from app.services.rounds import versions
 from app.services.rounds.backends import Backends, JobHandle, stored_job
 from app.services.rounds.metrics import RoundMetrics
@@ -39,6 +40,7 @@ from app.services.rounds.policy import MANAGED_KEYS, POLICY_KEYS, RECIPES_DIR, R
 from app.services.rounds.processes import JsonlTail, pid_alive, stop_process, tail_text
 from app.services.rounds.runner import RoundRunner
 from app.services.rounds.watch import round_folder
+from db import CorrectionRepository, ModelVersionRepository, RoundRepository
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
 
@@ -89,21 +91,15 @@ class RoundService:
     # --- queries ------------------------------------------------------------------------------------------
 
     def list_rounds(self, *, status: str | Sequence[str] | None = None, limit: int = 50) -> list[RoundRecord]:
-        from db import RoundRepository
-
         return RoundRepository(self.db).list(status=status, limit=limit)
 
     def get_round(self, round_id: int) -> RoundRecord:
-        from db import RoundRepository
-
         return RoundRepository(self.db).get(round_id)
 
     def round_dir(self, round_id: int) -> Path:
         return round_folder(self.settings, round_id)
 
     def round_details(self, round_id: int, *, log_lines: int = 40) -> RoundDetails:
-        from db import ModelVersionRepository
-
         record = self.get_round(round_id)
         version = next((v for v in ModelVersionRepository(self.db).list() if v.round_id == round_id), None)
         folder = self.round_dir(round_id)
@@ -135,8 +131,6 @@ class RoundService:
         resume_from: int | None = None,
     ) -> RoundRecord:
         """A queued round, or `round_active` (with the id of the round in the way) while another is active."""
-        from db import CorrectionRepository, RoundRepository
-
         rounds = RoundRepository(self.db)
         self._refuse_if_active(rounds.active(), None)
         settings = dict(settings or {})
@@ -187,8 +181,6 @@ class RoundService:
 
     def run_round(self, round_id: int, *, wait: bool = True, actor: Actor = None) -> RoundRecord:
         """Prepare a queued round's data, start its worker and monitor; returns the round (finished when `wait`)."""
-        from db import RoundRepository
-
         rounds = RoundRepository(self.db)
         record = rounds.get(round_id)
         if record.status != "queued":
@@ -225,8 +217,6 @@ class RoundService:
     def cancel_round(self, round_id: int, *, actor: Actor = None, reason: str | None = None) -> RoundRecord:
         """Cancel a queued or running round: marked cancelled first, then its job stopped (TERM then KILL, `scancel`,
         `ray job stop`)."""
-        from db import RoundRepository
-
         rounds = RoundRepository(self.db)
         record = rounds.get(round_id)
         if record.status not in ("queued", "running"):
@@ -249,9 +239,6 @@ class RoundService:
     def recover(self, *, queued_grace_s: float = 0.0) -> list[RoundRecord]:
         """At app start: rounds left queued or running by a process that is gone are marked failed (workers stopped),
         except a round whose job runs on SLURM or Ray, which is watched again (`_reattach`)."""
-        from app.services.operations.leader import server_leases, this_process, watch_of
-        from db import RoundRepository
-
         rounds = RoundRepository(self.db)
         me, servers = this_process(), server_leases(self.db)
         recovered = []

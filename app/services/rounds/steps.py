@@ -29,6 +29,7 @@ from app.services.rounds.plan import Candidate, Evaluation, Installed, RoundPlan
 from app.services.rounds.policy import POLICY_KEYS, RoundPolicy, check_overrides
 from app.services.rounds.versions import install_candidate
 from app.services.rounds.watch import RoundWatch, round_folder
+from db import CorrectionRepository, ModelVersionRepository, PairRepository, RoundRepository
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 def serves_phantom_starter(served: ServedModel) -> bool:
     """Whether the model drafting now is the PhantomCXR starter itself (no promoted version, a starter card)."""
-    from orapo_core.models.starter.build import read_card
+    from orapo_core.models.starter.build import read_card  # noqa: PLC0415 -- loads numpy
 
     return served.version_id is None and served.adapter_dir is None and read_card(served.model_dir) is not None
 
@@ -67,9 +68,8 @@ class SelectData:
     def __call__(
         self, record: records.RoundRecord, actor: records.UserRecord | str | None, policy: RoundPolicy
     ) -> RoundPlan:
-        from app.services.rounds.data import select_round_studies, write_training_csv
-        from app.services.rounds.heldout import round_heldout
-        from db import RoundRepository
+        from app.services.rounds.data import select_round_studies, write_training_csv  # noqa: PLC0415 -- loads numpy
+        from app.services.rounds.heldout import round_heldout  # noqa: PLC0415 -- loads numpy
 
         config = record.config
         policy = policy.updated({k: v for k, v in config.get("policy", {}).items() if k in POLICY_KEYS})
@@ -174,8 +174,6 @@ class Install:
         self.db, self.settings, self.watch = database, settings, watch
 
     def __call__(self, run: RunningRound, candidate: Candidate, evaluation: Evaluation, decision: Decision) -> None:
-        from db import CorrectionRepository, ModelVersionRepository, PairRepository, RoundRepository
-
         plan = run.plan
         if self.watch.stopped(run):
             return

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING
 
 from app.services.reading.served import stored_path
 from app.services.rounds.plan import Candidate, Installed
+from db import AuditRepository, ModelVersionRepository
 from orapo_core.errors import OrapoError
 from orapo_core.facts.metrics import EvalMetrics
 
 if TYPE_CHECKING:
-    from db import Database, ModelVersionRepository
+    from db import Database
     from db.records import ModelVersionRecord
     from db.repositories.base import Actor
     from orapo_core.config import Settings
@@ -32,21 +33,15 @@ def heldout_metrics(version: ModelVersionRecord) -> EvalMetrics:
 
 
 def list_versions(db: Database, *, status: str | None = None) -> list[ModelVersionRecord]:
-    from db import ModelVersionRepository
-
     return ModelVersionRepository(db).list(status=status)
 
 
 def served_version(db: Database) -> ModelVersionRecord | None:
-    from db import ModelVersionRepository
-
     return ModelVersionRepository(db).promoted()
 
 
 def get_version(db: Database, version_id: int) -> ModelVersionRecord:
     """One version (`version_not_found` when there is none with this id)."""
-    from db import ModelVersionRepository
-
     return ModelVersionRepository(db).get(version_id)
 
 
@@ -55,8 +50,6 @@ def rollback_target(
 ) -> tuple[ModelVersionRecord, ModelVersionRecord | None]:
     """What `rollback` would serve, and the version it would replace, refused as `rollback` refuses: for the
     page's confirmation, which names both before anything changes."""
-    from db import ModelVersionRepository
-
     versions = ModelVersionRepository(db)
     current = versions.promoted()
     return _rollback_target(versions, current, version_id), current
@@ -82,8 +75,6 @@ def _rollback_target(
 def promote_version(
     db: Database, version_id: int, *, actor: Actor = None, reason: str | None = None
 ) -> ModelVersionRecord:
-    from db import ModelVersionRepository
-
     return ModelVersionRepository(db).promote(version_id, reason=reason or "promoted by hand", actor=actor)
 
 
@@ -91,8 +82,6 @@ def rollback(
     db: Database, version_id: int | None = None, *, actor: Actor = None, reason: str | None = None
 ) -> ModelVersionRecord:
     """Serve an earlier version again (default: the served version's parent); one action, audited as `version.rollback`."""
-    from db import AuditRepository, ModelVersionRepository
-
     with db.session() as session:
         versions = ModelVersionRepository(session)
         current = versions.promoted()

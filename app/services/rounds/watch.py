@@ -18,6 +18,7 @@ from app.services.rounds.backends import Backends, JobHandle, JobSpec, JobState
 from app.services.rounds.metrics import RoundMetrics
 from app.services.rounds.plan import RunningRound, write_plan
 from app.services.rounds.processes import python_command, tail_text
+from db import RoundRepository
 from orapo_core.errors import OrapoError
 
 if TYPE_CHECKING:
@@ -47,8 +48,6 @@ class RoundWatch:
 
     def log(self, round_id: int, line: str, *, progress: float | None = None, metrics: dict | None = None) -> bool:
         """Append an event to the round's log; False when the round is no longer running (cancelled meanwhile)."""
-        from db import RoundRepository
-
         rounds = RoundRepository(self.db)
         try:
             current = rounds.get(round_id)
@@ -63,13 +62,9 @@ class RoundWatch:
             return False
 
     def stopped(self, run: RunningRound) -> bool:
-        from db import RoundRepository
-
         return run.cancel.is_set() or RoundRepository(self.db).get(run.plan.round_id).status != "running"
 
     def fail(self, run: RunningRound, code: str, message: str) -> None:
-        from db import RoundRepository
-
         if run.cancel.is_set():
             return
         try:
@@ -87,8 +82,6 @@ class RoundWatch:
         on_poll: Callable[[], None] | None = None,
     ) -> JobState | None:
         """Run one command of the round to its end through the backend; None when the round was cancelled meanwhile."""
-        from db import RoundRepository
-
         backend = self.backends.current
         write_plan(run.plan)  # what a restarted app needs to watch the job on (see `RoundService.recover`)
         job = backend.submit(JobSpec(list(map(str, argv)), log_path, phase, run.plan.round_id))
@@ -103,8 +96,6 @@ class RoundWatch:
         self, run: RunningRound, job: JobHandle, *, on_poll: Callable[[], None] | None = None
     ) -> JobState | None:
         """Watch a submitted job to its end (streaming with `on_poll`), stopping it if the round is cancelled."""
-        from db import RoundRepository
-
         backend = self.backends.for_job(job)
         run.job = job
         lost_since = None

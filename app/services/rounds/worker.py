@@ -10,13 +10,16 @@ plain, so a round may also evaluate in its own process
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.services.rounds.evidence import judged_metrics
 from app.services.rounds.plan import Evaluation, EvaluationSpec, ModelScores, Weights
+from orapo_core.models.loading import load_model
 
 if TYPE_CHECKING:
     from orapo_core.data.records import StudyRecord
@@ -29,12 +32,9 @@ def evaluate_models(spec: EvaluationSpec, progress: Callable[[str, int, int], No
     negatives), and its per-study rows go with them, for the gate's paired intervals and per-finding rates. A
     candidate with finding checks is drafted a second time with them set aside (`candidate_alone`): what the
     model writes by itself, which the round page shows first."""
-    import gc
-
-    from app.services.rounds.evidence import judged_metrics
-    from app.services.rounds.heldout import HeldoutSet
-    from orapo_core.models.draft import Drafter
-    from orapo_core.models.evaluate import evaluate_drafter
+    from app.services.rounds.heldout import HeldoutSet  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- loads numpy
+    from orapo_core.models.evaluate import evaluate_drafter  # noqa: PLC0415 -- tests patch evaluate_drafter
 
     records = HeldoutSet.read(spec.heldout).records()
     scores: dict[str, ModelScores] = {}
@@ -72,8 +72,6 @@ def prediction_rows(predictions: list[dict[str, Any]], records: Sequence[StudyRe
 
 def merge_adapter(base: str | Path, adapter: str | Path, out: str | Path) -> Path:
     """Fold a served LoRA adapter into its base, so the next round starts from the served weights."""
-    from orapo_core.models.loading import load_model
-
     loaded = load_model(base, adapter, device="cpu")
     merged = loaded.model.merge_and_unload()
     target = Path(out)

@@ -24,8 +24,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-import sqlalchemy as sa
-from alembic import op
+import sqlalchemy as sa  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from alembic import op  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -39,7 +39,9 @@ def upgrade() -> None:
 
 
 def _judge_unread_studies() -> None:
-    from orapo_core.imaging.scope import out_of_scope  # the header rules as they stand when this revision runs
+    from orapo_core.imaging.scope import (  # noqa: PLC0415 -- loads pydicom, requests
+        out_of_scope,  # the header rules as they stand when this revision runs
+    )
 
     studies = sa.table(
         "studies",

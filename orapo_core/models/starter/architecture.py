@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from orapo_core.models.compat import without_video_processor
+
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedTokenizerBase, ProcessorMixin, Qwen2VLConfig
 
@@ -117,8 +119,6 @@ def build_processor(arch: StarterArchitecture, tokenizer: PreTrainedTokenizerBas
     """The family's processor (without a video part: see `compat`) at the fixed input size."""
     from transformers import Qwen2VLProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    from orapo_core.models.compat import without_video_processor
 
     pixels = arch.image_side * arch.image_side
     image_processor = Qwen2VLImageProcessorPil(

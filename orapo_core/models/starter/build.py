@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orapo_core.data.phantom import FINDING_KINDS
 from orapo_core.models.starter.architecture import (
     StarterArchitecture,
     build_config,
@@ -55,8 +56,6 @@ def build_starter(
     import transformers
     from tqdm.auto import tqdm
     from transformers import Qwen2VLForConditionalGeneration
-
-    from orapo_core.data.phantom import FINDING_KINDS
 
     plan = plan or WarmStartPlan()
     arch = arch or StarterArchitecture()
@@ -207,7 +206,7 @@ def ensure_starter(out_dir: str | Path, *, show_progress: bool = True) -> Path:
 
 def find_starter(settings: Settings | None = None) -> Path | None:
     """The starter a benchmark should use by default: the data folder's, else the shipped one, else None."""
-    from orapo_core.config import Settings
+    from orapo_core.config import Settings  # noqa: PLC0415 -- loads pydantic_settings, pydantic
 
     for folder in ((settings or Settings()).models_dir / "starter", SHIPPED_DIR):
         if (folder / "config.json").is_file():

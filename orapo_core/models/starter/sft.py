@@ -51,13 +51,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from PIL import Image
 
+from orapo_core.data.phantom import DEFAULT_PREVALENCE, FINDING_KINDS, generate_study, resolve_prevalence
+from orapo_core.models.prompt import render_prompt
 from orapo_core.report_layout import report_text
 
 if TYPE_CHECKING:
     import torch
-    from PIL import Image
     from transformers import PreTrainedTokenizerBase
 
 RARE_KINDS = ("pneumothorax", "fracture", "lung_lesion", "pleural_other")
@@ -105,8 +107,6 @@ class WarmStartPlan:
 def training_prevalence(rare_fraction: float, common_prevalence: float = 0.0) -> dict[str, float]:
     """PhantomCXR's default prevalences with the rare findings cut to `rare_fraction` of theirs
     and the common ones raised to `common_prevalence` (when that is above their default)."""
-    from orapo_core.data.phantom import DEFAULT_PREVALENCE, resolve_prevalence
-
     common = {k: max(DEFAULT_PREVALENCE[k], common_prevalence) for k in COMMON_KINDS}
     return resolve_prevalence({**common, **{k: DEFAULT_PREVALENCE[k] * rare_fraction for k in RARE_KINDS}})
 
@@ -135,8 +135,6 @@ def make_training_set(
 
 def make_vision_set(plan: WarmStartPlan, side: int, progress: Callable[[int, int], None] | None = None) -> TrainingSet:
     """The vision warm-up's films: every finding at `plan.vision_prevalence`, no reports (the tower reads no text)."""
-    from orapo_core.data.phantom import FINDING_KINDS
-
     prevalence = {kind: plan.vision_prevalence for kind in FINDING_KINDS}
     return _draw_studies(plan.vision_n_train, (plan.seed, 4), prevalence, side, None, progress)
 
@@ -149,8 +147,6 @@ def _draw_studies(
     tokenizer: PreTrainedTokenizerBase | None,
     progress: Callable[[int, int], None] | None,
 ) -> TrainingSet:
-    from orapo_core.data.phantom import FINDING_KINDS, generate_study
-
     kinds = list(FINDING_KINDS)
     images = np.empty((n, side, side), dtype=np.uint8)
     answers: list[list[int]] = []
@@ -189,8 +185,6 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
 
 def _picture(array: np.ndarray) -> Image.Image:
     """An 8-bit grey array as the RGB picture the processor takes."""
-    from PIL import Image
-
     return Image.fromarray(array).convert("RGB")
 
 
@@ -219,10 +213,6 @@ class WarmStart:
         self.optimizer = torch.optim.AdamW(self._param_groups(), betas=(0.9, 0.95), eps=1e-8)
 
     def _prompt_inputs(self, side: int) -> Any:
-        from PIL import Image
-
-        from orapo_core.models.prompt import render_prompt
-
         blank = Image.new("RGB", (side, side))
         return self.processor(text=[render_prompt(self.processor)], images=[blank], return_tensors="pt")
 

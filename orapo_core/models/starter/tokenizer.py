@@ -16,8 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
+import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from orapo_core.data.phantom import resolve_prevalence, sample_findings
+from orapo_core.data.phantom_reports import write_report
+from orapo_core.models.prompt import REPORT_PROMPT
+from orapo_core.models.starter.lexicon import RADIOLOGY_TERMS
 from orapo_core.report_layout import report_text
 
 if TYPE_CHECKING:
@@ -48,9 +53,6 @@ def report_corpus(n_reports: int, seed: int) -> list[str]:
     Default (not training) prevalences: the tokenizer should spell rare findings
     compactly even though the warm start sees few of them.
     """
-    from orapo_core.data.phantom import resolve_prevalence, sample_findings
-    from orapo_core.data.phantom_reports import write_report
-
     prevalence = resolve_prevalence()
     texts = []
     for i in range(n_reports):
@@ -64,11 +66,7 @@ def report_corpus(n_reports: int, seed: int) -> list[str]:
 
 def train_report_tokenizer(*, vocab_size: int = 2048, n_reports: int = 4000, seed: int = 0) -> PreTrainedTokenizerFast:
     """A `PreTrainedTokenizerFast` with Qwen's special tokens and `CHAT_TEMPLATE`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-
-    from orapo_core.models.prompt import REPORT_PROMPT
-    from orapo_core.models.starter.lexicon import RADIOLOGY_TERMS
 
     corpus = report_corpus(n_reports, seed) + list(RADIOLOGY_TERMS) + [REPORT_PROMPT]
     backend = Tokenizer(models.BPE())

@@ -34,6 +34,9 @@ from app.services.rounds.backends.base import (
     job_environment,
     stored_job,
 )
+from app.services.rounds.backends.local import LocalBackend
+from app.services.rounds.backends.ray import RayBackend
+from app.services.rounds.backends.slurm import SlurmBackend
 from orapo_core.errors import OrapoError
 
 __all__ = [
@@ -55,16 +58,10 @@ def make_backend(kind: str, settings: RoundBackendSettings | None = None) -> Rou
     """The backend of that kind, configured by `settings` (default: the environment's)."""
     settings = settings or RoundBackendSettings()
     if kind == "local":
-        from app.services.rounds.backends.local import LocalBackend
-
         return LocalBackend()
     if kind == "slurm":
-        from app.services.rounds.backends.slurm import SlurmBackend
-
         return SlurmBackend(settings)
     if kind == "ray":
-        from app.services.rounds.backends.ray import RayBackend
-
         return RayBackend(settings)
     raise OrapoError("invalid_setting", f"ORAPO_ROUND_BACKEND is {kind!r}; it takes one of {', '.join(BACKENDS)}.")
 

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field  # noqa: TID253 -- this module is heavy; light ones import it lazily
+from pydantic_settings import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
+    BaseSettings,
+    SettingsConfigDict,
+)
 
-from app.services.rounds.processes import REPO_ROOT
+from app.services.rounds.processes import REPO_ROOT, describe_exit
 
 if TYPE_CHECKING:
     from db.records import RoundRecord
@@ -142,7 +145,6 @@ class JobState:
             return self.detail
         if self.status == "gone":
             return "the job is gone (its machine or the cluster restarted?)"
-        from app.services.rounds.processes import describe_exit
 
         return describe_exit(self.exit_code)
 

@@ -29,7 +29,7 @@ from app.services.rounds.backends.base import (
     cluster_command,
     job_environment,
 )
-from app.services.rounds.processes import REPO_ROOT, tail_text
+from app.services.rounds.processes import REPO_ROOT, describe_exit, tail_text
 from orapo_core.errors import OrapoError
 
 #: What the job's environment carries from the app's: the product's settings and the libraries' offline switches.
@@ -67,7 +67,6 @@ def job_state(job_id: str, status: str, exit_code: int | None, message: str = ""
             status,
             f"Ray job {job_id} was stopped outside the app (`ray job stop`?)",
         )
-    from app.services.rounds.processes import describe_exit
 
     why = describe_exit(exit_code) if exit_code is not None else (message.strip().splitlines() or ["it failed"])[-1]
     return JobState(
