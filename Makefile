@@ -60,11 +60,14 @@ test: $(STAMP) lint docs
 	  OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --timeout=900
 
 # Every test not marked `slow` (browsers, live servers, training runs, starter builds, subprocesses, sweeps, the
-# other families of a per-family test, anything over ~2 s): pure functions, the engine on tiny models, the
+# other families of a per-family test, and what tests/slow_by_measure.txt lists: modules of 4 s or more, tests of
+# 0.5 s or more): pure functions, the engine on tiny models, the
 # services, the tabs, the database, spread over one worker per core (pytest-xdist). The tiers are in
 # docs/pages/developer.md; run it after each change and `make test` before a commit that others build on.
+# PYTHONDONTWRITEBYTECODE is emptied for it: pytest keeps its assertion-rewritten test modules as bytecode, and
+# with the variable set (some images set it) every run rewrites all of them again (about 13 s a worker).
 test-fast: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" --timeout=300 -n auto
+	PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider -m "not slow" --timeout=300 -n auto
 
 # The documentation site (docs/mkdocs.yml: MkDocs with the Material theme, pages in docs/pages/) into docs/build/;
 # --strict fails on a broken link or anchor and on a page left out of the nav. `make test` builds it first.

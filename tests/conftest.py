@@ -29,11 +29,16 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.support.databases import BACKEND_PARAMS, empty_database, sqlite_copy  # noqa: E402
+from tests.support.tiers import slow_by_measure  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items) -> None:
+    """Browser tests, and the modules and tests listed in tests/slow_by_measure.txt, are `slow`: `make test` runs
+    them, `make test-fast` leaves them out (docs/pages/developer.md, Test tiers)."""
+    listed = slow_by_measure()
     for item in items:
-        if item.path.name.startswith("test_browser_"):
+        module, name = item.nodeid.split("::")[0], item.nodeid.split("[")[0]
+        if item.path.name.startswith("test_browser_") or module in listed or name in listed:
             item.add_marker(pytest.mark.slow)
 
 

@@ -62,3 +62,25 @@ def test_browser_tests_start_chromium_through_the_harness() -> None:
         path.name for path in _modules() if "chromium" + ".launch(" in path.read_text() and path.name != "browser.py"
     ]
     assert not offenders, offenders
+
+
+def test_every_test_the_fast_tier_leaves_out_by_measure_exists() -> None:
+    """tests/slow_by_measure.txt names modules and tests; a renamed or removed one must leave the list, or the fast
+    tier would silently gain it back under its new name."""
+    from tests.support.tiers import slow_by_measure
+
+    root = Path(__file__).resolve().parent.parent
+    missing = []
+    for entry in sorted(slow_by_measure()):
+        module, _, name = entry.partition("::")
+        path = root / module
+        if not path.is_file():
+            missing.append(entry)
+            continue
+        if name:
+            names = {
+                n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef | ast.ClassDef)
+            }
+            if any(part not in names for part in name.split("::")):
+                missing.append(entry)
+    assert not missing, missing
