@@ -333,3 +333,23 @@ def test_the_circle_check_follows_subpackages(tmp_path: Path) -> None:
     graph = _import_graph(tmp_path, package="app")
     assert graph["app.services.reading.reports"] == {"app.services.reading.drafting"}
     assert _cycles(graph) == [["app.services.reading.drafting", "app.services.reading.reports"]]
+
+
+def test_no_metric_name_is_written_as_a_string_outside_its_module() -> None:
+    """Metrics are read by attribute of `EvalMetrics`; a module that must pick one by name uses the names
+    orapo_core/facts/metrics.py exports (MACRO_F1, FACTS_REWARD). The gate had written "macro_f1_14" again."""
+    from dataclasses import fields
+
+    from orapo_core.facts.metrics import EvalMetrics
+
+    names = {f.name for f in fields(EvalMetrics) if f.name.endswith(("_14", "_5")) or f.name == "facts_reward_mean"}
+    home = ENGINE / "facts" / "metrics.py"
+    offenders = []
+    for root in (ENGINE, APP, ENGINE.parent / "db"):
+        for path in sorted(root.rglob("*.py")):
+            if path == home:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    offenders.append(f"{path.relative_to(ENGINE.parent)}:{node.lineno} {node.value!r}")
+    assert not offenders, offenders

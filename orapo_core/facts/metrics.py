@@ -85,6 +85,13 @@ class EvalMetrics:
         return replace(self, **values)
 
 
+# The metrics a decision compares by name (the rounds' gate): EvalMetrics' own field names, so that no other module
+# writes a metric's name as a string.
+MACRO_F1 = "macro_f1_14"
+FACTS_REWARD = "facts_reward_mean"
+assert {MACRO_F1, FACTS_REWARD} <= {f.name for f in fields(EvalMetrics)}
+
+
 def clinical_efficacy(
     predicted: list[dict],
     reference: list[dict],

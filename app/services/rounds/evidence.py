@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from orapo_core.facts.metrics import EvalMetrics, clinical_efficacy, is_positive
+from orapo_core.facts.metrics import FACTS_REWARD, MACRO_F1, EvalMetrics, clinical_efficacy, is_positive
 from orapo_core.facts.ontology import CHEXPERT_14
 
 TOPUP_SOURCE = "phantomcxr_negatives"  # held-out studies added for the false-positive rates of corrected findings
@@ -30,7 +30,7 @@ TOPUP_MAX_STUDIES = 600  # the PhantomCXR top-up pool is drawn up to this many s
 # "No Finding" is the absence of the other 13: a correction that adds a finding to a normal draft is counted as
 # adding that finding, and No Finding's false positives are the other findings' misses, which their recall shows.
 NOT_A_FINDING = frozenset({"No Finding"})
-METRICS = {"macro_f1_14": "macro-F1", "facts_reward_mean": "FactS reward"}
+METRICS = {MACRO_F1: "macro-F1", FACTS_REWARD: "FactS reward"}
 BOOTSTRAP_SEED = 0
 
 if TYPE_CHECKING:  # numpy is imported where it is used: reading a round's numbers needs none
@@ -173,7 +173,7 @@ def _reward_mean(rows: Sequence[dict]) -> Callable[[np.ndarray], np.ndarray]:
     return at
 
 
-_METRIC_OF = {"macro_f1_14": _macro_f1, "facts_reward_mean": _reward_mean}
+_METRIC_OF = {MACRO_F1: _macro_f1, FACTS_REWARD: _reward_mean}
 
 
 @lru_cache(maxsize=16)

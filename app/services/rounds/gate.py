@@ -44,7 +44,7 @@ from app.services.rounds.evidence import (
     paired_rows,
 )
 from app.services.rounds.problem_drafts import ProblemDrafts, count_problem_drafts, not_shown_better, shown_worse
-from orapo_core.facts.metrics import EvalMetrics
+from orapo_core.facts.metrics import FACTS_REWARD, MACRO_F1, EvalMetrics
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ def decide(
     c_judged, s_judged = judged(candidate), judged(served)
     intervals = [
         paired_interval(metric, c_judged, s_judged, resamples=policy.gate_resamples)
-        for metric in ("macro_f1_14", "facts_reward_mean")
+        for metric in (MACRO_F1, FACTS_REWARD)
     ]
     checks = [
         finding_check(name, changes[name], candidate, served, min_positives=policy.min_finding_positives)
