@@ -14,14 +14,13 @@ import json
 from starlette.concurrency import run_in_threadpool  # noqa: TID253 -- this module is heavy; light ones import it lazily
 from starlette.requests import Request  # noqa: TID253 -- this module is heavy; light ones import it lazily
 from starlette.responses import (  # noqa: TID253 -- this module is heavy; light ones import it lazily
-    JSONResponse,
     Response,
 )
 from starlette.routing import Route  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
 from app.services.accounts.auth import signed_in
 from app.services.reading import study_images
-from app.viewer_routes import PREFIX, STATUS
+from app.viewer_routes import PREFIX, refused
 from app.web_security import SESSION_USER
 from orapo_core.errors import OrapoError
 
@@ -41,13 +40,6 @@ def image_png_url(study_id: int, image_id: int, *, preset: str = "default", thum
 
 def routes(settings, database) -> list[Route]:
     """The routes, bound to this app's settings and database."""
-
-    def refused(exc: OrapoError) -> JSONResponse:
-        return JSONResponse(
-            {"detail": {"error": exc.code, "message": exc.message}},
-            status_code=STATUS.get(exc.code, 400),
-            headers={"Cache-Control": "no-store"},
-        )
 
     def reader(request: Request):
         return signed_in(database, request.scope.get(SESSION_USER))

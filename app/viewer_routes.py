@@ -60,16 +60,18 @@ def render_url(study_id: int, preset: str = "default") -> str:
     return f"{PREFIX}/studies/{int(study_id)}/render.png?preset={preset}"
 
 
+def refused(exc: OrapoError) -> JSONResponse:
+    """A refusal as the viewer's routes answer it (also `app.study_image_routes`): the code and sentence, its status."""
+    return JSONResponse(
+        {"detail": {"error": exc.code, "message": exc.message}},
+        status_code=STATUS.get(exc.code, 400),
+        headers={"Cache-Control": "no-store"},
+    )
+
+
 def routes(settings, database) -> list[Route]:
     """The routes, bound to this app's settings and database (no module state: one app, one set)."""
     from app.services.reading import viewer  # noqa: PLC0415 -- loads numpy
-
-    def refused(exc: OrapoError) -> JSONResponse:
-        return JSONResponse(
-            {"detail": {"error": exc.code, "message": exc.message}},
-            status_code=STATUS.get(exc.code, 400),
-            headers={"Cache-Control": "no-store"},
-        )
 
     def reader(request: Request):
         return signed_in(database, request.scope.get(SESSION_USER))
