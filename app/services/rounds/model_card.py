@@ -154,7 +154,8 @@ def _card(db: Database, version: ModelVersionRecord | None, base: Path, served: 
     chain = _lineage(db, version)
     rounds = sorted({v.round_id for v in chain if v.round_id is not None})
     pairs = PairRepository(db)
-    corrections = sum(len([p for p in pairs.list(round_id=r) if p.correction_id is not None]) for r in rounds)
+    per_round = {r: sum(p.correction_id is not None for p in pairs.list(round_id=r)) for r in rounds}  # one query each
+    corrections = sum(per_round.values())
     trained_on = []
     if starter is not None:
         plan = starter.get("plan") or {}
@@ -165,8 +166,7 @@ def _card(db: Database, version: ModelVersionRecord | None, base: Path, served: 
         )
     else:
         trained_on.append(f"Not recorded: `{base.name}` carries no build card (a site's own checkpoint).")
-    for r in rounds:
-        n = len([p for p in pairs.list(round_id=r) if p.correction_id is not None])
+    for r, n in per_round.items():
         trained_on.append(f"Round {r}: {n} clinic correction{'s' if n != 1 else ''} (signed reports as oracle pairs).")
     metrics = heldout_metrics(version) if version is not None else None
     findings = []
