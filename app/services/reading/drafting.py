@@ -3,8 +3,9 @@
 The models in memory are `app.services.reading.registry.ModelRegistry` (the served
 version, loaded once, warmed and calibrated in the background, its drafts batched).
 Only chest radiographs are drafted (`app.services.reading.scope`): `draft_study`
-refuses a study stored as something else, and checks an image whose header cannot
-say what it is against the model's calibration first.
+refuses a study stored as something else, and refuses the first draft of an image
+whose header cannot say what it is when the draft's own film score is far from the
+model's calibration (the draft is then neither stored nor shown).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from PIL import Image
 from app.services.operations.metrics import count_draft
 from app.services.reading.ingest import IngestOutcome, ingest_bytes
 from app.services.reading.registry import ModelRegistry
-from app.services.reading.scope import refuse_not_drafted, screen_pixels, unfamiliar_summary
+from app.services.reading.scope import refuse_not_drafted, screen_draft, unfamiliar_summary
 from app.services.reading.studies import first_image, open_study  # the access rule, shared
 from db import AuditRepository, Database, DraftRepository
 from db.records import DraftRecord, ImageRecord, UserRecord
@@ -108,9 +109,9 @@ def draft_study(
     served = registry.served()
     step(0.15, f"Loading model {served.name}")
     batcher = registry.batcher(served)
-    screen_pixels(db, user, overview, image.source_format, getattr(batcher, "drafter", None), view.pixels)
     step(0.35, "Drafting the report and its samples")
     draft = batcher.draft(view.pixels, samples=samples)  # with whoever else is drafting now
+    screen_draft(db, user, overview, image.source_format, draft)  # a film far from any the model knows: refused
     step(0.9, "Storing the draft")
     film = unfamiliar_summary(draft)  # how unlike the model's training films this one is (None: not checked)
     with db.session() as session:  # the draft and its audit entry stand or fall together

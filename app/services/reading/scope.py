@@ -1,14 +1,15 @@
-"""Only chest radiographs are drafted: the refusal, the pixel check before a first draft, and what the reader reads.
+"""Only chest radiographs are drafted: the refusal, the film check of a first draft, and what the reader reads.
 
 Ingest decides from the header and cheap pixel facts (`orapo_core.imaging.scope`)
 and stores the reason with the study (`studies.not_drafted`). Here:
 
 - `refuse_not_drafted`: drafting such a study is refused ("not_a_chest_radiograph",
   with the study's sentence), from the Read tab and from a script alike;
-- `screen_pixels`: an image whose header cannot say what it is (PNG, JPEG, a DICOM
-  without Modality or with OT) is scored by the drafting model before its first
-  draft; one far from every film the model was calibrated on is marked (audited)
-  and refused the same way, and stays out of drafting and of the reading order;
+- `screen_draft`: an image whose header cannot say what it is (PNG, JPEG, a DICOM
+  without Modality or with OT) is judged by its first draft's unfamiliar-film
+  score (the vision features the decoding captured); one far from every film the
+  model was calibrated on is marked (audited) and refused the same way, its draft
+  never stored or shown, and stays out of drafting and of the reading order;
 - `study_note`, `draft_note`: the Read tab's and the worklist's words: why a
   study is not drafted, and the unfamiliar-film warning of a draft.
 """
@@ -41,34 +42,33 @@ def refuse_not_drafted(study: StudyRecord) -> None:
         raise OrapoError("not_a_chest_radiograph", sentence)
 
 
-def screen_pixels(
-    db: Any, user: UserRecord, overview: StudyOverview, source_format: str, drafter: Any, pixels: Any
-) -> None:
-    """Before a study's draft: when its header cannot tell (`has_header_verdict`), the drafting model scores the
-    image before its first draft; far from its calibration films, the study is marked as not drafted (and
-    audited) and the draft refused. Nothing happens for a chest DICOM, a study drafted before, a model without a
-    calibration, or a drafter without the check."""
+def screen_draft(db: Any, user: UserRecord, overview: StudyOverview, source_format: str, draft: Any) -> None:
+    """After a study's first draft, before it is stored: when the header cannot tell (`has_header_verdict`), the
+    draft's own unfamiliar-film score (from the vision features its decoding captured: no second pass of the
+    vision tower) decides; far from the model's calibration films, the study is marked as not drafted (and
+    audited) and the draft refused, never stored or shown. Nothing happens for a chest DICOM, a study drafted
+    before, or a draft whose film was not checked (no calibration for the model yet)."""
     from orapo_core.imaging.scope import far_reason, has_header_verdict  # noqa: PLC0415 -- loads pydicom, requests
 
     study = overview.study
-    films = getattr(drafter, "films", None)
+    film = unfamiliar_summary(draft)
     if (
-        films is None
+        film is None
+        or not film.get("far")
         or overview.latest_draft is not None
         or has_header_verdict({"modality": study.modality}, source_format)
     ):
-        return  # no check, a study screened at its first draft already, or a chest DICOM
-    (score,) = films.score_pictures([drafter.prepare(pixels)])
-    if score is None or not score.far:
-        return
+        return  # not checked, not far, a study screened at its first draft already, or a chest DICOM
+    threshold = float(film.get("threshold") or 0.0)
+    ratio = float(film["distance"]) / threshold if threshold > 0 else float("inf")
     with db.session() as session:
-        marked = StudyRepository(session).set_not_drafted(study.id, far_reason(score.ratio))
+        marked = StudyRepository(session).set_not_drafted(study.id, far_reason(ratio))
         AuditRepository(session).append(
             "study.not_drafted",
             actor=user,
             object_type="study",
             object_id=study.id,
-            details={"unfamiliar": score.to_dict()},
+            details={"unfamiliar": film},
         )
     refuse_not_drafted(marked)
 
