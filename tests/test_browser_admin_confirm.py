@@ -1,5 +1,6 @@
 """Issue 41 §5 and §8 in a real browser: the starter serving at first start has a row and a model card, and promote
-and disable ask first, naming what they act on; going back changes nothing, the question's button acts.
+and disable ask first, naming what they act on; going back changes nothing, the question's button acts; the audit log
+shows the change at once.
 
 Drives Debian's Chromium through Playwright against the launched app (no round is trained: the versions are made in
 the database). Screenshots of the question panels go to tests/artifacts/.
@@ -69,4 +70,6 @@ def test_first_start_card_and_confirmations(browser, tmp_path):
         page.locator("#orapo-confirm-disable").click()
         expect(page.locator("#orapo-users-result")).to_contain_text("rita is now disabled")
         assert not UserRepository(db).get_by_username("rita").active
+        # the audit log below lists the change at once: no Show, no reopening the tab
+        expect(page.locator("#orapo-audit")).to_contain_text("user.disable")
         context.close()

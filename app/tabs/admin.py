@@ -297,9 +297,15 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> AdminUI:
         sr_send.send_now(ctx.database, ctx.settings, actor, entered_id(study, "study"))
         return archive_view()
 
+    def audited(event) -> None:
+        """A change to a user or a lockout is audited: the audit log below shows it at once, with no Show."""
+        event.success(show_audit, inputs=[action, who], outputs=audit, api_visibility="private", show_progress="hidden")
+
     users_refresh.click(list_users, outputs=users, api_name="list_users")
-    create_btn.click(create_user, inputs=[username, role], outputs=[users, users_result], api_name="create_user")
-    enable_btn.click(set_active(True), inputs=username, outputs=[users, users_result], api_name="enable_user")
+    audited(
+        create_btn.click(create_user, inputs=[username, role], outputs=[users, users_result], api_name="create_user")
+    )
+    audited(enable_btn.click(set_active(True), inputs=username, outputs=[users, users_result], api_name="enable_user"))
     asking = [
         users_result,
         user_question,
@@ -312,11 +318,15 @@ def build(ctx: AppContext, tab: gr.Tab | None = None) -> AdminUI:
     disable_btn.click(ask(True), inputs=username, outputs=asking, api_visibility="private")
     reset_btn.click(ask(False), inputs=username, outputs=asking, api_visibility="private")
     answered = [users, users_result, user_confirm, user_actions]  # a script calls these two by name, as before
-    confirm_disable_btn.click(set_active(False), inputs=confirm_user, outputs=answered, api_name="disable_user")
-    confirm_reset_btn.click(reset, inputs=confirm_user, outputs=answered, api_name="reset_password")
+    audited(
+        confirm_disable_btn.click(set_active(False), inputs=confirm_user, outputs=answered, api_name="disable_user")
+    )
+    audited(confirm_reset_btn.click(reset, inputs=confirm_user, outputs=answered, api_name="reset_password"))
     user_back_btn.click(user_back, outputs=[user_confirm, user_actions], api_visibility="private")
     lockouts_refresh.click(list_lockouts, outputs=lockouts, api_name="list_lockouts")
-    lift_btn.click(lift_lockout, inputs=locked_key, outputs=[lockouts, lockout_result], api_name="lift_lockout")
+    audited(
+        lift_btn.click(lift_lockout, inputs=locked_key, outputs=[lockouts, lockout_result], api_name="lift_lockout")
+    )
     audit_btn.click(show_audit, inputs=[action, who], outputs=audit, api_name="audit_log")
     pairs_btn.click(export_pairs, inputs=formats, outputs=[export_result, export_file], api_name="export_pairs")
     fhir_btn.click(export_fhir, outputs=[export_result, export_file], api_name="export_fhir")
