@@ -242,3 +242,78 @@ def test_oracle_nll_adds_the_oracles_mean_token_nll_to_each_paired_rows_loss(tin
     assert (logp < 0).all()
     assert rpo.tolist() == pytest.approx((dpo - 0.7 * logp).tolist(), abs=1e-5)
     assert rpo.requires_grad
+
+
+def test_a_focused_oracle_nll_averages_only_the_oracles_tokens_the_rejected_answer_did_not_write(
+    tiny_model, dataset, tmp_path
+):
+    """`oracle_nll_focus="differing"`: each paired row adds α times the mean NLL of the oracle's tokens outside the
+    blocks it shares with that row's rejected answer, not the whole report's mean (the clinician's pair here, whose
+    draft shares the oracle's first words)."""
+    from orapo_core.train.dataset import build_training_dataset
+    from orapo_core.train.losses import differing_tokens
+
+    study = {
+        "study_id": "c1",
+        "image": dataset[0]["image"],
+        "labels": {},
+        "reference_report": "Findings: The lungs are clear.",
+        "oracle_report": "Findings: No pleural effusion. Small left pneumothorax.",
+        "clinician_chosen": "Findings: No pleural effusion. Small left pneumothorax.",
+        "clinician_rejected": "Findings: No pleural effusion.",
+    }
+    clinician = build_training_dataset([study])
+    common = dict(
+        beta=0.0,
+        loss_type="grpo",
+        use_clinician_pairs=True,
+        zero_reward_threshold=0.5,
+        max_rejected_per_group=1,
+        max_completion_length=16,
+    )
+    plain = make_trainer(tiny_model, clinician, tmp_path / "plain", **common)
+    mean = make_trainer(tiny_model, clinician, tmp_path / "mean", oracle_nll_weight=0.7, **common)
+    focused = make_trainer(
+        tiny_model, clinician, tmp_path / "focus", oracle_nll_weight=0.7, oracle_nll_focus="differing", **common
+    )
+    torch.manual_seed(0)
+    with torch.no_grad():  # a random tiny model's tokens are near-uniform: make the chosen tokens' log-probs differ
+        for p in plain.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    for trainer in (plain, mean, focused):
+        trainer.model.load_state_dict(plain.model.state_dict())
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1
+    torch.manual_seed(1)
+    batch = focused._generate_and_score_completions([clinician[0]] * K)
+    paired = torch.nonzero(batch["orapo_coef"] > 0).flatten()
+    selected = focused._select_rows(batch, paired)
+    draft = focused._tokenizer("Findings: No pleural effusion.", add_special_tokens=False)["input_ids"]
+    dpo, _ = plain.pair_losses(plain.model, batch, paired, plain._select_rows(batch, paired))
+    with_mean, _ = mean.pair_losses(mean.model, batch, paired, mean._select_rows(batch, paired))
+    loss, _ = focused.pair_losses(focused.model, batch, paired, selected)
+    _, tokens = plain._chosen_logps(plain.model, selected, tokens=True)
+    expected, partial = [], 0
+    for r in range(paired.numel()):
+        chosen = selected["orapo_chosen_ids"][r][selected["orapo_chosen_mask"][r].bool()].tolist()
+        rejected = selected["orapo_rejected_ids"][r][selected["orapo_rejected_mask"][r].bool()].tolist()
+        focus = differing_tokens(chosen, rejected)
+        assert selected["orapo_chosen_focus"][r][: len(chosen)].tolist() == focus
+        if rejected[: len(draft)] == draft:  # the clinician's draft: its words are not the oracle's to push
+            assert focus[: len(draft)] == [0.0] * len(draft) and any(focus)
+            partial += 1
+        picked = [tokens[r][i].item() for i, f in enumerate(focus) if f]
+        expected.append(dpo[r].item() - 0.7 * (sum(picked) / len(picked) if picked else 0.0))
+    assert partial == 1
+    assert loss.tolist() == pytest.approx(expected, abs=1e-4)
+    assert loss.tolist() != pytest.approx(with_mean.tolist(), abs=1e-4)  # not the whole report's mean
+    assert loss.requires_grad
+
+
+def test_differing_tokens_marks_what_the_rejected_answer_left_out():
+    from orapo_core.train.losses import differing_tokens
+
+    oracle = [1, 2, 3, 9, 9, 4, 5]  # "1 2 3 <left out> 4 5"
+    assert differing_tokens(oracle, [1, 2, 3, 4, 5]) == [0, 0, 0, 1, 1, 0, 0]
+    assert differing_tokens(oracle, oracle) == [0.0] * 7
+    assert differing_tokens(oracle, []) == [1.0] * 7

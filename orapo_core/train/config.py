@@ -79,6 +79,14 @@ class OraPOConfig(GRPOConfig):
             "own sentences the model's choice. 0 is the paper's objective."
         },
     )
+    oracle_nll_focus: str = field(
+        default="all",
+        metadata={
+            "help": "Which tokens of the oracle report the oracle_nll_weight term averages over: 'all' (RPO, the "
+            "report's mean) or 'differing', only the oracle's tokens the pair's rejected answer did not write "
+            "(difflib over token ids), such as the sentence of a finding the draft left out."
+        },
+    )
     max_rejected_per_group: int | None = field(
         default=None,
         metadata={
@@ -208,6 +216,8 @@ class OraPOConfig(GRPOConfig):
             )
         if self.oracle_nll_weight < 0:
             problems.append(f"oracle_nll_weight must be >= 0 (0: DPO alone), got {self.oracle_nll_weight}")
+        if self.oracle_nll_focus not in ("all", "differing"):
+            problems.append(f"oracle_nll_focus must be 'all' or 'differing', got {self.oracle_nll_focus!r}")
         if self.dpo_beta <= 0:
             problems.append(f"dpo_beta (τ) must be > 0, got {self.dpo_beta}: DPO's usual range is 0.05-0.5")
         if self.finding_probe_weight < 0 or self.finding_probe_lr <= 0:

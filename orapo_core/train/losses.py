@@ -9,8 +9,27 @@ shuffling and splitting of a generation batch into micro-batches.
 
 from __future__ import annotations
 
+import difflib
+
 import torch  # noqa: TID253 -- this module is heavy; light ones import it lazily
 import torch.nn.functional as F  # noqa: TID253 -- this module is heavy; light ones import it lazily
+
+
+def differing_tokens(chosen: list[int], rejected: list[int]) -> list[float]:
+    """1.0 for each token of `chosen` outside the longest matching blocks it shares with `rejected` (difflib's
+    SequenceMatcher over token ids), 0.0 for the rest: the oracle's tokens the failed answer did not write, such as
+    a finding's whole sentence it left out. Where the two are equal every token is 0."""
+    focus = [1.0] * len(chosen)
+    for block in difflib.SequenceMatcher(None, rejected, chosen, autojunk=False).get_matching_blocks():
+        focus[block.b : block.b + block.size] = [0.0] * block.size
+    return focus
+
+
+def focused_nll(per_token_logps: torch.Tensor, mask: torch.Tensor, focus: torch.Tensor) -> torch.Tensor:
+    """Each row's mean negative log-prob over the tokens `focus` marks (within `mask`): shape (B,); 0 for a row with
+    no such token."""
+    weights = mask.to(per_token_logps.dtype) * focus.to(per_token_logps.dtype)
+    return -(per_token_logps * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
 
 
 def sequence_logps(

@@ -65,7 +65,7 @@ from trl.trainer.utils import (  # noqa: TID253 -- this module is heavy; light o
 from orapo_core.train.config import OraPOConfig
 from orapo_core.train.dataset import oracle_for
 from orapo_core.train.finding_probes import FindingProbes, finding_targets
-from orapo_core.train.losses import dpo_loss, oracle_term, sequence_logps
+from orapo_core.train.losses import differing_tokens, dpo_loss, focused_nll, oracle_term, sequence_logps
 from orapo_core.train.metrics_log import MetricsJsonlCallback
 from orapo_core.train.pairs import MinedGroup, OraclePairMiner, RolloutGroup
 from orapo_core.train.rewards import rewards_for
@@ -91,6 +91,7 @@ _ORACLE_KEYS = (
     "orapo_rejected_is_rollout",
     "orapo_chosen_ids",
     "orapo_chosen_mask",
+    "orapo_chosen_focus",
     "orapo_rejected_ids",
     "orapo_rejected_mask",
     "orapo_ref_chosen_logps",
@@ -292,7 +293,11 @@ class OraPOTrainer(GRPOTrainer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The oracle term's loss of each paired row (`rows` of `inputs`, selected as `batch`): DPO's, and the
         oracle's mean per-token log-prob under the policy (the paper's "oracle likelihood", for the logs)."""
-        chosen = self._chosen_logps(model, batch, length_normalize=self.args.dpo_length_normalize)
+        focused = self.args.oracle_nll_weight and self.args.oracle_nll_focus == "differing"
+        focus = batch.get("orapo_chosen_focus") if focused else None
+        chosen, chosen_tokens = self._chosen_logps(
+            model, batch, length_normalize=self.args.dpo_length_normalize, tokens=True
+        )
         rejected = self._rejected_logps(model, inputs, rows, batch)
         row_losses = dpo_loss(
             chosen,
@@ -306,7 +311,11 @@ class OraPOTrainer(GRPOTrainer):
             if self.args.dpo_length_normalize
             else chosen / batch["orapo_chosen_mask"].sum(-1).clamp(min=1).to(chosen.dtype)
         )
-        if self.args.oracle_nll_weight:
+        if focus is not None:  # `oracle_nll_focus="differing"`: the oracle's tokens the rejected answer did not write
+            row_losses = row_losses + self.args.oracle_nll_weight * focused_nll(
+                chosen_tokens, batch["orapo_chosen_mask"], focus
+            )
+        elif self.args.oracle_nll_weight:
             row_losses = row_losses - self.args.oracle_nll_weight * per_token
         return row_losses, per_token.detach()
 
@@ -320,12 +329,19 @@ class OraPOTrainer(GRPOTrainer):
         return rows
 
     def _chosen_logps(
-        self, model: Any, batch: dict[str, Any], *, length_normalize: bool | None = None, reference: bool = False
-    ) -> torch.Tensor:
+        self,
+        model: Any,
+        batch: dict[str, Any],
+        *,
+        length_normalize: bool | None = None,
+        reference: bool = False,
+        tokens: bool = False,
+    ) -> Any:
         """Log-probs of each row's chosen answer, one forward per distinct (study, chosen) of the batch.
 
         All failed rollouts of a study share its oracle as the chosen answer, so its log-prob is computed once and
-        shared (gradients add up exactly as if each row had its own forward).
+        shared (gradients add up exactly as if each row had its own forward). With `tokens` (the policy's only),
+        also each row's per-token log-probs: ``(logps, per_token)``.
         """
         first, inverse = self._first_of_each(batch["orapo_chosen_key"])
         distinct = self._select_rows(batch, first)
@@ -334,13 +350,16 @@ class OraPOTrainer(GRPOTrainer):
                 distinct, distinct["orapo_chosen_ids"], distinct["orapo_chosen_mask"]
             )
         else:
-            logps = self._sequence_logps(
+            logps, per_token = self._sequence_logps(
                 model,
                 distinct,
                 distinct["orapo_chosen_ids"],
                 distinct["orapo_chosen_mask"],
                 length_normalize=length_normalize,
+                tokens=True,
             )
+            if tokens:
+                return logps[inverse], per_token[inverse]
         return logps[inverse]
 
     def _rejected_logps(
@@ -395,8 +414,10 @@ class OraPOTrainer(GRPOTrainer):
         mask: torch.Tensor,
         *,
         length_normalize: bool | None = None,
-    ) -> torch.Tensor:
-        """Log-prob of answers ``ids`` after each row's prompt (and image), through TRL's own forward helper."""
+        tokens: bool = False,
+    ) -> Any:
+        """Log-prob of answers ``ids`` after each row's prompt (and image), through TRL's own forward helper; with
+        `tokens`, ``(logps, per_token)``."""
         if length_normalize is None:
             length_normalize = self.args.dpo_length_normalize
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
@@ -413,7 +434,8 @@ class OraPOTrainer(GRPOTrainer):
             batch_size=self.args.per_device_train_batch_size,
             **extra,
         )
-        return sequence_logps(per_token.float(), mask, length_normalize=length_normalize)
+        logps = sequence_logps(per_token.float(), mask, length_normalize=length_normalize)
+        return (logps, per_token.float()) if tokens else logps
 
     @torch.no_grad()
     def _reference_pair_logps(
@@ -605,6 +627,12 @@ class OraPOTrainer(GRPOTrainer):
             else:  # the rollout itself is the rejected answer
                 rejected_ids.append(output["completion_ids"][r][output["completion_mask"][r].bool()].cpu())
         output["orapo_rejected_ids"], output["orapo_rejected_mask"] = self._pad_answers(rejected_ids, pad_id, device)
+        if self.args.oracle_nll_weight and self.args.oracle_nll_focus == "differing":
+            focus = torch.zeros(output["orapo_chosen_ids"].shape, dtype=torch.float32)
+            for r, (ids, rejected) in enumerate(zip(chosen_ids, rejected_ids, strict=True)):
+                if ids.numel() and rejected.numel():
+                    focus[r, : ids.numel()] = torch.tensor(differing_tokens(ids.tolist(), rejected.tolist()))
+            output["orapo_chosen_focus"] = focus.to(device)
         ref_chosen = torch.zeros(local_rows, device=device)
         ref_rejected = torch.zeros(local_rows, device=device)
         rows = self._paired_rows(torch.tensor([float(p) for p in is_pair[local]], device=device))
