@@ -12,12 +12,11 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING
 
-import numpy as np  # noqa: TID253 -- this module is heavy; light ones import it lazily
 from PIL import Image
 
 from app.services.reading import drafting
 from app.services.reading.studies import open_study
-from app.services.reading.viewer import FALLBACK_MAX_SIDE, PRESETS, ViewerImage, _wire_array
+from app.services.reading.viewer import FALLBACK_MAX_SIDE, ViewerImage, image_wire
 from db.records import ImageRecord, StudyOverview, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
@@ -41,21 +40,7 @@ def viewer_image(db: Database, settings: Settings, user: UserRecord, study_id: i
     """One image of a study as the viewer loads it: the same wire format as the first image's
     (`app.services.reading.viewer.viewer_image`)."""
     overview, image = study_image(db, user, study_id, image_id)
-    view = drafting.viewer_pixels(settings, image)
-    wire = np.ascontiguousarray(_wire_array(view.pixels))
-    header = {
-        "study": overview.study.id,
-        "image": image.id,
-        "rows": int(wire.shape[0]),
-        "columns": int(wire.shape[1]),
-        "dtype": wire.dtype.name,
-        "bits_stored": image.bits_stored,
-        "modality": overview.study.modality or "DX",
-        "window": [float(v) for v in view.default_window],
-        "range": [float(v) for v in view.value_range],
-        "presets": {name: [float(v) for v in drafting.preset(view, name)] for name in PRESETS},
-    }
-    return ViewerImage(wire.tobytes(), header)
+    return image_wire(settings, overview, image)
 
 
 def image_png(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from PIL import Image
 
 from app.services.reading import drafting
-from db.records import UserRecord
+from db.records import ImageRecord, StudyOverview, UserRecord
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
 
@@ -56,12 +56,18 @@ def viewer_image(
     db: Database, settings: Settings, user: UserRecord, study_id: int, image_id: int | None = None
 ) -> ViewerImage:
     """The first image of a study this user may read, as the viewer loads it (`image_id`, if given, must be it)."""
-    import numpy as np
-
     overview = drafting.open_study(db, user, study_id)
     image = drafting.first_image(overview)
     if image_id is not None and image_id != image.id:
         raise OrapoError("image_not_found", "This study has no such image.")
+    return image_wire(settings, overview, image)
+
+
+def image_wire(settings: Settings, overview: StudyOverview, image: ImageRecord) -> ViewerImage:
+    """One image of a study in the viewer's wire format: its pixels in the smallest exact dtype, and the header the
+    viewer reads (size, dtype, bit depth, modality, default window, value range and presets)."""
+    import numpy as np
+
     view = drafting.viewer_pixels(settings, image)
     wire = np.ascontiguousarray(_wire_array(view.pixels))
     header = {
