@@ -11,21 +11,37 @@ data folder and warmed as the server starts; the same `launch_options`), with th
   full bit depth -> Draft report (the starter's draft, its sentences marked by the model's confidence) -> edit
   the report (the draft's sentences now judged by FactS against the edit, with what it missed) -> Save and sign
   (the confirmation shows the exact text) -> signed -> reopen from the worklist and amend (the page says it
-  makes an amendment) -> the worklist's history of the study;
-- the administrator, boss: the users table -> a training round -> the versions table.
+  makes an amendment) -> the worklist's history of the study. The real radiograph is unlike the starter's training
+  films: the draft's status line warns so ("This film is unlike the model's training films"), and the draft checks
+  flag the starter's draft of it (a finding stated and denied), Accept draft unchanged off;
+- the reading room of issue 41, rita again (screenshots 11 to 16): the race (PhantomCXR study A drafted, study B
+  uploaded while A's draft runs: the page stays on B and a toast says A's draft is stored with A) -> the switches
+  (an unsaved edit of B, then A opened from the Worklist: A shows the draft made while B was open and a toast says
+  B's edit is kept; B opened again: the edit is back in the report box, from the server's autosave) -> a non-chest
+  refusal (pydicom's CT_small.dcm: stored, and the one-sentence reason it is not drafted) -> a flagged draft (the
+  draft of study C with the problems the draft checks find above the report, Accept draft unchanged off) -> the
+  model card of the model that wrote it, opened from the Read tab;
+- the administrator, boss: the users table -> a training round -> the versions table -> a version's model card
+  (the table's first row, the newest version, picked).
 
 The draft is the shipped starter's, a 6 M-parameter model trained on synthetic PhantomCXR films; on a real
 radiograph it writes a plausible report, not a reading of this film (the screenshots show the page, not a
-model's quality). The round is real but made for speed, as the browser test of rounds makes it
+model's quality). Two things are arranged rather than waited for: the race holds A's draft at its start until B is
+open (`Gate`, in front of the app's own ModelRegistry: the starter still writes it), so B's upload lands while it
+runs every time, not only on a slow day; and study C's flagged draft is stored directly as a draft of the starter
+(the flawed text tests/test_browser_draft_problems.py scripts: a finding stated and denied, an empty numbered
+impression item, as the starter's drafts were seen to write), then C is opened from the Worklist. Issue 41's part
+runs between the clinician's and the administrator's and signs nothing, so the round trains on the same studies
+with or without it. The round is real but made for speed, as the browser test of rounds makes it
 (tests/test_browser_admin_rounds.py): the starter (promoted as version "starter") is trained for two LoRA
 steps of the smoke recipe on three signed PhantomCXR studies seeded for omar (and rita's report when her study is
 not held out), evaluated on two held-out ones with 8-token drafts, and the default gate decides (promote or reject;
-either is what the screenshots show). That took 60 to 90 s on two busy CPU cores; with `--no-round` (or if it has
+either is what the screenshots show). That took 45 to 90 s on two busy CPU cores; with `--no-round` (or if it has
 not ended within --round-timeout seconds) the Rounds tab is shown as it is (the round running, or none) and the
 script says so.
 
 Each screenshot is the 1440 x 900 viewport, not the whole page, saved as a PNG with an adaptive 256-colour
-palette (about 30 to 230 KB each, the radiograph still readable). The docs' guides show them
+palette (about 30 to 230 KB each, the radiograph still readable), 17 in all (01 to 17). The docs' guides show them
 (docs/pages/guide/radiologist.md and admin.md).
 """
 
@@ -33,15 +49,17 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from PIL import Image
 
-from tests.support.app import free_port, make_env
+from tests.support.app import free_port, make_env, phantom_png
 from tests.support.browser import CHROMIUM, launch, signed_in
 from tests.support.rounds import SMOKE, seed_study
 
@@ -51,10 +69,24 @@ WIDTH, HEIGHT = 1440, 900
 WAIT = 60_000  # every wait is explicit: the app drafts on 2 busy cores
 SELECTED = """() => { const f = document.querySelector('#orapo-worklist-study :is(input, textarea)');
   return !!f && f.value.trim() !== ''; }"""
+# no event pending on the components under selector `s` (Gradio dims a component while an event it shows runs)
+SETTLED = """(s) => [...document.querySelectorAll(s + ' .wrap.full')].every(w => w.classList.contains('hide'))"""
+# the toast holding text `t` in full sight: in the viewport and opaque (not still flying in), for its screenshot
+TOAST_SHOWN = """(t) => { const b = [...document.querySelectorAll('[data-testid=toast-body]')]
+    .find((e) => e.textContent.includes(t));
+  if (!b) return false;
+  for (let e = b; e; e = e.parentElement) if (parseFloat(getComputedStyle(e).opacity) < 1) return false;
+  const r = b.getBoundingClientRect();
+  return r.width > 0 && r.left >= 0 && r.top >= 0
+    && r.right <= window.innerWidth && r.bottom <= window.innerHeight; }"""
 EDITED = (
     "FINDINGS: PA view of the chest. Small left pleural effusion. No focal consolidation. No pneumothorax. "
     "The heart is normal in size.\n\nIMPRESSION: Small left pleural effusion."
 )
+# the flawed draft tests/test_browser_draft_problems.py scripts (a finding stated and denied, an empty numbered item),
+# as the shipped starter's drafts were seen to write
+FLAWED = "FINDINGS: Mild cardiomegaly. Heart size is normal.\nIMPRESSION:\n1.\n2. Cardiomegaly."
+SWITCH_EDIT = "Small right pleural effusion. No pneumothorax."
 # two LoRA steps of the smoke recipe: what tests/test_browser_admin_rounds.py trains with
 OVERRIDES = "\n".join(
     [
@@ -110,6 +142,54 @@ def prepare(root: Path):
     return settings, db, RoundScheduler(db, settings, service=RoundService(db, settings, policy=policy))
 
 
+class Gate:
+    """Holds the next draft at its start, once armed, until released: the race's upload of study B then lands while
+    A's draft runs, every time (as tests/test_browser_switches.py holds its fake drafter), not only on a slow day."""
+
+    def __init__(self) -> None:
+        self.armed, self.started, self.released = threading.Event(), threading.Event(), threading.Event()
+
+    def arm(self) -> None:
+        self.started.clear()
+        self.released.clear()
+        self.armed.set()
+
+    def release(self) -> None:
+        self.armed.clear()
+        self.released.set()
+
+    def passing(self) -> None:
+        """Called as a draft starts: waits while armed (then disarmed: only that one draft is held)."""
+        if self.armed.is_set():
+            self.armed.clear()
+            self.started.set()
+            if not self.released.wait(2 * WAIT / 1000):
+                raise RuntimeError("the walk never released the held draft")
+
+
+def gated_registry(settings, db, gate: Gate):
+    """The app's own ModelRegistry (the real starter, loaded, warmed and batched as `orapo serve` does), each draft
+    passing `gate` before it is asked of the model."""
+    from app.services.reading.registry import ModelRegistry  # noqa: PLC0415 -- loads sqlalchemy, torch
+
+    class GatedBatcher:
+        def __init__(self, batcher) -> None:
+            self._batcher = batcher
+
+        def __getattr__(self, name: str):
+            return getattr(self._batcher, name)
+
+        def draft(self, *args, **kwargs):
+            gate.passing()
+            return self._batcher.draft(*args, **kwargs)
+
+    class GatedRegistry(ModelRegistry):
+        def batcher(self, served):
+            return GatedBatcher(super().batcher(served))
+
+    return GatedRegistry(settings, db)
+
+
 def sign_in(browser, url: str, user: str, password: str):
     """A page signed in as `user`, at the walk's size (the tests' own sign-in)."""
     page = signed_in(browser, url, user, password, viewport=(WIDTH, HEIGHT))[1]
@@ -142,9 +222,19 @@ def clinician(browser, url: str, out: Path, dicom: Path) -> list[Path]:
 
     report = page.locator("#orapo-report textarea")
     page.locator("#orapo-draft").click()
-    expect(page.locator("#orapo-status")).to_contain_text("Draft", timeout=WAIT)
-    expect(page.locator("#orapo-accept")).to_be_enabled(timeout=WAIT)
-    shot("02-clinician-draft.png")
+    expect(page.locator("#orapo-status")).to_contain_text(re.compile(r"Draft \d+ by starter"), timeout=WAIT)
+    # a real radiograph, unlike the starter's synthetic training films: the status line warns under the report
+    expect(page.locator("#orapo-status")).to_contain_text("unlike the model's training films", timeout=WAIT)
+    # the draft checks' problems, if any, above the report; Accept draft unchanged is off while any stands
+    flagged = "Correct before signing" in page.locator("#orapo-draft-problems").inner_text()
+    if flagged:
+        expect(page.locator("#orapo-accept")).to_be_disabled(timeout=WAIT)
+    else:
+        expect(page.locator("#orapo-accept")).to_be_enabled(timeout=WAIT)
+    print(
+        f"  the starter's draft of RG1_UNCI.dcm is {'flagged' if flagged else 'not flagged'} by the checks", flush=True
+    )
+    shot("02-clinician-draft.png", scroll_to="#orapo-status")
 
     # the reader's own report, whatever the draft said: what FactS then checks the draft's sentences against
     report.fill(EDITED)
@@ -182,6 +272,135 @@ def clinician(browser, url: str, out: Path, dicom: Path) -> list[Path]:
     page.locator("#orapo-worklist [data-testid=cell-0-0]").click()
     expect(page.locator("#orapo-worklist-history")).to_contain_text("report v2", timeout=WAIT)
     shot("07-clinician-worklist-history.png")
+    page.close()
+    return shots
+
+
+def reading_room(browser, url: str, out: Path, db, gate: Gate, files: dict[str, Path]) -> list[Path]:
+    """Issue 41's reading room, as rita: the race, the switches, a non-chest refusal, a flagged draft, the card."""
+    from playwright.sync_api import expect
+
+    from db import DraftRepository, UserRepository  # noqa: PLC0415 -- loads sqlalchemy
+
+    shots = []
+
+    def shot(name: str, scroll_to: str | None = None) -> None:
+        if scroll_to:  # that element at the top of the screen, the line above it in sight
+            page.evaluate(
+                "(s) => { document.querySelector(s).scrollIntoView({block: 'start'}); window.scrollBy(0, -60); }",
+                scroll_to,
+            )
+        else:
+            page.evaluate("() => window.scrollTo(0, 0)")
+        shots.append(out / name)
+        save_png(page, out / name)
+
+    def upload(path: Path) -> int:
+        """Upload one file through the drop zone; the id of the study it opened."""
+        page.locator("#orapo-files input[type=file]").set_input_files(str(path))
+        summary = page.locator("#orapo-upload-status")
+        expect(summary).to_contain_text(f"Stored {path.name}: study", timeout=WAIT)
+        study = int(re.search(rf"Stored {re.escape(path.name)}: study (\d+)", summary.inner_text()).group(1))
+        expect(study_line).to_contain_text(f"Study {study} ", timeout=WAIT)
+        return study
+
+    def open_from_worklist(study: int) -> None:
+        page.get_by_role("tab", name="Worklist").click()
+        page.locator("#orapo-worklist-study input").fill(str(study))
+        page.locator("#orapo-worklist-open").click()
+        expect(study_line).to_contain_text(f"Study {study} ", timeout=WAIT)
+        expect(page.locator(".orapo-viewer")).to_have_attribute("data-state", "ready", timeout=WAIT)
+
+    def toast_shot(name: str, text: str) -> None:
+        """A screenshot with the toast holding `text` in it: shown in full first, and still there after."""
+        page.wait_for_timeout(500)  # its entrance played out
+        page.wait_for_function(TOAST_SHOWN, arg=text, timeout=WAIT)
+        shot(name)
+        if not page.evaluate(TOAST_SHOWN, text):
+            raise RuntimeError(f"{name}: the toast ({text!r}) went while the screenshot was taken")
+
+    def no_toasts() -> None:  # the toasts of an earlier step gone (each shows for some seconds), so none is mistaken
+        expect(toasts).to_have_count(0, timeout=WAIT)
+
+    page = sign_in(browser, url, "rita", "rita-pass-1")
+    study_line, status = page.locator("#orapo-study"), page.locator("#orapo-status")
+    report = page.locator("#orapo-report textarea")
+    toasts = page.locator("[data-testid=toast-body]")
+    expect(page.locator("#orapo-model-status")).not_to_contain_text("Loading", timeout=WAIT)
+
+    # the race: study A drafted, study B uploaded while A's draft runs; the page stays on B, A's draft stays with A
+    study_a = upload(files["a"])
+    gate.arm()
+    page.locator("#orapo-draft").click()
+    if not gate.started.wait(WAIT / 1000):
+        raise RuntimeError("the draft of study A never started")
+    study_b = upload(files["b"])  # while A's draft is held at its start
+    gate.release()
+    ready = f"The draft of study {study_a} is ready and stored with it"
+    stored = toasts.filter(has_text=ready)
+    expect(stored).to_have_count(1, timeout=WAIT)
+    expect(stored).to_contain_text(f"it shows when you open study {study_a} again", timeout=WAIT)
+    expect(study_line).to_contain_text(f"Study {study_b} ", timeout=WAIT)
+    expect(report).to_have_value("", timeout=WAIT)
+    draft_a = DraftRepository(db).latest_for_study(study_a)
+    assert draft_a is not None, "the draft of study A was not stored"
+    toast_shot("11-race-draft-of-a-stored-page-stays-on-b.png", ready)
+
+    # the switches: an unsaved edit of B, then A opened from the Worklist (its draft, made while B was open, shows;
+    # B's edit is kept on the server), then B opened again: the edit is back in the report box
+    no_toasts()
+    report.fill(SWITCH_EDIT)
+    open_from_worklist(study_a)
+    expect(report).to_have_value(draft_a.text, timeout=WAIT)
+    kept = f"Your unsaved edit of study {study_b} is kept"
+    expect(toasts.filter(has_text=kept)).to_have_count(1, timeout=WAIT)
+    toast_shot("12-switch-edit-kept-other-study-opened.png", kept)
+    no_toasts()
+    open_from_worklist(study_b)
+    expect(report).to_have_value(SWITCH_EDIT, timeout=WAIT)
+    expect(status).to_contain_text("your unsaved edit", timeout=WAIT)
+    shot("13-switch-unsaved-edit-back.png")
+    report.fill("")  # she lets it go: no edit of B to keep from here on
+
+    # a non-chest refusal: a CT slice is stored, never drafted, and the study line says why in one sentence
+    study_ct = upload(files["ct"])
+    expect(study_line).to_contain_text("not drafted", timeout=WAIT)
+    expect(status).to_contain_text("not drafted", timeout=WAIT)
+    expect(page.locator(".orapo-viewer")).to_have_attribute("data-state", "ready", timeout=WAIT)
+    shot("14-not-a-chest-radiograph-not-drafted.png")
+    print(f"  study {study_ct}: {study_line.inner_text().splitlines()[-1]}", flush=True)
+
+    # a flagged draft: the starter's flawed draft stored for study C, which then opens with the problems above the
+    # report and Accept draft unchanged off
+    no_toasts()
+    study_c = upload(files["c"])
+    rita = UserRepository(db).get_by_username("rita")
+    DraftRepository(db).create(
+        study_c,
+        model_name=draft_a.model_name,
+        model_version_id=draft_a.model_version_id,
+        prompt=draft_a.prompt,
+        sampling=draft_a.sampling,
+        text=FLAWED,
+        created_by=rita.id,
+    )
+    open_from_worklist(study_c)
+    expect(report).to_have_value(FLAWED, timeout=WAIT)
+    problems = page.locator("#orapo-draft-problems")
+    expect(problems).to_contain_text("Correct before signing", timeout=WAIT)
+    expect(page.locator("#orapo-accept")).to_be_disabled(timeout=WAIT)
+    no_toasts()
+    shot("15-flagged-draft-problems.png")
+
+    # the model card of the model that wrote the draft, from the Read tab
+    panel = page.locator("#orapo-model-card-panel")
+    panel.get_by_text("Model card: starter").click()  # opening it checks the card is filled in: wait for that
+    card = page.locator("#orapo-model-card")
+    expect(card).to_contain_text("Intended use", timeout=WAIT)
+    expect(card).to_be_visible(timeout=WAIT)
+    page.wait_for_timeout(1000)
+    page.wait_for_function(SETTLED, arg="#orapo-model-card-panel", timeout=WAIT)
+    shot("16-model-card-read-tab.png", scroll_to="#orapo-model-card-panel")
     page.close()
     return shots
 
@@ -224,6 +443,16 @@ def administrator(browser, url: str, out: Path, *, round_timeout: float, train: 
         print("  --no-round: the Rounds tab without a round", flush=True)
     shot("09-admin-round.png", scroll_to="#orapo-rounds-table")
     shot("10-admin-versions.png", scroll_to="#orapo-versions-table")
+
+    # a version's model card: a row of the versions table picked, its card below the table
+    page.locator("#orapo-versions-table [data-testid=cell-0-1]").click()
+    card = page.locator("#orapo-model-card")
+    expect(card).to_contain_text("Model card:", timeout=WAIT)
+    expect(card).to_contain_text("Intended use", timeout=WAIT)
+    page.wait_for_timeout(1000)
+    page.wait_for_function(SETTLED, arg="#orapo-model-card", timeout=WAIT)
+    print(f"  {card.inner_text().strip().splitlines()[0]}", flush=True)
+    shot("17-admin-model-card.png", scroll_to="#orapo-versions-table")
     page.close()
     return shots
 
@@ -236,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from playwright.sync_api import sync_playwright
+    from pydicom.data import get_testdata_file  # noqa: PLC0415 -- loads pydicom
 
     from app.server import build_app, launch_options  # noqa: PLC0415 -- loads gradio, sqlalchemy
     from tests.support.dicom import pydicom_data_file  # noqa: PLC0415 -- loads pydicom, requests
@@ -247,8 +477,16 @@ def main(argv: list[str] | None = None) -> int:
         dicom = root / "upload" / "RG1_UNCI.dcm"
         dicom.parent.mkdir()
         shutil.copy(pydicom_data_file("RG1_UNCI.dcm"), dicom)
+        files = {  # issue 41's reading room: PhantomCXR films A, B and C, and a CT slice (pydicom's own CT_small.dcm)
+            key: phantom_png(root / "upload" / f"study-{key}.png", seed=seed)
+            for key, seed in (("a", 31), ("b", 32), ("c", 33))
+        }
+        files["ct"] = root / "upload" / "CT_small.dcm"
+        shutil.copy(get_testdata_file("CT_small.dcm", download=False), files["ct"])
         settings, db, rounds = prepare(root)
-        demo = build_app(settings=settings, database=db, rounds=rounds, warm_model=True)
+        gate = Gate()
+        registry = gated_registry(settings, db, gate)
+        demo = build_app(settings=settings, database=db, registry=registry, rounds=rounds, warm_model=True)
         port = free_port()
         demo.queue(default_concurrency_limit=4).launch(
             server_name="127.0.0.1",
@@ -263,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
             with sync_playwright() as playwright:
                 browser = launch(playwright)
                 shots = clinician(browser, url, args.out, dicom)
+                shots += reading_room(browser, url, args.out, db, gate, files)
                 shots += administrator(
                     browser, url, args.out, round_timeout=args.round_timeout, train=not args.no_round
                 )
