@@ -111,6 +111,21 @@ def save_png(page, path: Path) -> int:
     return size
 
 
+def take(page, out: Path, shots: list[Path], name: str, scroll_to: str | None, *, bottom: bool) -> None:
+    """Scroll (to the top, or `scroll_to` at the screen's bottom with `bottom`, else at its top under the line above
+    it), then save the viewport as `out/name` and note it in `shots`."""
+    if scroll_to and bottom:  # that element's bottom (its buttons) at the bottom of the screen, the report above it
+        script = "(s) => { document.querySelector(s).scrollIntoView({block: 'end'}); window.scrollBy(0, 16); }"
+        page.evaluate(script, scroll_to)
+    elif scroll_to:  # that element at the top of the screen, the line above it in sight
+        script = "(s) => { document.querySelector(s).scrollIntoView({block: 'start'}); window.scrollBy(0, -60); }"
+        page.evaluate(script, scroll_to)
+    else:
+        page.evaluate("() => window.scrollTo(0, 0)")
+    shots.append(out / name)
+    save_png(page, out / name)
+
+
 def prepare(root: Path):
     """(settings, database, round scheduler) of a data folder with the starter promoted and studies for a round."""
     from app.services.rounds import RoundPolicy, RoundService  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
@@ -203,15 +218,7 @@ def clinician(browser, url: str, out: Path, dicom: Path) -> list[Path]:
     shots = []
 
     def shot(name: str, scroll_to: str | None = None) -> None:
-        if scroll_to:  # that element's bottom (its buttons) at the bottom of the screen, the report above it
-            page.evaluate(
-                "(s) => { document.querySelector(s).scrollIntoView({block: 'end'}); window.scrollBy(0, 16); }",
-                scroll_to,
-            )
-        else:
-            page.evaluate("() => window.scrollTo(0, 0)")
-        shots.append(out / name)
-        save_png(page, out / name)
+        take(page, out, shots, name, scroll_to, bottom=True)
 
     page = sign_in(browser, url, "rita", "rita-pass-1")
     expect(page.locator("#orapo-model-status")).not_to_contain_text("Loading", timeout=WAIT)  # warmed at start-up
@@ -285,15 +292,7 @@ def reading_room(browser, url: str, out: Path, db, gate: Gate, files: dict[str, 
     shots = []
 
     def shot(name: str, scroll_to: str | None = None) -> None:
-        if scroll_to:  # that element at the top of the screen, the line above it in sight
-            page.evaluate(
-                "(s) => { document.querySelector(s).scrollIntoView({block: 'start'}); window.scrollBy(0, -60); }",
-                scroll_to,
-            )
-        else:
-            page.evaluate("() => window.scrollTo(0, 0)")
-        shots.append(out / name)
-        save_png(page, out / name)
+        take(page, out, shots, name, scroll_to, bottom=False)
 
     def upload(path: Path) -> int:
         """Upload one file through the drop zone; the id of the study it opened."""
@@ -411,15 +410,7 @@ def administrator(browser, url: str, out: Path, *, round_timeout: float, train: 
     shots = []
 
     def shot(name: str, scroll_to: str | None = None) -> None:
-        if scroll_to:  # that element at the top of the screen, under its heading
-            page.evaluate(
-                "(s) => { document.querySelector(s).scrollIntoView({block: 'start'}); window.scrollBy(0, -60); }",
-                scroll_to,
-            )
-        else:
-            page.evaluate("() => window.scrollTo(0, 0)")
-        shots.append(out / name)
-        save_png(page, out / name)
+        take(page, out, shots, name, scroll_to, bottom=False)
 
     page = sign_in(browser, url, "boss", "admin-pass-1")
     page.get_by_role("tab", name="Admin").click()
