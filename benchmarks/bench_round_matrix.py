@@ -11,7 +11,7 @@ reported, met or not.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_round_matrix \\
         --cells pleural_other:501 pleural_other:511 pneumothorax:521 pneumothorax:531 \\
-        --out benchmarks/results/round-matrix-DATE [--parallel 2] [--set KEY=VALUE ...] [--reuse]
+        --out benchmarks/results/round-matrix-DATE [--parallel 2] [--set KEY=VALUE ...] [--reuse] [--starter DIR]
     orapo bench round_matrix --cells ... --out ...
 
 Writes `matrix.json` and `matrix.md` under `--out`, and each cell's story, drafts-alone and checks JSON and logs
@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,6 +60,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parallel", type=int, default=1, help="cells run at once (each on one thread)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="round settings, every cell")
     parser.add_argument("--reuse", action="store_true", help="keep cells whose results are already in --out/cells")
+    parser.add_argument(
+        "--starter",
+        default=None,
+        metavar="DIR",
+        help="serve this starter in every cell (copied into each new data folder as models/starter) instead of the "
+        "shipped one, e.g. a `benchmarks.bench_starter --build-only --rebuild DIR` variant",
+    )
     return parser
 
 
@@ -69,11 +77,15 @@ def parse_cell(text: str) -> tuple[str, int]:
     return finding, int(seed)
 
 
-def run_cell(finding: str, seed: int, cells: Path, work: Path, sets: list[str], reuse: bool) -> dict:
+def run_cell(
+    finding: str, seed: int, cells: Path, work: Path, sets: list[str], reuse: bool, starter: Path | None = None
+) -> dict:
     """One cell: the clinic story, the drafts alone, the checks fitted again and scored, each a child process with
-    its log; their JSON read back."""
+    its log; their JSON read back. `starter`: copied in as the data folder's served starter before the story."""
     name = f"{finding}-{seed}"
     data = work / name
+    if starter is not None and not (data / "models" / "starter").exists():
+        shutil.copytree(starter, data / "models" / "starter")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     common = ["--finding", finding, "--seed", str(seed), "--data-dir", str(data)]
     steps = (
@@ -97,6 +109,15 @@ def run_cell(finding: str, seed: int, cells: Path, work: Path, sets: list[str], 
                 return {"finding": finding, "seed": seed, "error": f"{module} exited {done.returncode}; see its log"}
         found[step] = json.loads(out.read_text())
     return summarise(finding, seed, found["story"], found["alone"], found["checks"])
+
+
+def starter_card(starter: Path | None) -> dict:
+    """Which starter the cells served: the shipped one, or the --starter folder with its card's plan."""
+    if starter is None:
+        return {"folder": "assets/starter (shipped)"}
+    card = starter / "starter_card.json"
+    plan = json.loads(card.read_text()).get("plan") if card.is_file() else None
+    return {"folder": str(starter), "plan": plan}
 
 
 def worst_group(scores: dict) -> tuple[str, int, int] | None:
@@ -224,17 +245,22 @@ def main(argv: list[str] | None = None) -> int:
     (out / "cells").mkdir(parents=True, exist_ok=True)
     work = Path(args.work or tempfile.mkdtemp(prefix="orapo-matrix-"))
     work.mkdir(parents=True, exist_ok=True)
+    starter = Path(args.starter).resolve() if args.starter else None
+    if starter is not None and not (starter / "config.json").is_file():
+        raise SystemExit(f"--starter {args.starter}: no model there (config.json missing)")
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        results = list(pool.map(lambda fs: run_cell(*fs, out / "cells", work, args.set, args.reuse), cells))
+        results = list(pool.map(lambda fs: run_cell(*fs, out / "cells", work, args.set, args.reuse, starter), cells))
     report = {
         "command": command("bench_round_matrix", argv),
         "settings": args.set,
+        "starter": starter_card(starter),
         "cells": results,
         "minutes": round((time.perf_counter() - started) / 60, 1),
     }
     (out / "matrix.json").write_text(json.dumps(report, indent=1, default=str))
-    text = f"# Round matrix\n\n`{report['command']}`\n\n" + table(results)
+    served = report["starter"]["folder"]
+    text = f"# Round matrix\n\n`{report['command']}`\n\nStarter: {served}\n\n" + table(results)
     (out / "matrix.md").write_text(text)
     print(text)
     return 0

@@ -120,3 +120,27 @@ def test_the_round_matrix_reads_promoted_from_the_gate_judged_again() -> None:
     cell = summarise("pneumothorax", 531, story, alone, {"candidate": _scores(0.9, 0.0, [0, 80], {}), "gate": gate})
     assert not cell["goals"]["promoted"]  # the round's own (older) gate promoted it; this checkout's holds it
     assert "agrees with its verdict on the 325 test studies in 0 of 1 rounds" in table([cell])
+
+
+def test_the_round_matrix_serves_the_starter_it_is_given_in_each_new_data_folder(tmp_path) -> None:
+    """`--starter DIR` is copied in as the cell's served starter before its story runs (here every step's JSON is
+    already there, `--reuse`), and the report names it with its card's plan; without it, the shipped one."""
+    import json
+
+    from benchmarks.bench_round_matrix import run_cell, starter_card
+
+    starter = tmp_path / "strong"
+    starter.mkdir()
+    (starter / "config.json").write_text("{}")
+    (starter / "starter_card.json").write_text(json.dumps({"plan": {"rare_fraction": 0.5}}))
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    scores = _scores(0.7, 0.0, [0, 80], {})
+    (cells / "pleural_other-501.story.json").write_text(json.dumps({"round": {}, "candidate": scores}))
+    (cells / "pleural_other-501.alone.json").write_text(json.dumps({"before": scores, "candidate": scores}))
+    (cells / "pleural_other-501.checks.json").write_text(json.dumps({"candidate": scores}))
+    cell = run_cell("pleural_other", 501, cells, tmp_path / "work", [], True, starter)
+    assert cell["alone"]["recall"] == 0.7
+    assert (tmp_path / "work" / "pleural_other-501" / "models" / "starter" / "config.json").is_file()
+    assert starter_card(starter) == {"folder": str(starter), "plan": {"rare_fraction": 0.5}}
+    assert starter_card(None)["folder"].startswith("assets/starter")
