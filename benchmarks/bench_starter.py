@@ -14,7 +14,9 @@ build` leaves out (`--image-side`, `--patch-size`, `--vision-n-train`,
 `orapo_core.experimental.starter`); `--build-only` stops after the build:
 
     OMP_NUM_THREADS=2 .venv/bin/python -m benchmarks.bench_starter --build-only --rebuild DIR --minutes 90 \
-        --vision-n-train 8000 --vision-steps 3000 --perception-batch 16 --rare-fraction 0.5
+        --vision-n-train 2000 --vision-steps 1000 --perception-batch 0 --rare-fraction 0.25
+
+(that one is the starter shipped until 2026-12-07; the defaults are today's).
  Clinical efficacy: greedy drafts of `--n-eval` PhantomCXR studies
 at the default (natural) prevalences from a seed the build never uses, labelled
 by FactS on both sides (draft and reference report), 14 CheXpert observations;
@@ -130,22 +132,22 @@ def make_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="films for the vision warm-up, every finding at 0.3 (2000)",
+        help="films for the vision warm-up, every finding at 0.3 (8000)",
     )
-    build.add_argument("--vision-steps", type=int, default=None, metavar="N", help="vision warm-up steps (1000)")
+    build.add_argument("--vision-steps", type=int, default=None, metavar="N", help="vision warm-up steps (3000)")
     build.add_argument(
         "--perception-batch",
         type=int,
         default=None,
         metavar="N",
-        help="films read through the prompt at each report step (0: off, the shipped build)",
+        help="films read through the prompt at each report step (16; 0: off, the build shipped until 2026-12-07)",
     )
     build.add_argument(
         "--rare-fraction",
         type=float,
         default=None,
         metavar="F",
-        help="the rare findings' share of their PhantomCXR prevalence in the report studies (0.25)",
+        help="the rare findings' share of their PhantomCXR prevalence in the report studies (0.5)",
     )
     return parser
 

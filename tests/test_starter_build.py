@@ -12,7 +12,16 @@ import pytest
 
 pytestmark = pytest.mark.slow  # starter builds
 
-TINY = dict(n_train=12, steps=3, batch_size=4, warmup_steps=1, vision_steps=2, vision_batch=4, vision_n_train=8)
+TINY = dict(
+    n_train=12,
+    steps=3,
+    batch_size=4,
+    warmup_steps=1,
+    vision_steps=2,
+    vision_batch=4,
+    vision_n_train=8,
+    perception_batch=0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +84,7 @@ def test_the_card_says_how_it_was_built(built):
     from orapo_core.data.phantom import DEFAULT_PREVALENCE
 
     for kind in RARE_KINDS:  # rare findings scarce on purpose, common ones drawn more often than PhantomCXR does
-        assert prevalence[kind] == pytest.approx(DEFAULT_PREVALENCE[kind] * 0.25)
+        assert prevalence[kind] == pytest.approx(DEFAULT_PREVALENCE[kind] * 0.5)
     common = card["plan"]["common_prevalence"]
     for kind in COMMON_KINDS:
         assert prevalence[kind] == max(DEFAULT_PREVALENCE[kind], common) > DEFAULT_PREVALENCE[kind] * 0.99
@@ -169,15 +178,18 @@ def test_the_architecture_experiments_are_the_benchmarks_not_the_commands(data_d
         assert "unrecognized arguments" in capsys.readouterr().err
     for options, said in (
         ({"vision_steps": -1}, "--vision-steps must be above 0"),
-        ({"perception_batch": 0}, "--perception-batch must be above 0"),
+        ({"perception_batch": -1}, "--perception-batch must be 0 (off) or above"),
         ({"rare_fraction": 1.5}, "--rare-fraction must lie in (0, 1]"),
         ({"image_side": 100, "patch_size": 24}, "multiple of twice --patch-size"),
     ):  # 100: not 2x2x24
         with pytest.raises(OrapoError, match="bad_option") as refused:
             starter_variant(**options)
         assert said in refused.value.message
-    plan, arch = starter_variant(rare_fraction=0.5, vision_steps=3)
-    assert (plan.rare_fraction, plan.vision_steps, arch) == (0.5, 3, None)  # None: the shipped architecture
+    plan, arch = starter_variant(rare_fraction=0.25, vision_steps=3)
+    assert (plan.rare_fraction, plan.vision_steps, arch) == (0.25, 3, None)  # None: the shipped architecture
+    # The starter shipped until 2026-12-07 stays buildable: no perception batches, the smaller vision warm-up.
+    plan, _ = starter_variant(rare_fraction=0.25, vision_steps=1000, vision_n_train=2000, perception_batch=0)
+    assert plan.perception_batch == 0
 
 
 def test_a_variant_with_a_quarter_patch_has_four_visual_tokens_and_says_so(tmp_path):
@@ -205,11 +217,11 @@ def test_perception_batches_train_the_answer_state_on_the_films_and_the_card_say
 
     from orapo_core.models.starter import WarmStartPlan, build_starter, read_card
 
-    out = build_starter(tmp_path / "perceiving", WarmStartPlan(**TINY, perception_batch=4), show_progress=False)
+    out = build_starter(tmp_path / "perceiving", WarmStartPlan(**{**TINY, "perception_batch": 4}), show_progress=False)
     card = read_card(out)
     assert card["plan"]["perception_batch"] == 4
     assert card["command"].endswith("--vision-n-train 8 --vision-steps 2 --perception-batch 4")  # TINY's own
-    assert read_card(built)["plan"]["perception_batch"] == 0 and "--perception" not in read_card(built)["command"]
+    assert read_card(built)["plan"]["perception_batch"] == 0 and "--perception-batch 0" in read_card(built)["command"]
     # Same seed, same vision warm-up: only the report steps' extra loss tells the two builds apart.
     mine, plain = load_file(out / "model.safetensors"), load_file(built / "model.safetensors")
     assert mine.keys() == plain.keys()
@@ -220,6 +232,7 @@ def test_the_benchmark_builds_a_variant_with_the_options_the_command_leaves_out(
     import orapo_core.models.starter as starter_pkg
     from app.cli import main
     from benchmarks import bench_starter
+    from orapo_core.models.starter import WarmStartPlan
 
     seen = {}
 
@@ -229,11 +242,12 @@ def test_the_benchmark_builds_a_variant_with_the_options_the_command_leaves_out(
 
     monkeypatch.setattr(starter_pkg, "build_starter", fake_build)
     bench_starter.main(
-        ["--build-only", "--rebuild", str(tmp_path / "m"), "--rare-fraction", "0.5", "--patch-size", "24"]
+        ["--build-only", "--rebuild", str(tmp_path / "m"), "--rare-fraction", "0.25", "--patch-size", "24"]
     )
-    assert seen["plan"].rare_fraction == 0.5 and seen["arch"].patch_size == 24
+    assert seen["plan"].rare_fraction == 0.25 and seen["arch"].patch_size == 24
     assert main(["starter", "build", "--out", str(tmp_path / "n"), "--quiet", "--no-calibration"]) == 0
-    assert seen["plan"].rare_fraction == 0.25 and seen["arch"] is None  # the shipped build's
+    assert seen["plan"] == WarmStartPlan() and seen["arch"] is None  # the shipped build's
+    assert (seen["plan"].rare_fraction, seen["plan"].perception_batch) == (0.5, 16)
 
 
 def test_orapo_starter_build_writes_the_unfamiliar_film_calibration_beside_the_weights(built, tmp_path, monkeypatch):

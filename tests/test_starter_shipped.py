@@ -90,20 +90,20 @@ def test_the_shipped_starter_drafts_a_real_radiograph_and_a_png(drafter, tmp_pat
         assert label_report(text), text  # a report FactS can read, not token soup
 
 
-def test_the_starter_sees_rare_findings_but_rarely_says_them(drafter):
-    """The paper's setting, on purpose: a pneumothorax is in the visual token (benchmarks/bench_probe.py) but the
-    report training kept it scarce, so the starter under-reports it and rounds have something to learn."""
+def test_the_starter_sees_other_pleural_findings_but_rarely_says_them(drafter):
+    """The paper's setting, on purpose: other pleural findings (thickening, plaques) are in the state where the answer
+    begins (prompt-state probe AUC 0.96, benchmarks/bench_probe.py) but the report training kept them scarce, so the
+    starter under-reports them and rounds have something to learn. (Since 2026-12-07 the shipped starter does write
+    a moderate or large pneumothorax: 142 of 168 clinic drafts; the starter before it wrote none.)"""
     from orapo_core.data.phantom import generate_study
     from orapo_core.facts import label_report
 
-    images, i = [], 0
-    while len(images) < STUDIES_PER_FINDING:
-        study = generate_study(np.random.default_rng([5100, i]), size=512, prevalence={"pneumothorax": 1.0})
-        i += 1
-        if any(f.kind == "pneumothorax" and f.severity in ("moderate", "large") for f in study.findings):
-            images.append(study.image)
+    images = [
+        generate_study(np.random.default_rng([5100, i]), size=512, prevalence={"pleural_other": 1.0}).image
+        for i in range(STUDIES_PER_FINDING)
+    ]
     said = [
-        label_report(d.text).get("Pneumothorax") in (1, -1)
+        label_report(d.text).get("Pleural Other") in (1, -1)
         for d in drafter.draft_many(images, samples=0, max_new_tokens=160)
     ]
-    assert sum(said) < 0.2 * len(said), f"the starter already reports pneumothorax in {sum(said)} of {len(said)}"
+    assert sum(said) < 0.2 * len(said), f"the starter already reports pleural other in {sum(said)} of {len(said)}"

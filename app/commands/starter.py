@@ -30,14 +30,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="report training steps (default 300; after 1000 steps of the vision tower alone)",
+        help="report training steps (default 300; after 3000 steps of the vision tower alone)",
     )
     build.add_argument(
         "--minutes",
         type=float,
         default=None,
         metavar="M",
-        help="stop training when the whole build has run this long (default 9)",
+        help="stop training when the whole build has run this long (default 20; about 9 on two idle cores)",
     )
     build.add_argument(
         "--if-missing",

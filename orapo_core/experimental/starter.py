@@ -41,8 +41,10 @@ def starter_variant(
     for name, value in plan.items():
         if value is None:
             continue
-        if value <= 0:
-            option = "minutes" if name == "max_minutes" else name.replace("_", "-")
+        option = "minutes" if name == "max_minutes" else name.replace("_", "-")
+        if name == "perception_batch" and value < 0:  # 0 turns them off: the starter shipped until 2026-12-07
+            raise OrapoError("bad_option", f"--{option} must be 0 (off) or above, not {value}.")
+        if name != "perception_batch" and value <= 0:
             raise OrapoError("bad_option", f"--{option} must be above 0, not {value}.")
         change: dict[str, Any] = {name: value}  # a field named by PLAN_OPTIONS
         warm = replace(warm, **change)

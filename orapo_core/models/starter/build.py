@@ -42,6 +42,8 @@ SHIPPED_DIR = Path(__file__).resolve().parents[3] / "assets" / "starter"
 # Plan fields that do not change a build that finished all its steps.
 _NOT_IN_RESULT = ("max_minutes", "threads", "prevalence")
 _DEFAULT_PLAN = WarmStartPlan()
+# What a card written before a plan field existed was built with, where that is not today's default.
+_BEFORE_THE_FIELD = {"perception_batch": 0}
 
 
 def build_starter(
@@ -169,7 +171,9 @@ def copy_shipped_starter(
     if card is None or card.get("stopped_by") != "steps" or card.get("vision_stopped_by", "steps") != "steps":
         return None
     wanted = {k: v for k, v in plan.to_dict().items() if k not in _NOT_IN_RESULT}
-    defaults = _DEFAULT_PLAN.to_dict()  # a field newer than the card: its build ran with the default
+    # A field newer than the card: its build ran without what the field turns on (`_BEFORE_THE_FIELD`), else with
+    # the default.
+    defaults = {**_DEFAULT_PLAN.to_dict(), **_BEFORE_THE_FIELD}
     if any(card["plan"].get(k, defaults[k]) != v for k, v in wanted.items()):
         return None
     if card.get("architecture") != StarterArchitecture().to_dict():

@@ -75,28 +75,30 @@ class WarmStartPlan:
     seed: int = 0
     n_train: int = 2000
     steps: int = 300
-    max_minutes: float = 9.0
+    max_minutes: float = 20.0  # the whole build; ~9 min on two idle cores (2026-12-07)
     batch_size: int = 16
     lr: float = 2e-3
     vision_lr: float = 1e-4  # the tower's rate in the report run: low, so what `vision_steps` taught it stays
     warmup_steps: int = 20
     weight_decay: float = 0.01
     aux_weight: float = 0.5
-    rare_fraction: float = 0.25
+    # 0.25 until 2026-12-07; with 0.5 and the larger warm-up below, one round teaches the model pleural other.
+    rare_fraction: float = 0.5
     common_prevalence: float = 0.3  # if above 0, the common findings' training prevalence (never below default)
     probe_lr: float = 2e-4  # if above 0, the probes' own learning rate
-    vision_steps: int = 1000  # steps of the vision tower alone on the findings (multi-label) before the report run
+    vision_steps: int = 3000  # steps of the vision tower alone on the findings (multi-label) before the report run
     # The vision warm-up has a training set of its own, every finding drawn at this prevalence: the tower must
     # *see* the rare findings (so a round can teach the text model to say them) even though the report run
     # keeps them scarce. 0 reuses the report set (the first shipped starter: pneumothorax lost in the token).
     vision_prevalence: float = 0.3
-    vision_n_train: int = 2000
+    vision_n_train: int = 8000
     vision_batch: int = 32
     vision_pretrain_lr: float = 1e-3
     # If above 0: every report step also reads this many of the vision warm-up's films (every finding at
     # `vision_prevalence`) through the prompt alone, and trains both probes on them, so the state where an
-    # answer begins learns to carry the rare findings that the reports keep scarce. 0: the shipped build.
-    perception_batch: int = 0
+    # answer begins learns to carry the rare findings that the reports keep scarce. 0: off (the build shipped
+    # until 2026-12-07); 16 since, with the larger vision warm-up above (docs/pages/research/round-matrix.md).
+    perception_batch: int = 16
     threads: int = 2
     prevalence: dict = field(default_factory=dict)  # filled by `training_prevalence`
 
