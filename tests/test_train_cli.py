@@ -29,8 +29,19 @@ def test_bad_recipe_is_a_code_and_a_sentence(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys):
+def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys, monkeypatch):
+    from orapo_core.models import verifier
     from tests.support.tiny_vlms import build_tiny_vlm
+
+    # `oracle_nll_min_auc`: the round reads the added findings from the served model before training (a tiny
+    # random model reads nothing, so the reading is stubbed here; tests/test_oracle_nll_skip.py tests it).
+    read = []
+
+    def unreadable(model, processor, dataset, *, min_auc, prompt=None):
+        read.append((len(dataset), min_auc))
+        return {"Atelectasis": 0.61, "Lung Lesion": None}
+
+    monkeypatch.setattr(verifier, "unreadable_findings", unreadable)
 
     model_dir = build_tiny_vlm(tmp_path / "model", family="qwen2_vl")
     csv_path = write_chexpert_csv(
@@ -74,9 +85,20 @@ def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys):
             "steps",
             "--save_steps",
             "2",
+            "--oracle_nll_weight",
+            "1.0",
+            "--oracle_nll_focus",
+            "differing",
+            "--oracle_nll_min_auc",
+            "0.85",
         ]
     )
-    assert code == 0, capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert read == [(4, 0.85)]
+    assert "leaves out the sentences of findings the model reads below AUC 0.85: Atelectasis (AUC 0.61)" in printed.out
+    resolved = json.loads((out / "orapo_recipe.json").read_text())
+    assert resolved["training"]["oracle_nll_skip_findings"] == ["Atelectasis", "Lung Lesion"]
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
     assert json.loads((out / "orapo_miner_state.json").read_text())["ema"]["studies"]
     assert (out / "checkpoint-2" / "orapo_miner_state.json").is_file()

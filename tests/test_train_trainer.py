@@ -317,3 +317,57 @@ def test_differing_tokens_marks_what_the_rejected_answer_left_out():
     assert differing_tokens(oracle, [1, 2, 3, 4, 5]) == [0, 0, 0, 1, 1, 0, 0]
     assert differing_tokens(oracle, oracle) == [0.0] * 7
     assert differing_tokens(oracle, []) == [1.0] * 7
+
+
+def test_a_focused_oracle_nll_leaves_out_the_sentences_of_findings_it_is_told_the_model_cannot_see(
+    tiny_model, dataset, tmp_path
+):
+    """`oracle_nll_skip_findings` (filled from `oracle_nll_min_auc`): the clinician added two findings to the draft;
+    with atelectasis skipped, only the pneumothorax sentence's tokens stay in the focused NLL."""
+    from orapo_core.train.dataset import build_training_dataset
+    from orapo_core.train.losses import differing_tokens, kept_tokens
+
+    oracle = "Findings: No pleural effusion. Small left pneumothorax. Bibasilar atelectasis."
+    study = {
+        "study_id": "c1",
+        "image": dataset[0]["image"],
+        "labels": {},
+        "reference_report": "Findings: The lungs are clear.",
+        "oracle_report": oracle,
+        "clinician_chosen": oracle,
+        "clinician_rejected": "Findings: No pleural effusion.",
+    }
+    clinician = build_training_dataset([study])
+    common = dict(
+        beta=0.0,
+        loss_type="grpo",
+        use_clinician_pairs=True,
+        zero_reward_threshold=0.5,
+        max_rejected_per_group=1,
+        max_completion_length=64,
+        oracle_nll_weight=0.7,
+        oracle_nll_focus="differing",
+    )
+    skipping = make_trainer(
+        tiny_model, clinician, tmp_path / "skip", oracle_nll_skip_findings=["Atelectasis"], **common
+    )
+    torch.manual_seed(1)
+    batch = skipping._generate_and_score_completions([clinician[0]] * K)
+    paired = torch.nonzero(batch["orapo_coef"] > 0).flatten()
+    selected = skipping._select_rows(batch, paired)
+    encode = skipping._encode_answer
+    draft = encode("Findings: No pleural effusion.")[:-1]  # without its end-of-answer token
+    kept = encode("Findings: No pleural effusion. Small left pneumothorax. ")
+    clinician_rows = 0
+    for r in range(paired.numel()):
+        chosen = selected["orapo_chosen_ids"][r][selected["orapo_chosen_mask"][r].bool()].tolist()
+        rejected = selected["orapo_rejected_ids"][r][selected["orapo_rejected_mask"][r].bool()].tolist()
+        focus = selected["orapo_chosen_focus"][r][: len(chosen)].tolist()
+        every = differing_tokens(chosen, rejected)
+        assert focus == [f * k for f, k in zip(every, kept_tokens(chosen, kept), strict=True)]
+        if rejected[: len(draft)] == draft:  # the clinician's pair: both added sentences differ, one is kept
+            clinician_rows += 1
+            assert 0 < sum(focus) < sum(every)
+            atelectasis = encode("Bibasilar atelectasis.")[:-1]
+            assert not any(focus[-len(atelectasis) - 1 :]), "the atelectasis sentence's tokens are left out"
+    assert clinician_rows == 1

@@ -397,6 +397,69 @@ def describe(verifier: FindingVerifier | None) -> dict:
     return out
 
 
+def _dataset_rows(dataset: Any) -> list[dict]:
+    """The report columns of a round's training rows (absent columns as None)."""
+    columns = set(dataset.column_names)
+    texts = {
+        c: list(dataset[c]) if c in columns else [None] * len(dataset)
+        for c in ("oracle_report", "reference_report", "clinician_chosen", "clinician_rejected")
+    }
+    return [dict(zip(texts, values)) for values in zip(*texts.values())]
+
+
+def _dataset_states(model: Any, processor: Any, dataset: Any, prompt: str | None) -> np.ndarray:
+    """`prompt_states` of a round's training films, prepared as drafting prepares them, 32 at a time (a round on
+    full-size films must not hold them all decoded)."""
+    was_training = model.training
+    model.eval()
+    prompt_text = render_prompt(processor, prompt or REPORT_PROMPT)
+    try:
+        return np.concatenate(
+            [
+                prompt_states(
+                    model,
+                    processor,
+                    prompt_text,
+                    [to_rgb_image(image, max_side=DEFAULT_MAX_SIDE) for image in dataset[start : start + 32]["image"]],
+                )
+                for start in range(0, len(dataset), 32)
+            ]
+        )
+    finally:
+        model.train(was_training)
+
+
+#: A finding needs this many positive films among a round's training rows for its readability to be measured.
+MIN_READ_POSITIVES = 10
+
+
+def unreadable_findings(
+    model: Any, processor: Any, dataset: Any, *, min_auc: float, min_added: int = 3, prompt: str | None = None
+) -> dict[str, float | None]:
+    """The findings at least `min_added` of a round's corrections added (`taught_findings`) that `model`'s state
+    where the report begins does not read: a cross-fitted ridge probe of it on the round's own training films
+    (labels: their oracle reports, FactS) below `min_auc`, or fewer than `MIN_READ_POSITIVES` positives to tell
+    (None). What the round's focused oracle NLL then leaves out (`oracle_nll_min_auc`)."""
+    rows = _dataset_rows(dataset)
+    findings = taught_findings(rows, min_taught=min_added)
+    if not findings:
+        return {}
+    states = _dataset_states(model, processor, dataset, prompt)
+    labels = [label_report(row["oracle_report"] or row["reference_report"] or "") for row in rows]
+    out: dict[str, float | None] = {}
+    for finding in findings:
+        present = [lab.get(finding) in (1, -1) for lab in labels]
+        if sum(present) < MIN_READ_POSITIVES or sum(present) > len(present) - MIN_READ_POSITIVES:
+            out[finding] = None
+            continue
+        auc = fit_check(states, present, finding).cross_fitted_auc
+        if auc is None or math.isnan(auc):
+            out[finding] = None
+        elif auc < min_auc:
+            out[finding] = auc
+    return out
+
+
 def fit_round_verifier(
     model: Any,
     processor: Any,
@@ -411,32 +474,11 @@ def fit_round_verifier(
     on the prompt states `model` gives the round's own training rows (`dataset`: the trainer's `datasets.Dataset`,
     with ``image``, ``oracle_report`` and the clinician columns), the films prepared as drafting prepares them.
     None when the round's corrections taught no finding often enough."""
-    columns = set(dataset.column_names)
-    texts = {
-        c: list(dataset[c]) if c in columns else [None] * len(dataset)
-        for c in ("oracle_report", "reference_report", "clinician_chosen", "clinician_rejected")
-    }
-    rows = [dict(zip(texts, values)) for values in zip(*texts.values())]
+    rows = _dataset_rows(dataset)
     findings = taught_findings(rows, min_taught=min_taught)
     if not findings:
         return None
-    was_training = model.training
-    model.eval()
-    prompt_text = render_prompt(processor, prompt or REPORT_PROMPT)
-    try:  # a chunk of films at a time: a round on full-size films must not hold them all decoded
-        states = np.concatenate(
-            [
-                prompt_states(
-                    model,
-                    processor,
-                    prompt_text,
-                    [to_rgb_image(image, max_side=DEFAULT_MAX_SIDE) for image in dataset[start : start + 32]["image"]],
-                )
-                for start in range(0, len(dataset), 32)
-            ]
-        )
-    finally:
-        model.train(was_training)
+    states = _dataset_states(model, processor, dataset, prompt)
     return fit_verifier(
         states,
         [row["oracle_report"] or row["reference_report"] or "" for row in rows],

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, cast
 import yaml
 from trl import GRPOConfig, ModelConfig, TrlParser  # noqa: TID253 -- this module is heavy; light ones import it lazily
 
+from orapo_core.facts.ontology import CHEXPERT_14
 from orapo_core.models.verifier import ADD_MAX_FPR
 
 # OraPO's oracle term. The ablation's other two (SFT on the oracle, none) are `orapo_core.experimental`'s.
@@ -85,6 +86,23 @@ class OraPOConfig(GRPOConfig):
             "help": "Which tokens of the oracle report the oracle_nll_weight term averages over: 'all' (RPO, the "
             "report's mean) or 'differing', only the oracle's tokens the pair's rejected answer did not write "
             "(difflib over token ids), such as the sentence of a finding the draft left out."
+        },
+    )
+    oracle_nll_min_auc: float = field(
+        default=0.0,
+        metadata={
+            "help": "With oracle_nll_focus 'differing': before training, the served model's state where the report "
+            "begins is read by a cross-fitted ridge probe for each finding the round's corrections added (on the "
+            "round's own training films, labels from the oracle reports); the focused NLL leaves out the sentences "
+            "of a finding read below this AUC (or with under 10 positives), so the round does not teach the model "
+            "to write a finding it cannot see. 0: off (every differing token counts)."
+        },
+    )
+    oracle_nll_skip_findings: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "CheXpert observations whose sentences the focused NLL leaves out; filled from oracle_nll_min_auc "
+            "when that is above 0 (the resolved recipe records it), or set by hand."
         },
     )
     max_rejected_per_group: int | None = field(
@@ -218,6 +236,11 @@ class OraPOConfig(GRPOConfig):
             problems.append(f"oracle_nll_weight must be >= 0 (0: DPO alone), got {self.oracle_nll_weight}")
         if self.oracle_nll_focus not in ("all", "differing"):
             problems.append(f"oracle_nll_focus must be 'all' or 'differing', got {self.oracle_nll_focus!r}")
+        if not 0.0 <= self.oracle_nll_min_auc < 1.0:
+            problems.append(f"oracle_nll_min_auc must lie in [0, 1) (0: off), got {self.oracle_nll_min_auc}")
+        unknown = sorted(set(self.oracle_nll_skip_findings) - set(CHEXPERT_14))
+        if unknown:
+            problems.append(f"oracle_nll_skip_findings must name CheXpert observations, not {unknown}")
         if self.dpo_beta <= 0:
             problems.append(f"dpo_beta (τ) must be > 0, got {self.dpo_beta}: DPO's usual range is 0.05-0.5")
         if self.finding_probe_weight < 0 or self.finding_probe_lr <= 0:

@@ -90,6 +90,24 @@ def train_round(
     model_args.model_name_or_path = str(model_dir)  # the resolved recipe records the model actually trained
     policy = load_for_training(model_dir, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation)
     processor = policy.processor
+    if (
+        training_args.oracle_nll_weight
+        and training_args.oracle_nll_focus == "differing"
+        and training_args.oracle_nll_min_auc > 0
+        and not training_args.oracle_nll_skip_findings
+    ):
+        from orapo_core.models.verifier import unreadable_findings  # noqa: PLC0415 -- loads numpy
+
+        unread = unreadable_findings(
+            policy.model, processor, dataset, min_auc=training_args.oracle_nll_min_auc, prompt=script_args.prompt_text
+        )
+        training_args.oracle_nll_skip_findings = sorted(unread)
+        said = ", ".join(f"{k} ({'too few films' if v is None else f'AUC {v:.2f}'})" for k, v in sorted(unread.items()))
+        print(
+            f"oracle NLL: leaves out the sentences of findings the model reads below AUC "
+            f"{training_args.oracle_nll_min_auc}: {said or 'none'}",
+            flush=True,
+        )
     trainer = (trainer_class or OraPOTrainer)(
         model=policy.model,
         reward_funcs=reward_funcs,

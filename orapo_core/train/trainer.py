@@ -65,7 +65,15 @@ from trl.trainer.utils import (  # noqa: TID253 -- this module is heavy; light o
 from orapo_core.train.config import OraPOConfig
 from orapo_core.train.dataset import oracle_for
 from orapo_core.train.finding_probes import FindingProbes, finding_targets
-from orapo_core.train.losses import differing_tokens, dpo_loss, focused_nll, oracle_term, sequence_logps
+from orapo_core.train.losses import (
+    differing_tokens,
+    dpo_loss,
+    focused_nll,
+    kept_tokens,
+    oracle_term,
+    sequence_logps,
+    without_sentences_stating,
+)
 from orapo_core.train.metrics_log import MetricsJsonlCallback
 from orapo_core.train.pairs import MinedGroup, OraclePairMiner, RolloutGroup
 from orapo_core.train.rewards import rewards_for
@@ -629,9 +637,15 @@ class OraPOTrainer(GRPOTrainer):
         output["orapo_rejected_ids"], output["orapo_rejected_mask"] = self._pad_answers(rejected_ids, pad_id, device)
         if self.args.oracle_nll_weight and self.args.oracle_nll_focus == "differing":
             focus = torch.zeros(output["orapo_chosen_ids"].shape, dtype=torch.float32)
-            for r, (ids, rejected) in enumerate(zip(chosen_ids, rejected_ids, strict=True)):
+            # Findings the model cannot see (`oracle_nll_min_auc`): their sentences are not pulled up.
+            skip = self.args.oracle_nll_skip_findings
+            for r, (ids, rejected, text) in enumerate(zip(chosen_ids, rejected_ids, chosen[local], strict=True)):
                 if ids.numel() and rejected.numel():
-                    focus[r, : ids.numel()] = torch.tensor(differing_tokens(ids.tolist(), rejected.tolist()))
+                    marked = differing_tokens(ids.tolist(), rejected.tolist())
+                    if skip and text:
+                        kept = kept_tokens(ids.tolist(), self._encode_answer(without_sentences_stating(text, skip)))
+                        marked = [m * k for m, k in zip(marked, kept, strict=True)]
+                    focus[r, : ids.numel()] = torch.tensor(marked)
             output["orapo_chosen_focus"] = focus.to(device)
         ref_chosen = torch.zeros(local_rows, device=device)
         ref_rejected = torch.zeros(local_rows, device=device)

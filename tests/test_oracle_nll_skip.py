@@ -1,0 +1,102 @@
+"""Which sentences the round's focused oracle NLL leaves out: those of findings the served model cannot see.
+
+Issue 40: a round's corrections added atelectasis (probe AUC 0.70 from the starter's answer state) to 21-26
+drafts, and the round learned to write it where it could not see it (false positives 0.7 % -> 4.4 %, which the
+gate rejected). `oracle_nll_min_auc` reads each added finding from the served model's state on the round's own
+films first and leaves the unreadable ones' sentences out of the NLL.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orapo_core.facts import label_report
+
+
+def test_without_sentences_stating_takes_out_only_the_sentences_that_state_or_hedge_the_finding():
+    from orapo_core.train.losses import without_sentences_stating
+
+    report = (
+        "FINDINGS: Small left pneumothorax. Bibasilar atelectasis. No atelectasis on the right? "
+        "Possible atelectasis at the left base.\nIMPRESSION: Pneumothorax. Atelectasis."
+    )
+    out = without_sentences_stating(report, ["Atelectasis"])
+    assert label_report(out).get("Atelectasis") not in (1, -1)
+    assert label_report(out).get("Pneumothorax") == 1
+    assert "Small left pneumothorax." in out and "No atelectasis on the right?" in out  # a negation stays
+    assert "Bibasilar" not in out and "Possible" not in out
+    assert without_sentences_stating(report, []) == report
+
+
+def test_kept_tokens_are_those_the_shortened_answer_still_has():
+    from orapo_core.train.losses import kept_tokens
+
+    assert kept_tokens([1, 2, 3, 9, 9, 4, 5], [1, 2, 3, 4, 5]) == [1, 1, 1, 0, 0, 1, 1]
+    assert kept_tokens([1, 2, 3], [1, 2, 3]) == [1.0, 1.0, 1.0]
+    assert kept_tokens([1, 2, 3], []) == [0.0, 0.0, 0.0]
+
+
+class _Rows:
+    """What `unreadable_findings` reads of a round's `datasets.Dataset`: its report columns and its length."""
+
+    def __init__(self, columns: dict[str, list]):
+        self.columns = columns
+        self.column_names = list(columns)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def __getitem__(self, name: str) -> list:
+        return self.columns[name]
+
+
+def test_unreadable_findings_are_the_added_ones_the_state_does_not_carry(monkeypatch):
+    from orapo_core.models import verifier
+
+    rng = np.random.default_rng(0)
+    n = 120
+    pneumothorax = rng.random(n) < 0.4
+    atelectasis = rng.random(n) < 0.4
+    lesion = np.arange(n) < 4  # too few films to tell
+    chosen, rejected = [], []
+    for p, a, le in zip(pneumothorax, atelectasis, lesion, strict=True):
+        sentences = ["FINDINGS: No pleural effusion."]
+        sentences += ["Small left pneumothorax."] if p else []
+        sentences += ["Bibasilar atelectasis."] if a else []
+        sentences += ["Nodule in the right upper lobe."] if le else []
+        chosen.append(" ".join(sentences))
+        rejected.append("FINDINGS: No pleural effusion.")
+    dataset = _Rows(
+        {
+            "oracle_report": chosen,
+            "reference_report": chosen,
+            "clinician_chosen": chosen,
+            "clinician_rejected": rejected,
+        }
+    )
+    # The state carries pneumothorax (one coordinate) and nothing of atelectasis.
+    states = np.c_[pneumothorax + 0.3 * rng.standard_normal(n), rng.standard_normal((n, 7))]
+    monkeypatch.setattr(verifier, "_dataset_states", lambda model, processor, ds, prompt: states)
+    out = verifier.unreadable_findings(None, None, dataset, min_auc=0.85)
+    assert set(out) == {"Atelectasis", "Lung Lesion"}
+    assert out["Atelectasis"] < 0.75 and out["Lung Lesion"] is None
+    assert verifier.unreadable_findings(None, None, dataset, min_auc=0.85, min_added=200) == {}
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--oracle_nll_min_auc", "1.5", "oracle_nll_min_auc must lie in [0, 1)"),
+        ("--oracle_nll_skip_findings", "Atelect", "must name CheXpert observations"),
+    ],
+)
+def test_the_recipe_refuses_a_bad_readability_setting(tmp_path, capsys, option, value, said):
+    from pathlib import Path
+
+    from app.cli import main
+
+    smoke = str(Path(__file__).parent.parent / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml")
+    assert main(["train", "--dry-run", "--config", smoke, "--output_dir", str(tmp_path), option, value]) == 2
+    err = capsys.readouterr().err
+    assert "recipe_invalid" in err and said in err
