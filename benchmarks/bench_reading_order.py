@@ -200,11 +200,16 @@ def test_set(args) -> tuple[list, list]:
     return studies, kinds
 
 
-def score(model: tuple[str, str | None], studies, kinds, folder: Path) -> dict:
+def score(model: tuple[str, str | None], studies, kinds, folder: Path, *, checks: bool = True) -> dict:
+    """Rare-finding recall, false positives and macro-F1 of `model`'s greedy drafts of the test studies, as the app
+    drafts (`checks`: with the version's finding checks) or, with `checks=False`, what the model writes alone."""
     from orapo_core.models.draft import Drafter  # noqa: PLC0415 -- tests patch Drafter
     from orapo_core.models.evaluate import evaluate_drafter  # noqa: PLC0415 -- tests patch evaluate_drafter
 
-    result = evaluate_drafter(Drafter.from_dir(*model), phantom_test_records(studies, folder, "test"))
+    drafter = Drafter.from_dir(*model)
+    if not checks:
+        drafter.verifier = None
+    result = evaluate_drafter(drafter, phantom_test_records(studies, folder, "test"))
     said = [{kind for kind, label in RARE.items() if p["labels"].get(label) in (1, -1)} for p in result.predictions]
     recall = {}
     for kind in RARE:
@@ -299,6 +304,12 @@ def main(argv: list[str] | None = None) -> int:
         "again as a round now fits it, and score the arm's candidate again on the same test "
         "studies (no drafting of the pool, no new round)",
     )
+    parser.add_argument(
+        "--alone",
+        action="store_true",
+        help="with --rescore: score each arm's candidate with its finding checks set aside (what the model writes "
+        "alone), fitting nothing again",
+    )
     args = parser.parse_args(argv)
     if args.merge:
         return merge(args)
@@ -374,11 +385,16 @@ def rescore(args) -> int:
         os.environ["ORAPO_DATA_DIR"] = str(arm)
         version = next(v for v in ModelVersionRepository(open_database(settings)).list() if v.round_id == 1)
         base, adapter = resolve_path(settings, version.base_model_path), resolve_path(settings, version.adapter_path)
-        verifier = fit_version_verifier(settings, 1, base, adapter)
-        report["arms"][name] = {
-            "verifier": verifier,
-            "outcome": score((str(base), str(adapter)), studies, kinds, root / "test"),
-        }
+        if args.alone:  # the candidate as it is, its finding checks set aside: nothing is fitted again
+            report["arms"][name] = {
+                "alone": score((str(base), str(adapter)), studies, kinds, root / "test", checks=False)
+            }
+        else:
+            verifier = fit_version_verifier(settings, 1, base, adapter)
+            report["arms"][name] = {
+                "verifier": verifier,
+                "outcome": score((str(base), str(adapter)), studies, kinds, root / "test"),
+            }
         print(f"{name}: {json.dumps(report['arms'][name], default=str)}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))
