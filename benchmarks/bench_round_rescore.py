@@ -65,7 +65,8 @@ def make_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="with --fit-verifier: the round setting finding_verifier_add_max_fpr to fit with",
+        help="with --fit-verifier: the round setting finding_verifier_add_max_fpr to fit with; with --gate: round "
+        "settings of the gate and its held-out set (e.g. min_finding_negatives=300) to judge with",
     )
     parser.add_argument(
         "--state-probes",
@@ -135,15 +136,18 @@ def changes_of_round(train_csv: Path) -> dict:
     return finding_changes((stored(r), label_report(r["clinician_rejected"])) for r in rows)
 
 
-def judge_again(settings, database, round_id: int, base, adapter, test_rows: dict) -> dict:
+def judge_again(
+    settings, database, round_id: int, base, adapter, test_rows: dict, overrides: dict | None = None
+) -> dict:
     """This checkout's gate on the round's own held-out set (built and drafted as a round does now) and on the
-    test studies' rows; both decisions (without the per-study rows) and whether their verdicts agree."""
+    test studies' rows; both decisions (without the per-study rows) and whether their verdicts agree.
+    `overrides`: round settings of the policy (`RoundPolicy`) to judge with instead of the defaults."""
     from app.services.rounds import RoundPolicy, decide  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
     from app.services.rounds.heldout import round_heldout  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
     from app.services.rounds.plan import EvaluationSpec, Weights  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
     from app.services.rounds.worker import evaluate_models  # noqa: PLC0415 -- loads sqlalchemy, pydantic_settings
 
-    policy = RoundPolicy()
+    policy = RoundPolicy().updated(overrides or {})
     changes = changes_of_round(settings.rounds_dir / str(round_id) / "train.csv")
     heldout = round_heldout(database, settings, policy, changes)
     path = heldout.write(settings.rounds_dir / str(round_id) / "gate-again" / "heldout.json")
@@ -197,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.gate:
         rows = {name: result[name].pop("rows") for name in models}
-        result["gate"] = judge_again(settings, database, args.round, base, models["candidate"], rows)
+        from app.services.rounds.policy import POLICY_KEYS, parse_settings  # noqa: PLC0415 -- loads sqlalchemy
+
+        overrides = {k: v for k, v in parse_settings(args.set).items() if k in POLICY_KEYS}
+        result["gate"] = judge_again(settings, database, args.round, base, models["candidate"], rows, overrides)
+        result["gate"]["policy_overrides"] = overrides
     if args.state_probes:
         pictures = [
             r.image_paths[0]

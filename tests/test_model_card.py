@@ -20,11 +20,14 @@ def test_the_starter_served_at_first_start_has_a_card_and_a_banner(env):
     card = model_card(db, settings)
     assert card.status == "serving" and card.version_id is None and card.synthetic_base
     assert "synthetic PhantomCXR" in card.trained_on[0] and card.corrections == 0 and card.rounds == []
+    from orapo_core.models.starter.build import SHIPPED_DIR, read_card
+
+    films = read_card(SHIPPED_DIR)["train_findings"]["pneumothorax"]  # the shipped starter_card.json's (46 since 12-07)
     by_finding = {f.finding: f for f in card.findings}
-    assert by_finding["Pneumothorax"].report_films == 28  # the shipped starter_card.json's train_findings
+    assert by_finding["Pneumothorax"].report_films == films > 0
     assert by_finding["Pneumothorax"].heldout_f1 is None  # nothing measured in this clinic yet
     text = card.markdown()
-    assert "Intended use" in text and "not clinical reads" in text and "| Pneumothorax | 28 |" in text
+    assert "Intended use" in text and "not clinical reads" in text and f"| Pneumothorax | {films} |" in text
     banner = synthetic_banner(db, settings)
     assert banner is not None and "synthetic PhantomCXR films:" in banner
 
