@@ -244,33 +244,38 @@ def test_oracle_nll_adds_the_oracles_mean_token_nll_to_each_paired_rows_loss(tin
     assert rpo.requires_grad
 
 
-def test_a_focused_oracle_nll_averages_only_the_oracles_tokens_the_rejected_answer_did_not_write(
-    tiny_model, dataset, tmp_path
-):
-    """`oracle_nll_focus="differing"`: each paired row adds α times the mean NLL of the oracle's tokens outside the
-    blocks it shares with that row's rejected answer, not the whole report's mean (the clinician's pair here, whose
-    draft shares the oracle's first words)."""
+# One paired row per study: the clinician's pair, and at most one failed rollout.
+PAIR_SETTINGS = dict(
+    beta=0.0, loss_type="grpo", use_clinician_pairs=True, zero_reward_threshold=0.5, max_rejected_per_group=1
+)
+
+
+def _clinician_set(dataset, oracle: str):
+    """One study whose clinician signed `oracle` over the draft "Findings: No pleural effusion."."""
     from orapo_core.train.dataset import build_training_dataset
-    from orapo_core.train.losses import differing_tokens
 
     study = {
         "study_id": "c1",
         "image": dataset[0]["image"],
         "labels": {},
         "reference_report": "Findings: The lungs are clear.",
-        "oracle_report": "Findings: No pleural effusion. Small left pneumothorax.",
-        "clinician_chosen": "Findings: No pleural effusion. Small left pneumothorax.",
+        "oracle_report": oracle,
+        "clinician_chosen": oracle,
         "clinician_rejected": "Findings: No pleural effusion.",
     }
-    clinician = build_training_dataset([study])
-    common = dict(
-        beta=0.0,
-        loss_type="grpo",
-        use_clinician_pairs=True,
-        zero_reward_threshold=0.5,
-        max_rejected_per_group=1,
-        max_completion_length=16,
-    )
+    return build_training_dataset([study])
+
+
+def test_a_focused_oracle_nll_averages_only_the_oracles_tokens_the_rejected_answer_did_not_write(
+    tiny_model, dataset, tmp_path
+):
+    """`oracle_nll_focus="differing"`: each paired row adds α times the mean NLL of the oracle's tokens outside the
+    blocks it shares with that row's rejected answer, not the whole report's mean (the clinician's pair here, whose
+    draft shares the oracle's first words)."""
+    from orapo_core.train.losses import differing_tokens
+
+    clinician = _clinician_set(dataset, "Findings: No pleural effusion. Small left pneumothorax.")
+    common = dict(PAIR_SETTINGS, max_completion_length=16)
     plain = make_trainer(tiny_model, clinician, tmp_path / "plain", **common)
     mean = make_trainer(tiny_model, clinician, tmp_path / "mean", oracle_nll_weight=0.7, **common)
     focused = make_trainer(
@@ -324,30 +329,12 @@ def test_a_focused_oracle_nll_leaves_out_the_sentences_of_findings_it_is_told_th
 ):
     """`oracle_nll_skip_findings` (filled from `oracle_nll_min_auc`): the clinician added two findings to the draft;
     with atelectasis skipped, only the pneumothorax sentence's tokens stay in the focused NLL."""
-    from orapo_core.train.dataset import build_training_dataset
     from orapo_core.train.losses import differing_tokens, kept_tokens
 
-    oracle = "Findings: No pleural effusion. Small left pneumothorax. Bibasilar atelectasis."
-    study = {
-        "study_id": "c1",
-        "image": dataset[0]["image"],
-        "labels": {},
-        "reference_report": "Findings: The lungs are clear.",
-        "oracle_report": oracle,
-        "clinician_chosen": oracle,
-        "clinician_rejected": "Findings: No pleural effusion.",
-    }
-    clinician = build_training_dataset([study])
-    common = dict(
-        beta=0.0,
-        loss_type="grpo",
-        use_clinician_pairs=True,
-        zero_reward_threshold=0.5,
-        max_rejected_per_group=1,
-        max_completion_length=64,
-        oracle_nll_weight=0.7,
-        oracle_nll_focus="differing",
+    clinician = _clinician_set(
+        dataset, "Findings: No pleural effusion. Small left pneumothorax. Bibasilar atelectasis."
     )
+    common = dict(PAIR_SETTINGS, max_completion_length=64, oracle_nll_weight=0.7, oracle_nll_focus="differing")
     skipping = make_trainer(
         tiny_model, clinician, tmp_path / "skip", oracle_nll_skip_findings=["Atelectasis"], **common
     )
