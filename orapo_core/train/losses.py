@@ -10,6 +10,7 @@ shuffling and splitting of a generation batch into micro-batches.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Collection
 
 import torch  # noqa: TID253 -- this module is heavy; light ones import it lazily
@@ -28,9 +29,13 @@ def differing_tokens(chosen: list[int], rejected: list[int]) -> list[float]:
 
 def without_sentences_stating(report: str, findings: Collection[str]) -> str:
     """`report` with each sentence that states or hedges one of `findings` (CheXpert names, FactS labels of the
-    sentence) taken out, the rest left as written."""
-    if not findings:
-        return report
+    sentence) taken out, the rest left as written. Remembered: a round asks again for the same oracle reports at
+    every visit of their studies."""
+    return _without_sentences_stating(report, tuple(sorted(findings))) if findings else report
+
+
+@functools.lru_cache(maxsize=8192)
+def _without_sentences_stating(report: str, findings: tuple[str, ...]) -> str:
     from orapo_core.facts import label_report  # noqa: PLC0415 -- the labeller is loaded only when used
     from orapo_core.facts.text import split_sentences  # noqa: PLC0415
 
