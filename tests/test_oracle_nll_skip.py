@@ -100,3 +100,76 @@ def test_the_recipe_refuses_a_bad_readability_setting(tmp_path, capsys, option, 
     assert main(["train", "--dry-run", "--config", smoke, "--output_dir", str(tmp_path), option, value]) == 2
     err = capsys.readouterr().err
     assert "recipe_invalid" in err and said in err
+
+
+def _round_rows():
+    """A round's training rows, as `build_training_dataset` makes them: three corrected studies and a replayed one."""
+    from PIL import Image
+
+    from orapo_core.train.dataset import build_training_dataset
+
+    film = Image.new("L", (32, 32), color=40)
+    labels = label_report
+    rows = [
+        # The correction added atelectasis (unreadable) and pleural other (readable) to the draft.
+        (
+            "FINDINGS: Pleural thickening along the right lateral chest wall. Bibasilar atelectasis.",
+            "FINDINGS: No pleural effusion.",
+        ),
+        # The correction only added atelectasis: its pair then says nothing the draft did not.
+        ("FINDINGS: No pleural effusion. Bibasilar atelectasis.", "FINDINGS: No pleural effusion."),
+        # The draft stated atelectasis and the reader removed it: a removal still applies.
+        ("FINDINGS: Small right pneumothorax.", "FINDINGS: Small right pneumothorax. Bibasilar atelectasis."),
+    ]
+    records = [
+        {
+            "study_id": f"s{i}",
+            "image": film,
+            "reference_report": oracle,
+            "oracle_report": oracle,
+            "clinician_chosen": oracle,
+            "clinician_rejected": draft,
+            "labels": labels(oracle),
+        }
+        for i, (oracle, draft) in enumerate(rows)
+    ]
+    replay = "FINDINGS: Left basilar atelectasis."
+    records.append({"study_id": "r", "image": film, "reference_report": replay, "labels": labels(replay)})
+    return build_training_dataset(records)
+
+
+def test_a_report_scope_round_leaves_the_corrections_adding_an_unreadable_finding_unapplied():
+    import json
+
+    from orapo_core.train.dataset import without_unread_additions
+
+    before = _round_rows()
+    after, changed = without_unread_additions(before, ["Atelectasis"])
+    assert changed == 2 and len(after) == len(before)
+    by_id = {row["study_id"]: row for row in after}
+    first = by_id["s0"]
+    for text in (first["oracle_report"], first["clinician_chosen"]):
+        assert label_report(text).get("Atelectasis") not in (1, -1)
+        assert label_report(text).get("Pleural Other") == 1  # the readable correction still applies
+    assert "Atelectasis" not in json.loads(first["labels"]) and json.loads(first["labels"])["Pleural Other"] == 1
+    # Only atelectasis was corrected: the chosen answer is the draft again, so the pair miner drops the pair.
+    assert by_id["s1"]["clinician_chosen"] == by_id["s1"]["clinician_rejected"]
+    assert label_report(by_id["s1"]["oracle_report"]).get("Atelectasis") not in (1, -1)
+    # A removal and a replayed study are as they were.
+    for key in ("s2", "r"):
+        old = next(row for row in before if row["study_id"] == key)
+        assert {k: by_id[key][k] for k in ("oracle_report", "labels")} == {
+            k: old[k] for k in ("oracle_report", "labels")
+        }
+    assert without_unread_additions(before, []) == (before, 0)
+
+
+def test_the_recipe_refuses_an_unknown_unread_scope(tmp_path, capsys):
+    from pathlib import Path
+
+    from app.cli import main
+
+    smoke = str(Path(__file__).parent.parent / "orapo_core" / "train" / "recipes" / "smoke-cpu.yaml")
+    args = ["train", "--dry-run", "--config", smoke, "--output_dir", str(tmp_path), "--oracle_unread_scope", "pairs"]
+    assert main(args) == 2
+    assert "oracle_unread_scope must be 'nll' or 'report'" in capsys.readouterr().err

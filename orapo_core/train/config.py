@@ -105,6 +105,16 @@ class OraPOConfig(GRPOConfig):
             "when that is above 0 (the resolved recipe records it), or set by hand."
         },
     )
+    oracle_unread_scope: str = field(
+        default="nll",
+        metadata={
+            "help": "Where the findings oracle_nll_skip_findings names are left out: 'nll', only the focused NLL's "
+            "tokens; 'report', the round's oracle reports themselves, on each corrected study whose draft did not "
+            "state the finding (its sentence out of the oracle, the clinician's chosen answer and the FactS labels), "
+            "so neither the reward, DPO's pairs nor the NLL teaches a finding the model cannot see, while every "
+            "other correction, and every removal, still applies."
+        },
+    )
     max_rejected_per_group: int | None = field(
         default=None,
         metadata={
@@ -238,6 +248,8 @@ class OraPOConfig(GRPOConfig):
             problems.append(f"oracle_nll_focus must be 'all' or 'differing', got {self.oracle_nll_focus!r}")
         if not 0.0 <= self.oracle_nll_min_auc < 1.0:
             problems.append(f"oracle_nll_min_auc must lie in [0, 1) (0: off), got {self.oracle_nll_min_auc}")
+        if self.oracle_unread_scope not in ("nll", "report"):
+            problems.append(f"oracle_unread_scope must be 'nll' or 'report', got {self.oracle_unread_scope!r}")
         unknown = sorted(set(self.oracle_nll_skip_findings) - set(CHEXPERT_14))
         if unknown:
             problems.append(f"oracle_nll_skip_findings must name CheXpert observations, not {unknown}")

@@ -187,3 +187,41 @@ def load_round_dataset(script_args: OraPOScriptArguments) -> Dataset:
         seed=script_args.selection_seed,
     )
     return build_training_dataset(records, prompt_text=script_args.prompt_text)
+
+
+def without_unread_additions(dataset: Dataset, findings: Iterable[str]) -> tuple[Dataset, int]:
+    """`dataset` with the corrections that add one of `findings` left unapplied: on each row with a clinician's
+    draft (``clinician_rejected``) that does not state such a finding, the sentences stating it are taken out of
+    ``oracle_report`` and ``clinician_chosen`` and its key out of ``labels``, so no term of the round (FactS' reward,
+    DPO's chosen answer, the oracle NLL) pulls the model toward writing it. Every other correction, a removal of the
+    finding included, applies as signed; rows without a draft (replay) are left as they are. Returns the dataset and
+    how many rows changed. A clinician's pair whose chosen answer then reads as its draft (the same words) gets the
+    draft as its chosen answer, so the pair miner drops it (`pairs.OracleMiner`)."""
+    from orapo_core.facts import label_report  # noqa: PLC0415 -- the labeller is loaded only when used
+    from orapo_core.train.losses import without_sentences_stating  # noqa: PLC0415 -- loads torch
+
+    wanted = sorted(set(findings))
+    if not wanted or "clinician_rejected" not in dataset.column_names:
+        return dataset, 0
+    oracles, chosens, labels = list(dataset["oracle_report"]), list(dataset["clinician_chosen"]), []
+    changed = 0
+    for i, (draft, row_labels) in enumerate(zip(dataset["clinician_rejected"], dataset["labels"], strict=True)):
+        stated = label_report(draft) if draft else {}
+        unapplied = [f for f in wanted if draft and stated.get(f) not in (1, -1)]
+        before = (oracles[i], chosens[i])
+        if unapplied:
+            oracles[i] = without_sentences_stating(oracles[i], unapplied)
+            if chosens[i]:
+                chosens[i] = without_sentences_stating(chosens[i], unapplied)
+                if chosens[i].split() == draft.split():
+                    chosens[i] = draft
+        if (oracles[i], chosens[i]) != before:
+            changed += 1
+            parsed = json.loads(row_labels) if row_labels else {}
+            row_labels = json.dumps({k: v for k, v in parsed.items() if k not in unapplied})
+        labels.append(row_labels)
+    if not changed:
+        return dataset, 0
+    for name, values in (("oracle_report", oracles), ("clinician_chosen", chosens), ("labels", labels)):
+        dataset = dataset.remove_columns(name).add_column(name, values)
+    return dataset, changed

@@ -91,10 +91,12 @@ def train_round(
     policy = load_for_training(model_dir, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation)
     processor = policy.processor
     if (
-        training_args.oracle_nll_weight
-        and training_args.oracle_nll_focus == "differing"
-        and training_args.oracle_nll_min_auc > 0
+        training_args.oracle_nll_min_auc > 0
         and not training_args.oracle_nll_skip_findings
+        and (
+            training_args.oracle_unread_scope == "report"
+            or (training_args.oracle_nll_weight and training_args.oracle_nll_focus == "differing")
+        )
     ):
         from orapo_core.models.verifier import unreadable_findings  # noqa: PLC0415 -- loads numpy
 
@@ -106,6 +108,15 @@ def train_round(
         print(
             f"oracle NLL: leaves out the sentences of findings the model reads below AUC "
             f"{training_args.oracle_nll_min_auc}: {said or 'none'}",
+            flush=True,
+        )
+    if training_args.oracle_unread_scope == "report" and training_args.oracle_nll_skip_findings:
+        from orapo_core.train.dataset import without_unread_additions  # noqa: PLC0415 -- loads the labeller
+
+        dataset, changed = without_unread_additions(dataset, training_args.oracle_nll_skip_findings)
+        print(
+            f"oracle reports: the corrections adding {', '.join(training_args.oracle_nll_skip_findings)} are left "
+            f"unapplied on {changed} studies whose draft did not state them",
             flush=True,
         )
     trainer = (trainer_class or OraPOTrainer)(

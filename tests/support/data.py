@@ -9,12 +9,15 @@ from orapo_core.data.records import CHEXPERT_14
 
 
 def write_chexpert_csv(folder: Path, rows: list[dict]) -> Path:
-    """A CheXpert Plus style CSV with one small PNG per study."""
+    """A CheXpert Plus style CSV with one small PNG per study (a row's ``draft``: the clinician's pair columns, its
+    ``oracle`` over that draft)."""
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "train.csv"
     fields = ["path_to_image", "section_findings", "section_impression", *CHEXPERT_14, "oracle_report"]
+    if any("draft" in row for row in rows):  # a clinician's correction: the oracle over the draft it corrected
+        fields += ["clinician_chosen", "clinician_rejected"]
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
@@ -29,6 +32,11 @@ def write_chexpert_csv(folder: Path, rows: list[dict]) -> Path:
                     "section_findings": row.get("findings", ""),
                     "section_impression": row.get("impression", ""),
                     "oracle_report": row.get("oracle", ""),
+                    **(
+                        {"clinician_chosen": row.get("oracle", ""), "clinician_rejected": row["draft"]}
+                        if "draft" in row
+                        else {}
+                    ),
                     **labels,
                 }
             )
