@@ -55,7 +55,15 @@ def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys, monkeypatch)
                 "positive": ["Cardiomegaly"],
                 "oracle": "FINDINGS: Cardiomegaly.\n\nIMPRESSION: Enlarged heart.",
             },
-            {"findings": "Right pneumothorax.", "impression": "Pneumothorax.", "positive": ["Pneumothorax"]},
+            {
+                "findings": "Right pneumothorax.",
+                "impression": "Pneumothorax.",
+                "positive": ["Pneumothorax", "Atelectasis"],
+                # The reader added atelectasis, which the served model does not read (the stub above): with
+                # `oracle_unread_scope: report` that correction is left unapplied.
+                "oracle": "FINDINGS: Right pneumothorax. Bibasilar atelectasis.\n\nIMPRESSION: Pneumothorax.",
+                "draft": "FINDINGS: Right pneumothorax.\n\nIMPRESSION: Pneumothorax.",
+            },
         ],
     )
     out = tmp_path / "round"
@@ -91,12 +99,15 @@ def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys, monkeypatch)
             "differing",
             "--oracle_nll_min_auc",
             "0.85",
+            "--oracle_unread_scope",
+            "report",
         ]
     )
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert read == [(4, 0.85)]
     assert "leaves out the sentences of findings the model reads below AUC 0.85: Atelectasis (AUC 0.61)" in printed.out
+    assert "corrections adding Atelectasis, Lung Lesion are left unapplied on 1 studies" in printed.out
     resolved = json.loads((out / "orapo_recipe.json").read_text())
     assert resolved["training"]["oracle_nll_skip_findings"] == ["Atelectasis", "Lung Lesion"]
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
