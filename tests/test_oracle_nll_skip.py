@@ -173,3 +173,31 @@ def test_the_recipe_refuses_an_unknown_unread_scope(tmp_path, capsys):
     args = ["train", "--dry-run", "--config", smoke, "--output_dir", str(tmp_path), "--oracle_unread_scope", "pairs"]
     assert main(args) == 2
     assert "oracle_unread_scope must be 'nll' or 'report'" in capsys.readouterr().err
+
+
+def test_the_round_says_which_corrections_it_did_not_teach(tmp_path):
+    import json
+
+    from app.services.rounds.job_steps import unapplied_line
+
+    assert unapplied_line(tmp_path) is None  # no resolved recipe yet
+    recipe = tmp_path / "orapo_recipe.json"
+    recipe.write_text(json.dumps({"training": {}}))
+    assert unapplied_line(tmp_path) is None  # a round that left nothing out
+    recipe.write_text(
+        json.dumps(
+            {
+                "training": {},
+                "unapplied_corrections": {
+                    "studies": 23,
+                    "min_auc": 0.85,
+                    "findings": {"Atelectasis": 0.7712, "Fracture": None},
+                },
+            }
+        )
+    )
+    line = unapplied_line(tmp_path)
+    assert line is not None and "Atelectasis (AUC 0.77)" in line and "Fracture (too few films to tell)" in line
+    assert "23 studies" in line and "0.85" in line
+    recipe.write_text("{not json")
+    assert unapplied_line(tmp_path) is None

@@ -110,6 +110,11 @@ def test_train_round_from_csv_with_lora_and_facts(tmp_path, capsys, monkeypatch)
     assert "corrections adding Atelectasis, Lung Lesion are left unapplied on 1 studies" in printed.out
     resolved = json.loads((out / "orapo_recipe.json").read_text())
     assert resolved["training"]["oracle_nll_skip_findings"] == ["Atelectasis", "Lung Lesion"]
+    assert resolved["unapplied_corrections"] == {
+        "studies": 1,
+        "min_auc": 0.85,
+        "findings": {"Atelectasis": 0.61, "Lung Lesion": None},
+    }
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
     assert json.loads((out / "orapo_miner_state.json").read_text())["ema"]["studies"]
     assert (out / "checkpoint-2" / "orapo_miner_state.json").is_file()

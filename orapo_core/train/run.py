@@ -90,6 +90,7 @@ def train_round(
     model_args.model_name_or_path = str(model_dir)  # the resolved recipe records the model actually trained
     policy = load_for_training(model_dir, dtype=model_args.dtype, attn_implementation=model_args.attn_implementation)
     processor = policy.processor
+    unread: dict[str, float | None] = {}  # the AUC of each finding read too poorly to teach (None: too few films)
     if (
         training_args.oracle_nll_min_auc > 0
         and not training_args.oracle_nll_skip_findings
@@ -110,6 +111,7 @@ def train_round(
             f"{training_args.oracle_nll_min_auc}: {said or 'none'}",
             flush=True,
         )
+    unapplied: dict[str, object] = {}
     if training_args.oracle_unread_scope == "report" and training_args.oracle_nll_skip_findings:
         from orapo_core.train.dataset import without_unread_additions  # noqa: PLC0415 -- loads the labeller
 
@@ -119,6 +121,11 @@ def train_round(
             f"unapplied on {changed} studies whose draft did not state them",
             flush=True,
         )
+        unapplied = {
+            "studies": changed,
+            "min_auc": training_args.oracle_nll_min_auc,
+            "findings": {name: unread.get(name) for name in training_args.oracle_nll_skip_findings},
+        }
     trainer = (trainer_class or OraPOTrainer)(
         model=policy.model,
         reward_funcs=reward_funcs,
@@ -156,6 +163,12 @@ def train_round(
                 f"finding verifier: {describe(verifier) or 'none (no finding taught by 10 corrections and read at AUC >= 0.9)'}",
                 flush=True,
             )
-        resolved = {"script": asdict(script_args), "model": asdict(model_args), "training": training_args.to_dict()}
+        resolved: dict[str, object] = {
+            "script": asdict(script_args),
+            "model": asdict(model_args),
+            "training": training_args.to_dict(),
+        }
+        if unapplied:  # what the round page says of the corrections it did not teach
+            resolved["unapplied_corrections"] = unapplied
         (out / "orapo_recipe.json").write_text(json.dumps(resolved, indent=2, default=str))
     return out

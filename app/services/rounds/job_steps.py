@@ -119,6 +119,26 @@ class Train:
         return target
 
 
+def unapplied_line(output_dir: Path) -> str | None:
+    """What the round did not teach, in words, from its resolved recipe (`oracle_unread_scope: report`): the
+    corrections adding findings the served model cannot read, left unapplied. None when it left none out."""
+    recipe = output_dir / "orapo_recipe.json"
+    try:
+        unapplied = json.loads(recipe.read_text()).get("unapplied_corrections") if recipe.is_file() else None
+    except (OSError, ValueError):
+        return None
+    if not unapplied or not unapplied.get("studies"):
+        return None
+    findings = ", ".join(
+        f"{name} ({'too few films to tell' if auc is None else f'AUC {auc:.2f}'})"
+        for name, auc in sorted(unapplied.get("findings", {}).items())
+    )
+    return (
+        f"not taught: the corrections adding {findings} on {unapplied['studies']} studies, a finding the served model "
+        f"does not read on these films (below AUC {unapplied.get('min_auc')}); the signed reports keep them"
+    )
+
+
 class Evaluate:
     """The served model and the candidate drafted on the held-out set (`orapo rounds worker evaluate`, by default)."""
 
@@ -128,6 +148,9 @@ class Evaluate:
 
     def __call__(self, run: RunningRound, candidate: Candidate) -> Evaluation | None:
         plan = run.plan
+        untaught = unapplied_line(plan.output_dir)
+        if untaught:
+            self.watch.log(plan.round_id, untaught)
         self.watch.log(
             plan.round_id,
             "training finished; evaluating on the held-out set",
