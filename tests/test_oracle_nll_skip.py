@@ -116,8 +116,9 @@ def _round_rows():
             "FINDINGS: Pleural thickening along the right lateral chest wall. Bibasilar atelectasis.",
             "FINDINGS: No pleural effusion.",
         ),
-        # The correction only added atelectasis: its pair then says nothing the draft did not.
-        ("FINDINGS: No pleural effusion. Bibasilar atelectasis.", "FINDINGS: No pleural effusion."),
+        # The correction only added atelectasis: its pair then says nothing the draft did not. Its negation of
+        # pneumonia (also unreadable here) stays, with its label.
+        ("FINDINGS: No pneumonia. Bibasilar atelectasis.", "FINDINGS: No pneumonia."),
         # The draft stated atelectasis and the reader removed it: a removal still applies.
         ("FINDINGS: Small right pneumothorax.", "FINDINGS: Small right pneumothorax. Bibasilar atelectasis."),
     ]
@@ -144,7 +145,7 @@ def test_a_report_scope_round_leaves_the_corrections_adding_an_unreadable_findin
     from orapo_core.train.dataset import without_unread_additions
 
     before = _round_rows()
-    after, changed = without_unread_additions(before, ["Atelectasis"])
+    after, changed = without_unread_additions(before, ["Atelectasis", "Pneumonia"])
     assert changed == 2 and len(after) == len(before)
     by_id = {row["study_id"]: row for row in after}
     first = by_id["s0"]
@@ -155,6 +156,8 @@ def test_a_report_scope_round_leaves_the_corrections_adding_an_unreadable_findin
     # Only atelectasis was corrected: the chosen answer is the draft again, so the pair miner drops the pair.
     assert by_id["s1"]["clinician_chosen"] == by_id["s1"]["clinician_rejected"]
     assert label_report(by_id["s1"]["oracle_report"]).get("Atelectasis") not in (1, -1)
+    kept = json.loads(by_id["s1"]["labels"])
+    assert kept["Pneumonia"] == 0 and "Atelectasis" not in kept
     # A removal and a replayed study are as they were.
     for key in ("s2", "r"):
         old = next(row for row in before if row["study_id"] == key)

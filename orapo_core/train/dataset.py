@@ -189,10 +189,18 @@ def load_round_dataset(script_args: OraPOScriptArguments) -> Dataset:
     return build_training_dataset(records, prompt_text=script_args.prompt_text)
 
 
+def _states(value: Any) -> bool:
+    """Whether a stored label value (1, -1, "1.0", None, ...) says the finding is present or possible."""
+    try:
+        return value is not None and value != "" and float(value) in (1.0, -1.0)
+    except (TypeError, ValueError):
+        return False
+
+
 def without_unread_additions(dataset: Dataset, findings: Iterable[str]) -> tuple[Dataset, int]:
     """`dataset` with the corrections that add one of `findings` left unapplied: on each row with a clinician's
     draft (``clinician_rejected``) that does not state such a finding, the sentences stating it are taken out of
-    ``oracle_report`` and ``clinician_chosen`` and its key out of ``labels``, so no term of the round (FactS' reward,
+    ``oracle_report`` and ``clinician_chosen`` and its positive or hedged label out of ``labels``, so no term of the round (FactS' reward,
     DPO's chosen answer, the oracle NLL) pulls the model toward writing it. Every other correction, a removal of the
     finding included, applies as signed; rows without a draft (replay) are left as they are. Returns the dataset and
     how many rows changed. A clinician's pair whose chosen answer then reads as its draft (the same words) gets the
@@ -218,7 +226,8 @@ def without_unread_additions(dataset: Dataset, findings: Iterable[str]) -> tuple
         if (oracles[i], chosens[i]) != before:
             changed += 1
             parsed = json.loads(row_labels) if row_labels else {}
-            row_labels = json.dumps({k: v for k, v in parsed.items() if k not in unapplied})
+            # its positive (or hedged) label goes with its sentences; a negation the report keeps stays
+            row_labels = json.dumps({k: v for k, v in parsed.items() if k not in unapplied or not _states(v)})
         labels.append(row_labels)
     if not changed:
         return dataset, 0
