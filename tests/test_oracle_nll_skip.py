@@ -109,7 +109,6 @@ def _round_rows():
     from orapo_core.train.dataset import build_training_dataset
 
     film = Image.new("L", (32, 32), color=40)
-    labels = label_report
     rows = [
         # The correction added atelectasis (unreadable) and pleural other (readable) to the draft.
         (
@@ -130,12 +129,12 @@ def _round_rows():
             "oracle_report": oracle,
             "clinician_chosen": oracle,
             "clinician_rejected": draft,
-            "labels": labels(oracle),
+            "labels": label_report(oracle),
         }
         for i, (oracle, draft) in enumerate(rows)
     ]
     replay = "FINDINGS: Left basilar atelectasis."
-    records.append({"study_id": "r", "image": film, "reference_report": replay, "labels": labels(replay)})
+    records.append({"study_id": "r", "image": film, "reference_report": replay, "labels": label_report(replay)})
     return build_training_dataset(records)
 
 

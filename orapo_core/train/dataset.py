@@ -200,11 +200,11 @@ def _states(value: Any) -> bool:
 def without_unread_additions(dataset: Dataset, findings: Iterable[str]) -> tuple[Dataset, int]:
     """`dataset` with the corrections that add one of `findings` left unapplied: on each row with a clinician's
     draft (``clinician_rejected``) that does not state such a finding, the sentences stating it are taken out of
-    ``oracle_report`` and ``clinician_chosen`` and its positive or hedged label out of ``labels``, so no term of the round (FactS' reward,
-    DPO's chosen answer, the oracle NLL) pulls the model toward writing it. Every other correction, a removal of the
-    finding included, applies as signed; rows without a draft (replay) are left as they are. Returns the dataset and
-    how many rows changed. A clinician's pair whose chosen answer then reads as its draft (the same words) gets the
-    draft as its chosen answer, so the pair miner drops it (`pairs.OracleMiner`)."""
+    ``oracle_report`` and ``clinician_chosen``, and its positive or hedged label out of ``labels``, so no term of
+    the round (FactS' reward, DPO's chosen answer, the oracle NLL) pulls the model toward writing it. Every other
+    correction, a removal of the finding included, applies as signed; rows without a draft (replay) are left as
+    they are. Returns the dataset and how many rows changed. A clinician's pair whose chosen answer then reads as
+    its draft (the same words) gets the draft as its chosen answer, so the pair miner drops it."""
     from orapo_core.facts import label_report  # noqa: PLC0415 -- the labeller is loaded only when used
     from orapo_core.train.losses import without_sentences_stating  # noqa: PLC0415 -- loads torch
 
