@@ -15,7 +15,7 @@ from orapo_core.facts import label_report
 
 
 def test_without_sentences_stating_takes_out_only_the_sentences_that_state_or_hedge_the_finding():
-    from orapo_core.train.losses import without_sentences_stating
+    from orapo_core.train.dataset import without_sentences_stating
 
     report = (
         "FINDINGS: Small left pneumothorax. Bibasilar atelectasis. No atelectasis on the right? "

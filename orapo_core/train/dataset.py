@@ -16,9 +16,10 @@ pass (`orapo_core.data.loaders.CORRECTION_COLUMNS`).
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import random
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -189,12 +190,26 @@ def load_round_dataset(script_args: OraPOScriptArguments) -> Dataset:
     return build_training_dataset(records, prompt_text=script_args.prompt_text)
 
 
-def _states(value: Any) -> bool:
-    """Whether a stored label value (1, -1, "1.0", None, ...) says the finding is present or possible."""
-    try:
-        return value is not None and value != "" and float(value) in (1.0, -1.0)
-    except (TypeError, ValueError):
-        return False
+def without_sentences_stating(report: str, findings: Collection[str]) -> str:
+    """`report` with each sentence that states or hedges one of `findings` (CheXpert names, FactS labels of the
+    sentence) taken out, the rest left as written. Remembered: a round asks again for the same oracle reports at
+    every visit of their studies."""
+    return _without_sentences_stating(report, tuple(sorted(findings))) if findings else report
+
+
+@functools.lru_cache(maxsize=8192)
+def _without_sentences_stating(report: str, findings: tuple[str, ...]) -> str:
+    from orapo_core.facts import label_report  # noqa: PLC0415 -- the labeller is loaded only when used
+    from orapo_core.facts.text import split_sentences  # noqa: PLC0415
+
+    kept, last = [], 0
+    for sentence in split_sentences(report):
+        labels = label_report(sentence.text)
+        if any(labels.get(name) in (1, -1) for name in findings):
+            kept.append(report[last : sentence.start])
+            last = sentence.end
+    kept.append(report[last:])
+    return "".join(kept)
 
 
 def without_unread_additions(dataset: Dataset, findings: Iterable[str]) -> tuple[Dataset, int]:
@@ -206,7 +221,7 @@ def without_unread_additions(dataset: Dataset, findings: Iterable[str]) -> tuple
     they are. Returns the dataset and how many rows changed. A clinician's pair whose chosen answer then reads as
     its draft (the same words) gets the draft as its chosen answer, so the pair miner drops it."""
     from orapo_core.facts import label_report  # noqa: PLC0415 -- the labeller is loaded only when used
-    from orapo_core.train.losses import without_sentences_stating  # noqa: PLC0415 -- loads torch
+    from orapo_core.facts.labels import label_value  # noqa: PLC0415
 
     wanted = sorted(set(findings))
     if not wanted or "clinician_rejected" not in dataset.column_names:
@@ -227,7 +242,9 @@ def without_unread_additions(dataset: Dataset, findings: Iterable[str]) -> tuple
             changed += 1
             parsed = json.loads(row_labels) if row_labels else {}
             # its positive (or hedged) label goes with its sentences; a negation the report keeps stays
-            row_labels = json.dumps({k: v for k, v in parsed.items() if k not in unapplied or not _states(v)})
+            row_labels = json.dumps(
+                {k: v for k, v in parsed.items() if k not in unapplied or label_value(v) not in (1, -1)}
+            )
         labels.append(row_labels)
     if not changed:
         return dataset, 0

@@ -10,8 +10,6 @@ shuffling and splitting of a generation batch into micro-batches.
 from __future__ import annotations
 
 import difflib
-import functools
-from collections.abc import Collection
 
 import torch  # noqa: TID253 -- this module is heavy; light ones import it lazily
 import torch.nn.functional as F  # noqa: TID253 -- this module is heavy; light ones import it lazily
@@ -25,28 +23,6 @@ def differing_tokens(chosen: list[int], rejected: list[int]) -> list[float]:
     for block in difflib.SequenceMatcher(None, rejected, chosen, autojunk=False).get_matching_blocks():
         focus[block.b : block.b + block.size] = [0.0] * block.size
     return focus
-
-
-def without_sentences_stating(report: str, findings: Collection[str]) -> str:
-    """`report` with each sentence that states or hedges one of `findings` (CheXpert names, FactS labels of the
-    sentence) taken out, the rest left as written. Remembered: a round asks again for the same oracle reports at
-    every visit of their studies."""
-    return _without_sentences_stating(report, tuple(sorted(findings))) if findings else report
-
-
-@functools.lru_cache(maxsize=8192)
-def _without_sentences_stating(report: str, findings: tuple[str, ...]) -> str:
-    from orapo_core.facts import label_report  # noqa: PLC0415 -- the labeller is loaded only when used
-    from orapo_core.facts.text import split_sentences  # noqa: PLC0415
-
-    kept, last = [], 0
-    for sentence in split_sentences(report):
-        labels = label_report(sentence.text)
-        if any(labels.get(name) in (1, -1) for name in findings):
-            kept.append(report[last : sentence.start])
-            last = sentence.end
-    kept.append(report[last:])
-    return "".join(kept)
 
 
 def kept_tokens(chosen: list[int], without: list[int]) -> list[float]:

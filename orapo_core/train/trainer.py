@@ -63,7 +63,7 @@ from trl.trainer.utils import (  # noqa: TID253 -- this module is heavy; light o
 )
 
 from orapo_core.train.config import OraPOConfig
-from orapo_core.train.dataset import oracle_for
+from orapo_core.train.dataset import oracle_for, without_sentences_stating
 from orapo_core.train.finding_probes import FindingProbes, finding_targets
 from orapo_core.train.losses import (
     differing_tokens,
@@ -72,7 +72,6 @@ from orapo_core.train.losses import (
     kept_tokens,
     oracle_term,
     sequence_logps,
-    without_sentences_stating,
 )
 from orapo_core.train.metrics_log import MetricsJsonlCallback
 from orapo_core.train.pairs import MinedGroup, OraclePairMiner, RolloutGroup
