@@ -22,6 +22,9 @@ from orapo_core.config import Settings
 #: so that a rollback drafts at once; ORAPO_MAX_RESIDENT_MODELS.
 DEFAULT_MAX_RESIDENT_MODELS = 2
 
+#: The share of uploads held out for the gate (`db.repositories.studies.HOLDOUT_FRACTION`); ORAPO_HOLDOUT_FRACTION.
+DEFAULT_HOLDOUT_FRACTION = 0.1
+
 
 class WebSettings(Settings):
     """`Settings` plus what only the app and its database read (the env variable names are unchanged)."""
@@ -87,6 +90,12 @@ class WebSettings(Settings):
         default=DEFAULT_MAX_RESIDENT_MODELS,
         ge=1,
         description="How many models (base + adapter) the web process keeps loaded: the served one and the most recently used others, so a rollback to the previous version drafts at once; the least recently used is unloaded once its drafts in flight finish. Versions on one base folder (the baseline and a round's LoRA candidate) share one copy of the base, each adapter loaded on it by name.",
+    )
+    holdout_fraction: float = Field(
+        default=DEFAULT_HOLDOUT_FRACTION,
+        ge=0.0,
+        le=0.5,
+        description="Share of newly uploaded studies kept out of training, chosen from each study's hashed StudyInstanceUID: their signed reports are the held-out set on which the gate judges a round's candidate (topped up with PhantomCXR studies for the per-finding false-positive checks). A larger share gives the gate more reports to decide on and rounds fewer corrections to learn from; it applies to studies uploaded after it is set, never moving one already stored.",
     )
     metrics_port: int | None = Field(
         default=None,

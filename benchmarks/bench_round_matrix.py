@@ -11,7 +11,8 @@ reported, met or not.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_round_matrix \\
         --cells pleural_other:501 pleural_other:511 pneumothorax:521 pneumothorax:531 \\
-        --out benchmarks/results/round-matrix-DATE [--parallel 2] [--set KEY=VALUE ...] [--reuse] [--starter DIR]
+        --out benchmarks/results/round-matrix-DATE [--parallel 2] [--set KEY=VALUE ...] [--reuse] [--starter DIR] \\
+        [--holdout-fraction 0.25]
     orapo bench round_matrix --cells ... --out ...
 
 Writes `matrix.json` and `matrix.md` under `--out`, and each cell's story, drafts-alone and checks JSON and logs
@@ -67,6 +68,14 @@ def make_parser() -> argparse.ArgumentParser:
         help="serve this starter in every cell (copied into each new data folder as models/starter) instead of the "
         "shipped one, e.g. a `benchmarks.bench_starter --build-only --rebuild DIR` variant",
     )
+    parser.add_argument(
+        "--holdout-fraction",
+        type=float,
+        default=None,
+        metavar="F",
+        help="share of each clinic's uploads held out for the gate (ORAPO_HOLDOUT_FRACTION in every cell; default: "
+        "the app's, 0.1)",
+    )
     return parser
 
 
@@ -78,15 +87,25 @@ def parse_cell(text: str) -> tuple[str, int]:
 
 
 def run_cell(
-    finding: str, seed: int, cells: Path, work: Path, sets: list[str], reuse: bool, starter: Path | None = None
+    finding: str,
+    seed: int,
+    cells: Path,
+    work: Path,
+    sets: list[str],
+    reuse: bool,
+    starter: Path | None = None,
+    holdout_fraction: float | None = None,
 ) -> dict:
     """One cell: the clinic story, the drafts alone, the checks fitted again and scored, each a child process with
-    its log; their JSON read back. `starter`: copied in as the data folder's served starter before the story."""
+    its log; their JSON read back. `starter`: copied in as the data folder's served starter before the story;
+    `holdout_fraction`: the clinic's ORAPO_HOLDOUT_FRACTION."""
     name = f"{finding}-{seed}"
     data = work / name
     if starter is not None and not (data / "models" / "starter").exists():
         shutil.copytree(starter, data / "models" / "starter")
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    if holdout_fraction is not None:
+        env["ORAPO_HOLDOUT_FRACTION"] = str(holdout_fraction)
     common = ["--finding", finding, "--seed", str(seed), "--data-dir", str(data)]
     steps = (
         ("bench_round_story", "story", [a for s in sets for a in ("--set", s)]),
@@ -248,19 +267,30 @@ def main(argv: list[str] | None = None) -> int:
     starter = Path(args.starter).resolve() if args.starter else None
     if starter is not None and not (starter / "config.json").is_file():
         raise SystemExit(f"--starter {args.starter}: no model there (config.json missing)")
+    if args.holdout_fraction is not None and not 0.0 <= args.holdout_fraction <= 0.5:
+        raise SystemExit(f"--holdout-fraction {args.holdout_fraction}: a share from 0 to 0.5")
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        results = list(pool.map(lambda fs: run_cell(*fs, out / "cells", work, args.set, args.reuse, starter), cells))
+        results = list(
+            pool.map(
+                lambda fs: run_cell(*fs, out / "cells", work, args.set, args.reuse, starter, args.holdout_fraction),
+                cells,
+            )
+        )
     report = {
         "command": command("bench_round_matrix", argv),
         "settings": args.set,
         "starter": starter_card(starter),
+        "holdout_fraction": args.holdout_fraction,  # None: the app's default
         "cells": results,
         "minutes": round((time.perf_counter() - started) / 60, 1),
     }
     (out / "matrix.json").write_text(json.dumps(report, indent=1, default=str))
     served = report["starter"]["folder"]
-    text = f"# Round matrix\n\n`{report['command']}`\n\nStarter: {served}\n\n" + table(results)
+    held = (
+        "" if args.holdout_fraction is None else f"Held-out share (ORAPO_HOLDOUT_FRACTION): {args.holdout_fraction}\n\n"
+    )
+    text = f"# Round matrix\n\n`{report['command']}`\n\nStarter: {served}\n\n{held}" + table(results)
     (out / "matrix.md").write_text(text)
     print(text)
     return 0

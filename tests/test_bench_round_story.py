@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 from benchmarks.round_story_common import false_positives_by_finding
 
 
@@ -144,3 +147,30 @@ def test_the_round_matrix_serves_the_starter_it_is_given_in_each_new_data_folder
     assert (tmp_path / "work" / "pleural_other-501" / "models" / "starter" / "config.json").is_file()
     assert starter_card(starter) == {"folder": str(starter), "plan": {"rare_fraction": 0.5}}
     assert starter_card(None)["folder"].startswith("assets/starter")
+
+
+def test_the_round_matrix_gives_every_step_of_a_cell_the_held_out_share_it_is_asked_for(tmp_path, monkeypatch) -> None:
+    """`--holdout-fraction F` reaches each child process as ORAPO_HOLDOUT_FRACTION (the clinic's uploads are split
+    by it); without it the children read the app's default."""
+    import json
+
+    from benchmarks import bench_round_matrix
+
+    seen: list[str | None] = []
+    scores = _scores(0.7, 0.0, [0, 80], {})
+
+    def fake_run(cmd, stdout, stderr, env, check):
+        seen.append(env.get("ORAPO_HOLDOUT_FRACTION"))
+        out = Path(cmd[cmd.index("--json") + 1])
+        body = {"round": {}, "candidate": scores, "before": scores}
+        out.write_text(json.dumps(body))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.delenv("ORAPO_HOLDOUT_FRACTION", raising=False)
+    monkeypatch.setattr(bench_round_matrix.subprocess, "run", fake_run)
+    for share, folder in ((0.25, "a"), (None, "b")):
+        cells = tmp_path / folder
+        cells.mkdir()
+        cell = bench_round_matrix.run_cell("pleural_other", 501, cells, tmp_path / "work", [], False, None, share)
+        assert cell["alone"]["recall"] == 0.7
+    assert seen == ["0.25"] * 3 + [None] * 3

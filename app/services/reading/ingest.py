@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.services.reading.studies import open_study
+from app.settings import web_settings
 from db import AuditRepository, StudyRepository
 from orapo_core.config import Settings
 from orapo_core.errors import OrapoError
@@ -146,6 +147,7 @@ def ingest_bytes(
         folder / f"{_short(instance_uid)}.png",
     )
 
+    holdout = web_settings(settings).holdout_fraction  # ORAPO_HOLDOUT_FRACTION: the gate's share of new studies
     staged: list[tuple[Path, Path]] = []
     try:
         for _ in range(3):  # a lost race is settled by the next look: the winner's rows are committed by then
@@ -161,7 +163,7 @@ def ingest_bytes(
                     )
                 ]
             try:
-                return _store(db, upload, study_id, staged, user=user, actor=actor)
+                return _store(db, upload, study_id, staged, user=user, actor=actor, holdout_fraction=holdout)
             except OrapoError as exc:
                 if exc.code not in _LOST_RACE:
                     raise
@@ -227,6 +229,7 @@ def _store(
     *,
     user: UserRecord | None,
     actor: str,
+    holdout_fraction: float,
 ) -> IngestOutcome:
     """One transaction: the study (when new), the image row, the audit entry; the files move into place before it
     commits and are removed again if it does not."""
@@ -247,6 +250,7 @@ def _store(
                     body_part=meta.get("body_part"),
                     uploaded_by=user.id if user is not None else None,
                     not_drafted=meta.get("not_drafted"),
+                    holdout_fraction=holdout_fraction,
                 )
             else:
                 study = studies.get(study_id)
