@@ -209,3 +209,20 @@ def test_the_image_features_are_what_the_language_model_reads_per_image_alone_or
     assert np.allclose(np.array(alone), np.array(expected), atol=1e-4)
     assert np.allclose(np.array(joined), np.array(alone), atol=1e-4)
     assert drafter.draft(IMAGES[0], samples=0, max_new_tokens=3).image_features == pytest.approx(alone[0], abs=1e-4)
+
+
+def test_a_model_wrapped_for_lora_still_shows_its_vision_merger(drafter):
+    """A model in training is a PEFT wrapper; the ablation's checkpoint drafts score each film's familiarity from the
+    merger's output, and found none there ("no vision merger"), which ended every `bench_learning` run at its first
+    checkpoint. The wrapper is looked through, and the features it captures are the unwrapped model's."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from orapo_core.models.features import vision_merger
+
+    model = copy.deepcopy(drafter.loaded.model)
+    if vision_merger(model) is None:
+        pytest.skip("this family has no vision merger")
+    wrapped = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
+    assert vision_merger(wrapped) is not None and vision_merger(wrapped) is vision_merger(wrapped.get_base_model())

@@ -31,7 +31,10 @@ DECIMALS = 5  # stored as JSON: 5 decimals keep the rankings (cosines to 1e-5) a
 
 
 def vision_merger(model: Any) -> torch.nn.Module | None:
-    """The module whose output the language model reads as image tokens, or None."""
+    """The module whose output the language model reads as image tokens, or None. A PEFT wrapper (a model in
+    training, or a LoRA adapter loaded on its base) is looked through to the model it wraps."""
+    if callable(getattr(model, "get_base_model", None)):
+        model = model.get_base_model()
     for owner in (getattr(model, "model", None), model):
         merger = getattr(getattr(owner, "visual", None), "merger", None)
         if merger is not None:
