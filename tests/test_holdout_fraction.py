@@ -65,3 +65,15 @@ def test_the_environment_sets_it_and_a_share_above_a_half_is_refused(monkeypatch
     monkeypatch.setenv("ORAPO_HOLDOUT_FRACTION", "0.9")
     with pytest.raises(ValidationError):
         WebSettings()
+
+
+def test_the_command_line_refuses_a_bad_share_with_a_code_and_a_sentence(monkeypatch, tmp_path, capsys):
+    """A settings class refusing an ORAPO_* variable was an `internal_error` quoting pydantic's whole message (the
+    value included); it is `invalid_setting`, naming the variable and never its value."""
+    from app.cli import main
+
+    monkeypatch.setenv("ORAPO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("ORAPO_HOLDOUT_FRACTION", "0.9")
+    assert main(["ingest", str(tmp_path / "chest.dcm")]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == "invalid_setting: ORAPO_HOLDOUT_FRACTION: Input should be less than or equal to 0.5", said
