@@ -92,11 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: stopped by the user.", file=sys.stderr)
         return 130
-    except Exception as exc:
+    except Exception as exc:  # the last line of defence: a code and a sentence, never a traceback
+        if os.environ.get("ORAPO_DEBUG") == "1":
+            raise
         said = settings_refusal(exc)
-        if said is None or os.environ.get("ORAPO_DEBUG") == "1":
-            return last_defence(exc)
-        print(f"invalid_setting: {said}", file=sys.stderr)
+        if said is not None:
+            print(f"invalid_setting: {said}", file=sys.stderr)
+        else:
+            print(f"internal_error: {type(exc).__name__}: {exc} (set ORAPO_DEBUG=1 for details)", file=sys.stderr)
         return 2
 
 
@@ -111,14 +114,6 @@ def settings_refusal(exc: BaseException) -> str | None:
         f"ORAPO_{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"  # never the value: a secret
         for error in exc.errors()
     )
-
-
-def last_defence(exc: Exception) -> int:
-    """A code and a sentence, never a traceback (ORAPO_DEBUG=1: the traceback)."""
-    if os.environ.get("ORAPO_DEBUG") == "1":
-        raise exc
-    print(f"internal_error: {type(exc).__name__}: {exc} (set ORAPO_DEBUG=1 for details)", file=sys.stderr)
-    return 2
 
 
 if __name__ == "__main__":
